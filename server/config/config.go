@@ -1,0 +1,186 @@
+// Package config is hotproxy's configuration: the TOML file parsed into plain,
+// deterministic data (the spec), checked as a whole before anything is built
+// from it. Live objects (listeners, clusters) are built from a Config
+// elsewhere, in a second step with errors of its own.
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults, exported so that documentation and tests can name them.
+const (
+	DefaultDrainTime          = 30 * time.Second
+	DefaultParentShutdownTime = 45 * time.Second
+	DefaultAdminAddress       = "127.0.0.1:9901"
+	DefaultConnectTimeout     = 5 * time.Second
+	DefaultTCPIdleTimeout     = time.Hour
+	DefaultHTTPIdleTimeout    = 60 * time.Second
+	DefaultRequestTimeout     = 60 * time.Second
+	DefaultHeaderTimeout      = 10 * time.Second
+	DefaultMaxHeaderBytes     = 64 << 10
+	DefaultUpstreamIdle       = 90 * time.Second
+	DefaultMaxIdlePerEndpoint = 64
+	DefaultLogLevel           = "info"
+	DefaultLogFormat          = "text"
+)
+
+// Listener protocols.
+const (
+	ProtocolHTTP = "http"
+	ProtocolTCP  = "tcp"
+)
+
+// Load-balancing policies.
+const (
+	LBRoundRobin   = "round_robin"
+	LBLeastRequest = "least_request"
+	LBRandom       = "random"
+)
+
+// Config is one whole hotproxy configuration.
+type Config struct {
+	Server    Server     `toml:"server" json:"server"`
+	Admin     Admin      `toml:"admin" json:"admin"`
+	Log       Log        `toml:"log" json:"log"`
+	Listeners []Listener `toml:"listeners" json:"listeners"`
+	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
+
+	// Source names where the config came from ("<embedded default>" or a
+	// path); every error message starts with it.
+	Source string `toml:"-" json:"source"`
+}
+
+// Server holds process-wide settings.
+type Server struct {
+	// Concurrency is the number of workers; 0 means one per CPU this
+	// process may run on.
+	Concurrency int `toml:"concurrency" json:"concurrency"`
+	// DrainTime bounds a drain: keep-alive connections are closed and
+	// in-flight HTTP requests must finish within it.
+	DrainTime Duration `toml:"drain_time" json:"drain_time"`
+	// ParentShutdownTime bounds how long a draining generation may keep
+	// long-lived (TCP-proxy) connections before it exits.
+	ParentShutdownTime Duration `toml:"parent_shutdown_time" json:"parent_shutdown_time"`
+	// ReusePort gives every worker its own SO_REUSEPORT socket per listener
+	// (default true on Linux); false shares one socket among all workers.
+	ReusePort *bool `toml:"reuse_port" json:"reuse_port"`
+}
+
+// Admin is the admin API's listener.
+type Admin struct {
+	Address string `toml:"address" json:"address"`
+}
+
+// Log configures the process logger.
+type Log struct {
+	Level  string `toml:"level" json:"level"`   // trace, debug, info, warn, error
+	Format string `toml:"format" json:"format"` // text or json
+}
+
+// Listener is one listening address and what to do with its connections.
+type Listener struct {
+	Name     string `toml:"name" json:"name"`
+	Address  string `toml:"address" json:"address"`
+	Protocol string `toml:"protocol" json:"protocol"` // http or tcp
+
+	// Cluster is where a tcp listener sends its connections.
+	Cluster string `toml:"cluster" json:"cluster,omitempty"`
+	// Routes are an http listener's routes, first match wins.
+	Routes []Route `toml:"routes" json:"routes,omitempty"`
+
+	// IdleTimeout closes a connection with no traffic for this long
+	// (tcp: either direction; http: between requests on a keep-alive
+	// connection).
+	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
+	// RequestTimeout bounds one HTTP request from its first byte to the
+	// end of the response headers from upstream.
+	RequestTimeout Duration `toml:"request_timeout" json:"request_timeout,omitempty"`
+	// HeaderTimeout bounds reading a request's headers (slowloris).
+	HeaderTimeout Duration `toml:"header_timeout" json:"header_timeout,omitempty"`
+	// MaxHeaderBytes bounds a request's header block; larger gets 431.
+	MaxHeaderBytes int `toml:"max_header_bytes" json:"max_header_bytes,omitempty"`
+}
+
+// Route matches HTTP requests by host and path and says what to do.
+type Route struct {
+	// Host matches the request's Host exactly, or "*.example.com" matches
+	// any subdomain of example.com. Empty matches any host.
+	Host string `toml:"host" json:"host,omitempty"`
+	// Prefix matches a path prefix; Path matches a path exactly. One of
+	// the two is required.
+	Prefix string `toml:"prefix" json:"prefix,omitempty"`
+	Path   string `toml:"path" json:"path,omitempty"`
+
+	// Exactly one action: a cluster, or a direct response.
+	Cluster        string          `toml:"cluster" json:"cluster,omitempty"`
+	DirectResponse *DirectResponse `toml:"direct_response" json:"direct_response,omitempty"`
+}
+
+// DirectResponse is answered by the proxy itself. Body may contain
+// %VERSION%, %EPOCH%, %PID% and %HOSTNAME%, replaced when the generation
+// starts.
+type DirectResponse struct {
+	Status      int    `toml:"status" json:"status"`
+	Body        string `toml:"body" json:"body"`
+	ContentType string `toml:"content_type" json:"content_type,omitempty"`
+}
+
+// Cluster is a named group of upstream endpoints.
+type Cluster struct {
+	Name      string   `toml:"name" json:"name"`
+	LBPolicy  string   `toml:"lb_policy" json:"lb_policy"`
+	Endpoints []string `toml:"endpoints" json:"endpoints"`
+
+	ConnectTimeout Duration `toml:"connect_timeout" json:"connect_timeout"`
+	// IdleTimeout closes pooled upstream keep-alive connections idle for
+	// this long.
+	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
+	// MaxIdlePerEndpoint bounds each worker's keep-alive pool per endpoint.
+	MaxIdlePerEndpoint int `toml:"max_idle_per_endpoint" json:"max_idle_per_endpoint"`
+}
+
+// Duration is a time.Duration written as a string ("30s", "1m30s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (write it like \"500ms\", \"30s\" or \"1m\")", text)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes d back as a string.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).String()), nil
+}
+
+// ReusePortEnabled reports whether workers get one SO_REUSEPORT socket each.
+func (s Server) ReusePortEnabled() bool { return s.ReusePort == nil || *s.ReusePort }
+
+// Listener returns the listener named name, or nil.
+func (c *Config) Listener(name string) *Listener {
+	for i := range c.Listeners {
+		if c.Listeners[i].Name == name {
+			return &c.Listeners[i]
+		}
+	}
+	return nil
+}
+
+// Cluster returns the cluster named name, or nil.
+func (c *Config) Cluster(name string) *Cluster {
+	for i := range c.Clusters {
+		if c.Clusters[i].Name == name {
+			return &c.Clusters[i]
+		}
+	}
+	return nil
+}
