@@ -86,9 +86,9 @@ type Listener struct {
 	Protocol string `toml:"protocol" json:"protocol"` // http or tcp
 
 	// Cluster is where a tcp listener sends its connections.
-	Cluster string `toml:"cluster" json:"cluster,omitempty"`
+	Cluster string `toml:"cluster,omitempty" json:"cluster,omitempty"`
 	// Routes are an http listener's routes, first match wins.
-	Routes []Route `toml:"routes" json:"routes,omitempty"`
+	Routes []Route `toml:"routes,omitempty" json:"routes,omitempty"`
 
 	// IdleTimeout closes a connection with no traffic for this long
 	// (tcp: either direction; http: between requests on a keep-alive
@@ -96,26 +96,26 @@ type Listener struct {
 	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
 	// RequestTimeout bounds one HTTP request from its first byte to the
 	// end of the response headers from upstream.
-	RequestTimeout Duration `toml:"request_timeout" json:"request_timeout,omitempty"`
+	RequestTimeout Duration `toml:"request_timeout,omitzero" json:"request_timeout,omitempty"`
 	// HeaderTimeout bounds reading a request's headers (slowloris).
-	HeaderTimeout Duration `toml:"header_timeout" json:"header_timeout,omitempty"`
+	HeaderTimeout Duration `toml:"header_timeout,omitzero" json:"header_timeout,omitempty"`
 	// MaxHeaderBytes bounds a request's header block; larger gets 431.
-	MaxHeaderBytes int `toml:"max_header_bytes" json:"max_header_bytes,omitempty"`
+	MaxHeaderBytes int `toml:"max_header_bytes,omitzero" json:"max_header_bytes,omitempty"`
 }
 
 // Route matches HTTP requests by host and path and says what to do.
 type Route struct {
 	// Host matches the request's Host exactly, or "*.example.com" matches
 	// any subdomain of example.com. Empty matches any host.
-	Host string `toml:"host" json:"host,omitempty"`
+	Host string `toml:"host,omitempty" json:"host,omitempty"`
 	// Prefix matches a path prefix; Path matches a path exactly. One of
 	// the two is required.
-	Prefix string `toml:"prefix" json:"prefix,omitempty"`
-	Path   string `toml:"path" json:"path,omitempty"`
+	Prefix string `toml:"prefix,omitempty" json:"prefix,omitempty"`
+	Path   string `toml:"path,omitempty" json:"path,omitempty"`
 
 	// Exactly one action: a cluster, or a direct response.
-	Cluster        string          `toml:"cluster" json:"cluster,omitempty"`
-	DirectResponse *DirectResponse `toml:"direct_response" json:"direct_response,omitempty"`
+	Cluster        string          `toml:"cluster,omitempty" json:"cluster,omitempty"`
+	DirectResponse *DirectResponse `toml:"direct_response,omitempty" json:"direct_response,omitempty"`
 }
 
 // DirectResponse is answered by the proxy itself. Body may contain
@@ -124,7 +124,7 @@ type Route struct {
 type DirectResponse struct {
 	Status      int    `toml:"status" json:"status"`
 	Body        string `toml:"body" json:"body"`
-	ContentType string `toml:"content_type" json:"content_type,omitempty"`
+	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty"`
 }
 
 // Cluster is a named group of upstream endpoints.

@@ -1,0 +1,420 @@
+package config
+
+import (
+	"fmt"
+	"mime"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// MaxConcurrency bounds server.concurrency.
+const MaxConcurrency = 1024
+
+var (
+	lbPolicies = []string{LBRoundRobin, LBLeastRequest, LBRandom}
+	logLevels  = []string{"trace", "debug", "info", "warn", "error"}
+	logFormats = []string{"text", "json"}
+	protocols  = []string{ProtocolHTTP, ProtocolTCP}
+)
+
+// Validate checks c as a whole, defaults already filled in (Parse does
+// both), and returns an *Error listing every problem, or nil.
+func (c *Config) Validate() error {
+	v := validator{c: c}
+	v.server()
+	v.admin()
+	v.log()
+	v.listeners()
+	v.clusters()
+	return v.ps.err(c.Source)
+}
+
+type validator struct {
+	c  *Config
+	ps problems
+	// addrs maps each listener's normalized address to its key.
+	addrs map[string]string
+}
+
+func (v *validator) server() {
+	s := v.c.Server
+	if s.Concurrency < 0 || s.Concurrency > MaxConcurrency {
+		v.ps.add("server.concurrency", "%d: out of range 0-%d (0 means one worker per CPU this process may run on)", s.Concurrency, MaxConcurrency)
+	}
+	if s.DrainTime <= 0 {
+		v.ps.add("server.drain_time", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(s.DrainTime), DefaultDrainTime)
+	}
+	if s.ParentShutdownTime <= 0 {
+		v.ps.add("server.parent_shutdown_time", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(s.ParentShutdownTime), DefaultParentShutdownTime)
+	} else if s.DrainTime > 0 && s.ParentShutdownTime < s.DrainTime {
+		v.ps.add("server.parent_shutdown_time", "%q: must be at least drain_time (%q): a draining generation exits at parent_shutdown_time, which would cut off requests that drain_time still gives time to finish; raise parent_shutdown_time or lower drain_time",
+			durationString(s.ParentShutdownTime), durationString(s.DrainTime))
+	}
+}
+
+func (v *validator) admin() {
+	a := v.c.Admin.Address
+	if msg := checkAddress(a, true, 0); msg != "" {
+		v.ps.add("admin.address", "%s", msg)
+		return
+	}
+	// The admin listener must not collide with a proxy listener.
+	n := normAddress(a)
+	for i, l := range v.c.Listeners {
+		if n != "" && checkAddress(l.Address, true, 0) == "" && normAddress(l.Address) == n {
+			v.ps.add("admin.address", "%s: %s listens there already; give the admin API an address of its own", quote(a), itemKey("listeners", i, l.Name))
+			return
+		}
+	}
+}
+
+func (v *validator) log() {
+	l := v.c.Log
+	if !slices.Contains(logLevels, l.Level) {
+		v.ps.add("log.level", "%s: unknown level (use %s)", quote(l.Level), orList(logLevels))
+	}
+	if !slices.Contains(logFormats, l.Format) {
+		v.ps.add("log.format", "%s: unknown format (use %s)", quote(l.Format), orList(logFormats))
+	}
+}
+
+func (v *validator) listeners() {
+	v.addrs = map[string]string{}
+	names := map[string]string{}
+	for i := range v.c.Listeners {
+		l := &v.c.Listeners[i]
+		key := itemKey("listeners", i, l.Name)
+		v.name(key, "listener", l.Name, names)
+
+		if msg := checkAddress(l.Address, true, 0); msg != "" {
+			v.ps.add(key+".address", "%s", msg)
+		} else if n := normAddress(l.Address); n != "" {
+			if other, ok := v.addrs[n]; ok {
+				v.ps.add(key+".address", "%s: %s listens there already; give each listener its own address", quote(l.Address), other)
+			} else {
+				v.addrs[n] = key
+			}
+		}
+
+		switch l.Protocol {
+		case ProtocolTCP:
+			v.tcpListener(key, l)
+		case ProtocolHTTP:
+			v.httpListener(key, l)
+		case "":
+			v.ps.add(key+".protocol", "missing (use %s)", orList(protocols))
+		default:
+			v.ps.add(key+".protocol", "%s: unknown protocol (use %s)", quote(l.Protocol), orList(protocols))
+		}
+	}
+
+}
+
+func (v *validator) tcpListener(key string, l *Listener) {
+	if l.Cluster == "" {
+		v.ps.add(key+".cluster", "missing: a tcp listener needs the cluster its connections go to")
+	} else {
+		v.clusterRef(key+".cluster", l.Cluster)
+	}
+	if len(l.Routes) > 0 {
+		v.ps.add(key+".routes", "a tcp listener has no routes (routes are for protocol = %q); remove them, or make it an http listener", ProtocolHTTP)
+	}
+	v.positive(key+".idle_timeout", l.IdleTimeout, DefaultTCPIdleTimeout)
+	for _, d := range []struct {
+		name string
+		set  bool
+		val  string
+	}{
+		{"request_timeout", l.RequestTimeout != 0, quote(durationString(l.RequestTimeout))},
+		{"header_timeout", l.HeaderTimeout != 0, quote(durationString(l.HeaderTimeout))},
+		{"max_header_bytes", l.MaxHeaderBytes != 0, strconv.Itoa(l.MaxHeaderBytes)},
+	} {
+		if d.set {
+			v.ps.add(key+"."+d.name, "%s: applies only to http listeners; remove it", d.val)
+		}
+	}
+}
+
+func (v *validator) httpListener(key string, l *Listener) {
+	if l.Cluster != "" {
+		v.ps.add(key+".cluster", "%s: an http listener picks clusters in its routes; remove cluster here and add a route like { prefix = \"/\", cluster = %s }", quote(l.Cluster), quote(l.Cluster))
+	}
+	if len(l.Routes) == 0 {
+		v.ps.add(key+".routes", "an http listener needs at least one route; add a [[listeners.routes]] with prefix = \"/\"")
+	}
+	v.positive(key+".idle_timeout", l.IdleTimeout, DefaultHTTPIdleTimeout)
+	v.positive(key+".request_timeout", l.RequestTimeout, DefaultRequestTimeout)
+	v.positive(key+".header_timeout", l.HeaderTimeout, DefaultHeaderTimeout)
+	if l.MaxHeaderBytes <= 0 {
+		v.ps.add(key+".max_header_bytes", "%d: must be greater than 0 (leave it out for the default, %d)", l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	}
+	for j := range l.Routes {
+		v.route(fmt.Sprintf("%s.routes[%d]", key, j), &l.Routes[j])
+	}
+}
+
+func (v *validator) route(key string, r *Route) {
+	switch {
+	case r.Prefix == "" && r.Path == "":
+		v.ps.add(key, "needs prefix (match a path prefix) or path (match a path exactly)")
+	case r.Prefix != "" && r.Path != "":
+		v.ps.add(key, "has both prefix (%s) and path (%s); keep one", quote(r.Prefix), quote(r.Path))
+	case r.Prefix != "" && !strings.HasPrefix(r.Prefix, "/"):
+		v.ps.add(key+".prefix", "%s: must start with \"/\"", quote(r.Prefix))
+	case r.Path != "" && !strings.HasPrefix(r.Path, "/"):
+		v.ps.add(key+".path", "%s: must start with \"/\"", quote(r.Path))
+	}
+	if r.Host != "" {
+		if msg := checkRouteHost(r.Host); msg != "" {
+			v.ps.add(key+".host", "%s: %s", quote(r.Host), msg)
+		}
+	}
+	switch {
+	case r.Cluster == "" && r.DirectResponse == nil:
+		v.ps.add(key, "needs an action: cluster = \"NAME\" or direct_response = { status = 200, body = \"...\" }")
+	case r.Cluster != "" && r.DirectResponse != nil:
+		v.ps.add(key, "has both cluster (%s) and direct_response; keep one", quote(r.Cluster))
+	case r.Cluster != "":
+		v.clusterRef(key+".cluster", r.Cluster)
+	default:
+		dr := r.DirectResponse
+		if dr.Status < 100 || dr.Status > 599 {
+			v.ps.add(key+".direct_response.status", "%d: out of range 100-599", dr.Status)
+		}
+		if dr.ContentType != "" {
+			if _, _, err := mime.ParseMediaType(dr.ContentType); err != nil {
+				v.ps.add(key+".direct_response.content_type", "%s: not a media type (write it like \"text/plain; charset=utf-8\")", quote(dr.ContentType))
+			}
+		}
+	}
+}
+
+func (v *validator) clusters() {
+	names := map[string]string{}
+	for i := range v.c.Clusters {
+		c := &v.c.Clusters[i]
+		key := itemKey("clusters", i, c.Name)
+		v.name(key, "cluster", c.Name, names)
+		if !slices.Contains(lbPolicies, c.LBPolicy) {
+			v.ps.add(key+".lb_policy", "%s: unknown policy (use %s)", quote(c.LBPolicy), orList(lbPolicies))
+		}
+		if len(c.Endpoints) == 0 {
+			v.ps.add(key+".endpoints", "a cluster needs at least one endpoint, like endpoints = [\"127.0.0.1:9000\"]")
+		}
+		for j, e := range c.Endpoints {
+			if msg := checkAddress(e, false, 1); msg != "" {
+				v.ps.add(fmt.Sprintf("%s.endpoints[%d]", key, j), "%s", msg)
+			}
+		}
+		v.positive(key+".connect_timeout", c.ConnectTimeout, DefaultConnectTimeout)
+		v.positive(key+".idle_timeout", c.IdleTimeout, DefaultUpstreamIdle)
+		if c.MaxIdlePerEndpoint < 0 {
+			v.ps.add(key+".max_idle_per_endpoint", "%d: must not be negative (0 keeps no idle connections; leave it out for the default, %d)", c.MaxIdlePerEndpoint, DefaultMaxIdlePerEndpoint)
+		}
+	}
+}
+
+// name checks a listener's or cluster's name, and that it is unique;
+// seen maps the names so far to their keys.
+func (v *validator) name(key, what, name string, seen map[string]string) {
+	switch {
+	case name == "":
+		v.ps.add(key+".name", "missing: every %s needs a unique name", what)
+		return
+	case !validName(name):
+		v.ps.add(key+".name", "%s: invalid name (use letters, digits, '_', '-' and '.': names appear in stats and logs)", quote(name))
+	}
+	if other, ok := seen[name]; ok {
+		v.ps.add(key+".name", "%s: duplicate name (%s has it too); %s names must be unique", quote(name), other, what)
+		return
+	}
+	seen[name] = key
+}
+
+// clusterRef checks that a cluster named by key exists.
+func (v *validator) clusterRef(key, name string) {
+	if v.c.Cluster(name) != nil {
+		return
+	}
+	var names []string
+	for _, c := range v.c.Clusters {
+		if c.Name != "" {
+			names = append(names, c.Name)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		v.ps.add(key, "%s: no such cluster (there are none; add a [[clusters]] named %s)", quote(name), quote(name))
+	case closest(name, names) != "":
+		v.ps.add(key, "%s: no such cluster (did you mean %s?)", quote(name), quote(closest(name, names)))
+	default:
+		v.ps.add(key, "%s: no such cluster (clusters: %s)", quote(name), strings.Join(names, ", "))
+	}
+}
+
+func (v *validator) positive(key string, d Duration, def interface{ String() string }) {
+	if d <= 0 {
+		v.ps.add(key, "%q: must be greater than 0 (leave it out for the default, %s)", durationString(d), def)
+	}
+}
+
+// itemKey names an element of an array of tables: `listeners[0] ("web")`.
+func itemKey(array string, i int, name string) string {
+	k := fmt.Sprintf("%s[%d]", array, i)
+	if name != "" {
+		k += " (" + quote(name) + ")"
+	}
+	return k
+}
+
+func validName(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAddress checks a "host:port" address and returns what is wrong with
+// it, value quoted first, or "". emptyHost allows ":8080" (all addresses);
+// minPort is 0 where port 0 (any free port) is allowed, else 1.
+func checkAddress(addr string, emptyHost bool, minPort int) string {
+	example := "127.0.0.1:8080"
+	if minPort > 0 {
+		example = "127.0.0.1:9000"
+	}
+	if addr == "" {
+		return fmt.Sprintf("missing (write host:port, like %q)", example)
+	}
+	q := quote(addr)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("%s: not host:port (write it like %q, or %q for IPv6)", q, example, "[::1]:8080")
+	}
+	if port == "" || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Sprintf("%s: port %s is not a number", q, quote(port))
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < minPort || n > 65535 {
+		if minPort == 0 {
+			return fmt.Sprintf("%s: port out of range 1-65535 (or 0 for any free port)", q)
+		}
+		return fmt.Sprintf("%s: port out of range 1-65535", q)
+	}
+	if host == "" {
+		if emptyHost {
+			return ""
+		}
+		return fmt.Sprintf("%s: missing host (write it like %q)", q, example)
+	}
+	if strings.Contains(host, ":") || strings.HasPrefix(addr, "[") {
+		// An IPv6 literal (it came in brackets).
+		if !strings.HasPrefix(addr, "[") {
+			return fmt.Sprintf("%s: put an IPv6 address in brackets, like %q", q, "[::1]:8080")
+		}
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
+			return fmt.Sprintf("%s: %s is not an IPv6 address", q, quote(host))
+		}
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if !validHostname(host) {
+		return fmt.Sprintf("%s: %s is neither an IP address nor a valid hostname", q, quote(host))
+	}
+	return ""
+}
+
+// validHostname reports whether s is a DNS name: dot-separated labels of
+// letters, digits, '-' and '_', not starting or ending with '-', the last
+// one not all digits (which would be a mistyped IPv4 address).
+func validHostname(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
+}
+
+// checkRouteHost checks a route's host: a name, an IP address, or
+// "*.suffix", each with an optional port.
+func checkRouteHost(h string) string {
+	name := h
+	if host, port, err := net.SplitHostPort(h); err == nil {
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+			return "port " + quote(port) + " out of range 1-65535"
+		}
+		name = host
+	}
+	if strings.HasPrefix(name, "*.") {
+		name = name[2:]
+		if strings.Contains(name, "*") {
+			return "\"*\" may only be the first label, as in \"*.example.com\""
+		}
+	} else if strings.Contains(name, "*") {
+		return "\"*\" may only be the first label, as in \"*.example.com\" (leave host out to match any host)"
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return ""
+	}
+	if !validHostname(name) {
+		return "not a hostname (write it like \"example.com\" or \"*.example.com\")"
+	}
+	return ""
+}
+
+// normAddress returns a form of a valid listen address under which two
+// addresses that bind the same socket are equal, or "" for port 0 (every
+// port-0 listener gets a port of its own).
+func normAddress(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if p, _ := strconv.Atoi(port); p == 0 {
+		return ""
+	}
+	port = strconv.Itoa(mustAtoi(port))
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.IsUnspecified() {
+			host = "" // 0.0.0.0, :: and "" all mean every address
+		} else {
+			host = a.String()
+		}
+	} else {
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func mustAtoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// orList writes "a, b or c".
+func orList(l []string) string {
+	if len(l) == 1 {
+		return l[0]
+	}
+	return strings.Join(l[:len(l)-1], ", ") + " or " + l[len(l)-1]
+}
