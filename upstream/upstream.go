@@ -11,14 +11,25 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/hotproxy/hotproxy/server/config"
 )
 
 // ErrNoEndpoint: the cluster has no endpoint that can take the request.
 var ErrNoEndpoint = errors.New("no healthy upstream endpoint")
+
+// ResolveTimeout bounds the lookup of one endpoint's host name in
+// NewCluster: a config naming a host whose DNS does not answer must fail
+// the build in seconds, not hang the reload.
+const ResolveTimeout = 3 * time.Second
 
 // ConnectError is returned when every endpoint tried refused or timed out
 // at connect; the request never reached an upstream, so it is safe to say
@@ -29,13 +40,30 @@ type ConnectError struct {
 	Err     error    // the last dial error
 }
 
-func (e *ConnectError) Error() string { panic("contract: implement in upstream") }
+func (e *ConnectError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cluster %q: could not connect to any endpoint (tried %s)", e.Cluster, strings.Join(e.Tried, ", "))
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
 func (e *ConnectError) Unwrap() error { return e.Err }
 
 // Cluster is a built, immutable cluster.
 type Cluster struct {
 	Name      string
 	Endpoints []Endpoint
+
+	// Settings from the spec with defaults applied. A Cluster written as a
+	// literal (tests of other packages do) leaves them zero; ForWorker
+	// treats zero as the default again.
+	policy         string
+	connectTimeout time.Duration
+	idleTimeout    time.Duration
+	maxIdle        int
 }
 
 // Endpoint is one resolved upstream address ("ip:port").
@@ -46,30 +74,196 @@ type Endpoint struct {
 // NewCluster builds a cluster from its spec: resolves every endpoint (an
 // unresolvable name is an error naming the cluster and the endpoint),
 // chooses the balancer.
-func NewCluster(spec config.Cluster) (*Cluster, error) { panic("contract") }
+func NewCluster(spec config.Cluster) (*Cluster, error) {
+	c := &Cluster{
+		Name:           spec.Name,
+		policy:         spec.LBPolicy,
+		connectTimeout: spec.ConnectTimeout.D(),
+		idleTimeout:    spec.IdleTimeout.D(),
+		maxIdle:        spec.MaxIdlePerEndpoint,
+	}
+	switch c.policy {
+	case "":
+		c.policy = config.LBRoundRobin
+	case config.LBRoundRobin, config.LBLeastRequest, config.LBRandom:
+	default:
+		return nil, fmt.Errorf("cluster %q: unknown lb_policy %q (valid: %s, %s, %s)",
+			spec.Name, spec.LBPolicy, config.LBRoundRobin, config.LBLeastRequest, config.LBRandom)
+	}
+	if c.connectTimeout < 0 {
+		return nil, fmt.Errorf("cluster %q: connect_timeout %s is negative", spec.Name, c.connectTimeout)
+	}
+	if c.idleTimeout < 0 {
+		return nil, fmt.Errorf("cluster %q: idle_timeout %s is negative", spec.Name, c.idleTimeout)
+	}
+	if c.maxIdle < 0 {
+		return nil, fmt.Errorf("cluster %q: max_idle_per_endpoint %d is negative", spec.Name, c.maxIdle)
+	}
+	c.applyDefaults()
+
+	if len(spec.Endpoints) == 0 {
+		return nil, fmt.Errorf("cluster %q: no endpoints (list at least one \"host:port\" in endpoints)", spec.Name)
+	}
+	c.Endpoints = make([]Endpoint, 0, len(spec.Endpoints))
+	for _, ep := range spec.Endpoints {
+		addr, err := resolveEndpoint(ep)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: endpoint %q: %w", spec.Name, ep, err)
+		}
+		c.Endpoints = append(c.Endpoints, Endpoint{Address: addr})
+	}
+	return c, nil
+}
+
+func (c *Cluster) applyDefaults() {
+	if c.policy == "" {
+		c.policy = config.LBRoundRobin
+	}
+	if c.connectTimeout == 0 {
+		c.connectTimeout = config.DefaultConnectTimeout
+	}
+	if c.idleTimeout == 0 {
+		c.idleTimeout = config.DefaultUpstreamIdle
+	}
+	if c.maxIdle == 0 {
+		c.maxIdle = config.DefaultMaxIdlePerEndpoint
+	}
+}
+
+// resolveEndpoint turns "host:port" into "ip:port". Names are resolved once,
+// when the config is built: a worker never waits on DNS.
+func resolveEndpoint(ep string) (string, error) {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return "", fmt.Errorf("not a \"host:port\" address: %w", err)
+	}
+	if host == "" {
+		return "", errors.New("missing host (write it like \"10.0.0.1:8080\" or \"backend.local:8080\")")
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return "", fmt.Errorf("bad port %q (want a number from 1 to 65535)", port)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return net.JoinHostPort(ip.Unmap().String(), port), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ResolveTimeout)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err == nil && len(ips) == 0 {
+		err = errors.New("no addresses")
+	}
+	if err != nil {
+		return "", fmt.Errorf("cannot resolve host %q: %w", host, err)
+	}
+	// IPv4 first: a name with both families most often has a v4 backend
+	// listening, and hosts without v6 routes are common.
+	pick := ips[0].Unmap()
+	for _, ip := range ips {
+		if ip.Unmap().Is4() {
+			pick = ip.Unmap()
+			break
+		}
+	}
+	return net.JoinHostPort(pick.String(), port), nil
+}
 
 // ForWorker returns worker w's view of the cluster. Called once per worker
-// when a snapshot is built; the view is used only by that worker.
-func (c *Cluster) ForWorker(w int) *WorkerCluster { panic("contract") }
+// when a snapshot is built; the view is used only by that worker. Every
+// call returns a new view with its own balancer state and pool.
+func (c *Cluster) ForWorker(w int) *WorkerCluster {
+	s := *c
+	s.applyDefaults()
+	wc := &WorkerCluster{
+		name:    c.Name,
+		addrs:   make([]string, len(c.Endpoints)),
+		timeout: s.connectTimeout,
+		dialer:  net.Dialer{Timeout: s.connectTimeout},
+	}
+	for i, ep := range c.Endpoints {
+		wc.addrs[i] = ep.Address
+	}
+	wc.bal = newBalancer(s.policy, len(wc.addrs), w)
+	wc.transport = newTransport(wc, s.idleTimeout, s.maxIdle)
+	wc.rt = &roundTripper{wc: wc}
+	return wc
+}
 
 // WorkerCluster is one worker's view of a cluster: its balancer state, its
 // keep-alive pool.
-type WorkerCluster struct{}
+type WorkerCluster struct {
+	name      string
+	addrs     []string // endpoint addresses, copied: the view owns them
+	timeout   time.Duration
+	dialer    net.Dialer
+	bal       balancer
+	transport *http.Transport
+	rt        *roundTripper
+}
 
 // DialTCP picks an endpoint with the balancer and connects within the
 // cluster's connect timeout, trying the next endpoint when one fails.
 // done must be called when the connection is finished with (least_request
 // counts active connections with it).
 func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint string, done func(), err error) {
-	panic("contract")
+	n := len(wc.addrs)
+	if n == 0 {
+		return nil, "", nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
+	}
+	first := wc.bal.pick()
+	var tried []string
+	var last error
+	for k := range n {
+		i := (first + k) % n
+		addr := wc.addrs[i]
+		wc.bal.start(i)
+		c, err := wc.dialer.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c, addr, wc.doneFunc(i), nil
+		}
+		wc.bal.finish(i)
+		tried = append(tried, addr)
+		last = err
+		if ctx.Err() != nil {
+			// The caller gave up (client gone, drain); the other
+			// endpoints are not to blame.
+			break
+		}
+	}
+	return nil, "", nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
+}
+
+func noop() {}
+
+// doneFunc returns the function that ends the use of endpoint i. Only
+// least_request counts; the others share one no-op so a dial allocates
+// nothing for it.
+func (wc *WorkerCluster) doneFunc(i int) func() {
+	if !wc.bal.counts() {
+		return noop
+	}
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			wc.bal.finish(i)
+		}
+	}
 }
 
 // RoundTripper sends HTTP requests to the cluster: balancer pick per
 // request, the next endpoint when a connect fails (the request body is not
 // lost: nothing of it was sent), keep-alive connections pooled per endpoint
 // for this worker.
-func (wc *WorkerCluster) RoundTripper() http.RoundTripper { panic("contract") }
+func (wc *WorkerCluster) RoundTripper() http.RoundTripper {
+	if wc.rt == nil {
+		return &roundTripper{wc: wc}
+	}
+	return wc.rt
+}
 
 // CloseIdle closes this worker's idle pooled connections (drain, or a
 // snapshot that no longer has this cluster).
-func (wc *WorkerCluster) CloseIdle() { panic("contract") }
+func (wc *WorkerCluster) CloseIdle() {
+	if wc.transport != nil {
+		wc.transport.CloseIdleConnections()
+	}
+}

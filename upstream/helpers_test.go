@@ -1,0 +1,112 @@
+package upstream
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/server/config"
+)
+
+// backend is a real HTTP server on loopback that answers with its name and
+// counts the connections it accepted.
+type backend struct {
+	name     string
+	srv      *httptest.Server
+	newConns atomic.Int64
+	hits     atomic.Int64
+}
+
+func (b *backend) addr() string { return b.srv.Listener.Addr().String() }
+
+// newBackend starts a backend; h, if not nil, handles the request after it
+// is counted (and must write the response itself).
+func newBackend(tb testing.TB, name string, h http.HandlerFunc) *backend {
+	tb.Helper()
+	b := &backend{name: name}
+	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.hits.Add(1)
+		if h != nil {
+			h(w, r)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, name)
+	}))
+	b.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			b.newConns.Add(1)
+		}
+	}
+	b.srv.Start()
+	tb.Cleanup(b.srv.Close)
+	return b
+}
+
+// closedAddr returns a loopback address nothing listens on: connecting to it
+// is refused at once.
+func closedAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// newWorkerCluster builds a cluster from spec and worker w's view of it,
+// whose idle connections are closed at the end of the test.
+func newWorkerCluster(tb testing.TB, spec config.Cluster, w int) *WorkerCluster {
+	tb.Helper()
+	if spec.Name == "" {
+		spec.Name = "backend"
+	}
+	c, err := NewCluster(spec)
+	if err != nil {
+		tb.Fatalf("NewCluster: %v", err)
+	}
+	wc := c.ForWorker(w)
+	tb.Cleanup(wc.CloseIdle)
+	return wc
+}
+
+func addrs(bs ...*backend) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = b.addr()
+	}
+	return out
+}
+
+// get sends a GET through rt, reads the whole response and returns its
+// body (a backend's name).
+func get(tb testing.TB, rt http.RoundTripper) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://client.example/path", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		tb.Fatalf("RoundTrip: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		tb.Fatalf("reading response: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("status %d, body %q", resp.StatusCode, body)
+	}
+	return strings.TrimSpace(string(body))
+}
