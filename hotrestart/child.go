@@ -1,0 +1,119 @@
+package hotrestart
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Child is the next generation's end of a hand-over.
+type Child struct {
+	c      *conn
+	parent Identity
+}
+
+// ErrNoParent means nothing listens at the parent's address: no
+// generation of that epoch is running.
+var ErrNoParent = errors.New("no running generation to take over from")
+
+// Dial connects to the parent at addr and exchanges hello. timeout bounds
+// every read and write (DefaultTimeout when 0).
+func Dial(addr string, self Identity, timeout time.Duration) (*Child, error) {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	uc, err := dial(addr, timeout)
+	if err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("restart socket %s: %w (%v)", addr, ErrNoParent, err)
+	}
+	c := &conn{uc: uc, timeout: timeout}
+	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
+		uc.Close()
+		return nil, err
+	}
+	m, err := c.expect(MsgHello)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	if err := compatible(m.Version); err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return &Child{c: c, parent: *m.Identity}, nil
+}
+
+// expect reads one message of type want; an error message from the peer
+// becomes an error wrapping ErrRefused.
+func (c *conn) expect(want MessageType) (*Message, error) {
+	m, files, err := c.recv(0)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type == MsgError {
+		closeFiles(files)
+		return nil, fmt.Errorf("%w: %s", ErrRefused, m.Error)
+	}
+	if m.Type != want {
+		closeFiles(files)
+		return nil, fmt.Errorf("expected %s, got %s", want, m.Type)
+	}
+	if len(files) > 0 {
+		closeFiles(files)
+		return nil, fmt.Errorf("%s message carried unexpected fds", m.Type)
+	}
+	return m, nil
+}
+
+// Parent is what the parent said of itself in hello.
+func (ch *Child) Parent() Identity { return ch.parent }
+
+// Sockets asks for every listening socket. The caller owns the files.
+func (ch *Child) Sockets() ([]Socket, []*os.File, error) {
+	if err := ch.c.send(&Message{Type: MsgGetSockets}, nil); err != nil {
+		return nil, nil, err
+	}
+	var sockets []Socket
+	var files []*os.File
+	for {
+		m, fs, err := ch.c.recv(0)
+		if err != nil {
+			closeFiles(files)
+			return nil, nil, err
+		}
+		switch m.Type {
+		case MsgError:
+			closeFiles(fs)
+			closeFiles(files)
+			return nil, nil, fmt.Errorf("%w: %s", ErrRefused, m.Error)
+		case MsgSockets:
+		default:
+			closeFiles(fs)
+			closeFiles(files)
+			return nil, nil, fmt.Errorf("expected sockets, got %s", m.Type)
+		}
+		sockets = append(sockets, m.Sockets...)
+		files = append(files, fs...)
+		if !m.More {
+			return sockets, files, nil
+		}
+	}
+}
+
+// Drain tells the parent this generation serves: the parent stops
+// accepting and drains. The connection stays open afterwards, so the
+// parent learns if this generation dies.
+func (ch *Child) Drain() error {
+	if err := ch.c.send(&Message{Type: MsgDrain}, nil); err != nil {
+		return err
+	}
+	_, err := ch.c.expect(MsgOK)
+	return err
+}
+
+// Close ends the hand-over connection.
+func (ch *Child) Close() error { return ch.c.uc.Close() }

@@ -1,0 +1,215 @@
+package hotrestart
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// conn is one end of the restart socket: whole messages with their fds.
+type conn struct {
+	uc      *net.UnixConn
+	timeout time.Duration
+}
+
+// send writes m with files attached; files are not closed.
+func (c *conn) send(m *Message, files []*os.File) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxMessageBytes {
+		return fmt.Errorf("message %s of %d bytes exceeds the %d-byte limit", m.Type, len(b), maxMessageBytes)
+	}
+	if len(files) > maxFilesPerMessage {
+		return fmt.Errorf("message %s carries %d fds, more than %d", m.Type, len(files), maxFilesPerMessage)
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	if err := c.uc.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return err
+	}
+	n, oobn, err := c.uc.WriteMsgUnix(b, oob, nil)
+	if err != nil {
+		return fmt.Errorf("sending %s: %w", m.Type, err)
+	}
+	if n != len(b) || oobn != len(oob) {
+		return fmt.Errorf("sending %s: short write (%d of %d bytes, %d of %d control bytes)", m.Type, n, len(b), oobn, len(oob))
+	}
+	return nil
+}
+
+// recv reads one message within timeout (DefaultTimeout when 0). Received
+// fds are returned as files the caller owns; on any error they are closed.
+func (c *conn) recv(timeout time.Duration) (*Message, []*os.File, error) {
+	if timeout <= 0 {
+		timeout = c.timeout
+	}
+	if err := c.uc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, nil, err
+	}
+	buf := make([]byte, maxMessageBytes+1)
+	oob := make([]byte, unix.CmsgSpace(4*maxFilesPerMessage))
+	// Go's ReadMsgUnix sets MSG_CMSG_CLOEXEC on Linux, so received fds
+	// never leak into processes we start.
+	n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf, oob)
+	if errors.Is(err, io.EOF) {
+		return nil, nil, errPeerClosed
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	files, ferr := parseRights(oob[:oobn])
+	fail := func(err error) (*Message, []*os.File, error) {
+		closeFiles(files)
+		return nil, nil, err
+	}
+	switch {
+	case ferr != nil:
+		return fail(ferr)
+	case flags&unix.MSG_CTRUNC != 0:
+		return fail(fmt.Errorf("message carried more than %d fds", maxFilesPerMessage))
+	case flags&unix.MSG_TRUNC != 0 || n > maxMessageBytes:
+		return fail(fmt.Errorf("message larger than %d bytes", maxMessageBytes))
+	case n == 0:
+		// A zero-length read on SOCK_SEQPACKET is the peer closing.
+		return fail(errPeerClosed)
+	}
+	m, err := decodeMessage(buf[:n])
+	if err != nil {
+		return fail(err)
+	}
+	want := 0
+	if m.Type == MsgSockets {
+		want = len(m.Sockets)
+	}
+	if len(files) != want {
+		return fail(fmt.Errorf("%s message describes %d sockets but carries %d fds", m.Type, want, len(files)))
+	}
+	return m, files, nil
+}
+
+func parseRights(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("control message: %w", err)
+	}
+	var files []*os.File
+	for i := range msgs {
+		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		fds, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("control message: %w", err)
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), "hotrestart-socket"))
+		}
+	}
+	return files, nil
+}
+
+// closeGracefully ends a connection whose peer may still have messages
+// queued to us. Closing a SOCK_SEQPACKET socket with unread data makes the
+// kernel reset the peer, which then never reads our last message (the
+// reason for a refusal); so shut down our side, read what is queued until
+// the peer closes or a short deadline passes, then close.
+func (c *conn) closeGracefully() {
+	c.uc.CloseWrite()
+	c.uc.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 512)
+	oob := make([]byte, unix.CmsgSpace(4*maxFilesPerMessage))
+	for i := 0; i < 64; i++ {
+		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if oobn > 0 {
+			files, _ := parseRights(oob[:oobn])
+			closeFiles(files)
+		}
+		if err != nil || (n == 0 && oobn == 0) {
+			break
+		}
+	}
+	c.uc.Close()
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// peerCred returns the uid and pid of the process at the other end, as the
+// kernel recorded them when it connected.
+func peerCred(uc *net.UnixConn) (uid, pid int, err error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if serr != nil {
+		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", serr)
+	}
+	return int(cred.Uid), int(cred.Pid), nil
+}
+
+// listen binds the restart socket. A filesystem path is made mode 0600 and
+// removed on close; a stale socket file left by a dead generation is
+// replaced, a live one is an error.
+func listen(addr string) (*net.UnixListener, error) {
+	ua := &net.UnixAddr{Name: addr, Net: "unixpacket"}
+	abstract := len(addr) > 0 && addr[0] == '@'
+	ln, err := net.ListenUnix("unixpacket", ua)
+	if err != nil && !abstract && errors.Is(err, unix.EADDRINUSE) {
+		if c, derr := net.DialUnix("unixpacket", nil, ua); derr == nil {
+			c.Close()
+			return nil, fmt.Errorf("restart socket %s: another generation is listening there", addr)
+		}
+		os.Remove(addr)
+		ln, err = net.ListenUnix("unixpacket", ua)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("restart socket %s: %w", addr, err)
+	}
+	if !abstract {
+		if err := os.Chmod(addr, 0o600); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("restart socket %s: %w", addr, err)
+		}
+		ln.SetUnlinkOnClose(true)
+	}
+	return ln, nil
+}
+
+func dial(addr string, timeout time.Duration) (*net.UnixConn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("unixpacket", addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
+}

@@ -1,0 +1,31 @@
+package hotrestart
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzDecodeMessage: whatever a peer sends, decoding returns a message or
+// an error, never a panic, and an accepted message survives a round trip.
+func FuzzDecodeMessage(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"hello","version":"1.0","identity":{"pid":1,"epoch":2,"binary_version":"v"}}`,
+		`{"type":"sockets","sockets":[{"network":"tcp","address":"127.0.0.1:1","worker":0,"role":"listener"}],"more":true}`,
+		`{"type":"get_sockets"}`, `{"type":"drain"}`, `{"type":"error","error":"x"}`, `{}`, `null`, `[]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMessage(b)
+		if err != nil {
+			return
+		}
+		again, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("re-encoding an accepted message: %v", err)
+		}
+		if _, err := decodeMessage(again); err != nil {
+			t.Fatalf("accepted %q but not its re-encoding %q: %v", b, again, err)
+		}
+	})
+}

@@ -1,0 +1,302 @@
+package hotrestart
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Address is where generation epoch of base-id baseID listens for its
+// successor: the abstract socket "@hotproxy.<base-id>.<epoch>", or a file
+// in dir when dir is set.
+func Address(baseID, epoch int, dir string) string {
+	name := fmt.Sprintf("hotproxy.%d.%d", baseID, epoch)
+	if dir == "" {
+		return "@" + name
+	}
+	return filepath.Join(dir, name+".sock")
+}
+
+// Handler is the serving generation's side of a hand-over. Its methods are
+// called from the goroutine that owns the child's connection, one at a time.
+type Handler interface {
+	// Sockets returns every listening socket to hand over, with a file
+	// for each (a dup the parent closes once sent).
+	Sockets() ([]Socket, []*os.File, error)
+	// Drain is called when the child serves and asks this generation to
+	// drain. It must return promptly.
+	Drain(child Identity)
+	// ChildLost is called when the child's connection ends after hello:
+	// drained says whether Drain had been called. err is nil when the
+	// child closed the connection cleanly.
+	ChildLost(child Identity, drained bool, err error)
+}
+
+// ParentOptions configure a Parent. The zero value of each optional field
+// is the default.
+type ParentOptions struct {
+	// Address to listen on (see Address).
+	Address string
+	// Self is sent to the child in hello.
+	Self    Identity
+	Handler Handler
+	Logger  hclog.Logger
+	// Timeout bounds every read and write of the hand-over itself
+	// (default DefaultTimeout).
+	Timeout time.Duration
+	// ReadyTimeout bounds the wait for the child's next request once it
+	// has its sockets: it is starting its workers (default
+	// DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+}
+
+// Parent listens for the next generation and serves one hand-over at a
+// time.
+type Parent struct {
+	opts ParentOptions
+	log  hclog.Logger
+	ln   *net.UnixListener
+
+	refused atomic.Uint64 // peers refused: wrong uid, busy, bad protocol
+
+	mu sync.Mutex // guards the fields below
+	// active is the connection of the child taking over, if any: one
+	// child at a time.
+	active *net.UnixConn
+	conns  map[*net.UnixConn]struct{}
+	closed bool
+
+	wg sync.WaitGroup
+}
+
+// Listen binds the restart socket. Serve answers on it.
+func Listen(opts ParentOptions) (*Parent, error) {
+	if opts.Handler == nil {
+		return nil, errors.New("hotrestart: no handler")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	ln, err := listen(opts.Address)
+	if err != nil {
+		return nil, err
+	}
+	return &Parent{opts: opts, log: log.Named("hotrestart"), ln: ln, conns: map[*net.UnixConn]struct{}{}}, nil
+}
+
+// Addr is the address the parent listens on.
+func (p *Parent) Addr() string { return p.opts.Address }
+
+// Refused counts the peers that were turned away.
+func (p *Parent) Refused() uint64 { return p.refused.Load() }
+
+// Serve accepts connections until Close; it returns nil after Close.
+func (p *Parent) Serve() error {
+	for {
+		uc, err := p.ln.AcceptUnix()
+		if err != nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// EMFILE and friends: keep serving; the next accept may
+			// succeed once fds are freed.
+			p.log.Warn("accept on the restart socket failed", "error", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			uc.Close()
+			return nil
+		}
+		p.conns[uc] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.session(uc)
+	}
+}
+
+// Close stops listening and ends every session, then waits for them.
+func (p *Parent) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	err := p.ln.Close()
+	for uc := range p.conns {
+		uc.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+// refuse tells the peer why, counts it, and lets the caller close.
+func (p *Parent) refuse(c *conn, why string, logArgs ...any) {
+	p.refused.Add(1)
+	p.log.Warn("refused a peer on the restart socket: "+why, logArgs...)
+	c.send(&Message{Type: MsgError, Error: why}, nil)
+}
+
+// session runs one connection's hand-over from hello to close. It owns the
+// connection; the handler is called from here alone.
+func (p *Parent) session(uc *net.UnixConn) {
+	defer p.wg.Done()
+	c := &conn{uc: uc, timeout: p.opts.Timeout}
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, uc)
+		p.mu.Unlock()
+		c.closeGracefully()
+	}()
+
+	uid, pid, err := peerCred(uc)
+	if err != nil {
+		p.refuse(c, "cannot identify the peer: "+err.Error())
+		return
+	}
+	if self := os.Getuid(); uid != self && uid != 0 {
+		p.refuse(c, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
+			"peer_pid", pid, "peer_uid", uid)
+		return
+	}
+
+	m, files, err := c.recv(p.opts.Timeout)
+	closeFiles(files)
+	if err != nil {
+		p.refuse(c, "expected hello: "+err.Error(), "peer_pid", pid)
+		return
+	}
+	if m.Type != MsgHello {
+		p.refuse(c, fmt.Sprintf("expected hello first, got %s", m.Type), "peer_pid", pid)
+		return
+	}
+	if err := compatible(m.Version); err != nil {
+		p.refuse(c, err.Error(), "peer_pid", pid)
+		return
+	}
+	child := *m.Identity
+	child.PID = pid // the kernel's word, not the peer's
+	// Only a peer that spoke a valid hello claims the hand-over, so a
+	// probe or a garbage peer never blocks a real child.
+	p.mu.Lock()
+	busy := p.active != nil
+	if !busy {
+		p.active = uc
+	}
+	p.mu.Unlock()
+	if busy {
+		p.refuse(c, "another generation is already taking over from this one; retry once it has finished", "peer_pid", pid)
+		return
+	}
+	// The slot is freed before the handler hears of the loss and before the
+	// connection closes: whoever learns of either may try again at once.
+	release := func() {
+		p.mu.Lock()
+		if p.active == uc {
+			p.active = nil
+		}
+		p.mu.Unlock()
+	}
+	defer release()
+	lost := func(child Identity, drained bool, err error) {
+		release()
+		p.opts.Handler.ChildLost(child, drained, err)
+	}
+
+	self := p.opts.Self
+	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
+		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
+		return
+	}
+	p.log.Info("next generation connected", "child_pid", pid, "child_epoch", child.Epoch, "child_version", child.BinaryVersion)
+
+	drained := false
+	for {
+		m, files, err := c.recv(p.opts.ReadyTimeout)
+		closeFiles(files)
+		if err != nil {
+			var ne net.Error
+			if drained && errors.As(err, &ne) && ne.Timeout() {
+				// Once drained, the child keeps the connection open for
+				// as long as it lives; silence is normal.
+				continue
+			}
+			if errors.Is(err, errPeerClosed) {
+				err = nil
+			} else {
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+			}
+			lost(child, drained, err)
+			return
+		}
+		switch m.Type {
+		case MsgGetSockets:
+			if err := p.sendSockets(c); err != nil {
+				p.log.Warn("sending sockets failed", "child_pid", pid, "error", err)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+		case MsgDrain:
+			if !drained {
+				drained = true
+				p.opts.Handler.Drain(child)
+			}
+			c.send(&Message{Type: MsgOK}, nil)
+		default:
+			err := fmt.Errorf("unexpected %s message after hello", m.Type)
+			c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+			lost(child, drained, err)
+			return
+		}
+	}
+}
+
+func (p *Parent) sendSockets(c *conn) error {
+	sockets, files, err := p.opts.Handler.Sockets()
+	defer closeFiles(files)
+	if err != nil {
+		return err
+	}
+	if len(sockets) != len(files) {
+		return fmt.Errorf("handler returned %d sockets and %d files", len(sockets), len(files))
+	}
+	for start := 0; ; start += maxFilesPerMessage {
+		end := min(start+maxFilesPerMessage, len(sockets))
+		m := &Message{Type: MsgSockets, Sockets: sockets[start:end], More: end < len(sockets)}
+		if err := c.send(m, files[start:end]); err != nil {
+			return err
+		}
+		if !m.More {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,172 @@
+// Package hotrestart is the protocol between two generations of hotproxy:
+// the next generation (the child) connects to the running one (the parent)
+// over a Unix socket, proves it runs as the same user, agrees on a protocol
+// version, receives every listening socket through SCM_RIGHTS and, once it
+// serves, tells the parent to drain.
+//
+// Each message is one SOCK_SEQPACKET datagram holding a JSON object, with
+// the file descriptors it describes attached to it. A datagram keeps its
+// boundaries in the kernel, so no length prefix is needed and a message can
+// never be read half-way; every read has a deadline and a size bound.
+package hotrestart
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProtocolVersion is spoken by this build: "major.minor". Generations whose
+// majors are equal hot restart into each other; a minor bump only adds
+// optional fields or features.
+const ProtocolVersion = "1.0"
+
+// Defaults for Options fields left zero.
+const (
+	DefaultTimeout      = 5 * time.Second
+	DefaultReadyTimeout = 60 * time.Second
+)
+
+// Limits of one message.
+const (
+	maxMessageBytes = 64 << 10
+	// maxFilesPerMessage keeps each batch well under the kernel's
+	// SCM_MAX_FD (253).
+	maxFilesPerMessage = 32
+)
+
+// ErrNotSupported is returned on platforms without Unix-socket fd passing.
+var ErrNotSupported = errors.New("hot restart is not supported on this platform")
+
+// ErrRefused is wrapped by the errors a peer answered with an error message.
+var ErrRefused = errors.New("refused by the other generation")
+
+// MessageType names a message.
+type MessageType string
+
+const (
+	// hello: child → parent first, then parent → child. Carries versions,
+	// features and identities.
+	MsgHello MessageType = "hello"
+	// get_sockets: child asks for every listening socket.
+	MsgGetSockets MessageType = "get_sockets"
+	// sockets: parent → child, one batch of socket descriptions with their
+	// fds attached; More says another batch follows.
+	MsgSockets MessageType = "sockets"
+	// drain: child serves; the parent stops accepting and drains.
+	MsgDrain MessageType = "drain"
+	// ok: a request was done.
+	MsgOK MessageType = "ok"
+	// error: a request was refused; the connection closes after it.
+	MsgError MessageType = "error"
+)
+
+// Socket describes one listening socket passed between generations.
+type Socket struct {
+	Network string `json:"network"` // "tcp"
+	Address string `json:"address"` // as configured, e.g. "127.0.0.1:8080"
+	Worker  int    `json:"worker"`  // owning worker, -1 when shared
+	// Role tells a listener's sockets from the admin API's.
+	Role string `json:"role"`
+	// Name is the listener's name, for messages.
+	Name string `json:"name,omitempty"`
+}
+
+// Socket roles.
+const (
+	RoleListener = "listener"
+	RoleAdmin    = "admin"
+)
+
+// Identity is what a generation says of itself in hello.
+type Identity struct {
+	PID           int      `json:"pid"`
+	Epoch         int      `json:"epoch"`
+	BinaryVersion string   `json:"binary_version"`
+	Features      []string `json:"features,omitempty"`
+	// FirstStart is when epoch 0 started (Unix nanoseconds), so uptime
+	// over all epochs survives restarts. Set by the parent.
+	FirstStart int64 `json:"first_start,omitempty"`
+}
+
+// Message is everything that crosses the socket.
+type Message struct {
+	Type MessageType `json:"type"`
+
+	// hello
+	Version  string    `json:"version,omitempty"`
+	Identity *Identity `json:"identity,omitempty"`
+
+	// sockets: one entry per attached fd, in order.
+	Sockets []Socket `json:"sockets,omitempty"`
+	More    bool     `json:"more,omitempty"`
+
+	// error
+	Error string `json:"error,omitempty"`
+}
+
+// decodeMessage parses one datagram strictly: unknown fields and unknown
+// types are errors, never guesses.
+func decodeMessage(b []byte) (*Message, error) {
+	if len(b) == 0 {
+		return nil, errors.New("empty message")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var m Message
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("malformed message: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("malformed message: trailing data after the JSON object")
+	}
+	switch m.Type {
+	case MsgHello:
+		if m.Identity == nil || m.Version == "" {
+			return nil, errors.New("malformed hello: version and identity are required")
+		}
+	case MsgSockets:
+		for i, s := range m.Sockets {
+			if s.Network == "" || s.Address == "" || (s.Role != RoleListener && s.Role != RoleAdmin) {
+				return nil, fmt.Errorf("malformed sockets message: entry %d (%+v) lacks network, address or a known role", i, s)
+			}
+		}
+	case MsgGetSockets, MsgDrain, MsgOK, MsgError:
+	case "":
+		return nil, errors.New("malformed message: no type")
+	default:
+		return nil, fmt.Errorf("unknown message type %q", m.Type)
+	}
+	return &m, nil
+}
+
+// majorOf returns the major number of a "major.minor" version.
+func majorOf(v string) (int, error) {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("unparsable protocol version %q", v)
+	}
+	return n, nil
+}
+
+// compatible reports whether a peer speaking theirs can hot restart with
+// this build, and if not, why and what to do.
+func compatible(theirs string) error {
+	ours, _ := majorOf(ProtocolVersion)
+	their, err := majorOf(theirs)
+	if err != nil {
+		return err
+	}
+	if their != ours {
+		return fmt.Errorf("hot-restart protocol %s is incompatible with %s (major versions differ): "+
+			"stop the running generation and start the new binary cold, or upgrade through a release that speaks both", theirs, ProtocolVersion)
+	}
+	return nil
+}
+
+// errPeerClosed: the other end closed the connection.
+var errPeerClosed = errors.New("the other generation closed the connection")
