@@ -31,6 +31,10 @@ func TestBadConfigs(t *testing.T) {
 		// problems is how many problems are expected; 0 means 1.
 		problems int
 	}{
+		// [hot_restart]
+		{"relative socket dir", "[hot_restart]\nsocket_dir = \"run/hotproxy\"\n" + webOK + clusterC, []string{`hot_restart.socket_dir`, `"run/hotproxy"`, "absolute"}, 1},
+		{"zero commit window", "[hot_restart]\ncommit_window = \"0s\"\n" + webOK + clusterC, []string{`hot_restart.commit_window`, `"0s"`}, 1},
+		{"negative handoff timeout", "[hot_restart]\nhandoff_timeout = \"-1s\"\n" + webOK + clusterC, []string{`hot_restart.handoff_timeout`, `"-1s"`}, 1},
 		// Syntax, unknown keys and types.
 		{"syntax error", "[server]\nconcurrency = = 2\n", []string{"line 2, column 15", "syntax error", "concurrency = = 2"}, 0},
 		{"escape at end of file", "\"\\", []string{"syntax error", "invalid escape"}, 0}, // toml's ErrorWithPosition panicked here

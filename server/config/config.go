@@ -24,6 +24,8 @@ const (
 	DefaultMaxIdlePerEndpoint = 64
 	DefaultLogLevel           = "info"
 	DefaultLogFormat          = "text"
+	DefaultCommitWindow       = 5 * time.Second
+	DefaultHandoffTimeout     = 10 * time.Second
 )
 
 // Listener protocols.
@@ -41,11 +43,13 @@ const (
 
 // Config is one whole hotproxy configuration.
 type Config struct {
-	Server    Server     `toml:"server" json:"server"`
-	Admin     Admin      `toml:"admin" json:"admin"`
-	Log       Log        `toml:"log" json:"log"`
-	Listeners []Listener `toml:"listeners" json:"listeners"`
-	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
+	Server Server `toml:"server" json:"server"`
+	Admin  Admin  `toml:"admin" json:"admin"`
+	Log    Log    `toml:"log" json:"log"`
+	// HotRestart configures the hand-over between generations.
+	HotRestart HotRestart `toml:"hot_restart" json:"hot_restart"`
+	Listeners  []Listener `toml:"listeners" json:"listeners"`
+	Clusters   []Cluster  `toml:"clusters" json:"clusters"`
 
 	// Source names where the config came from ("<embedded default>" or a
 	// path); every error message starts with it.
@@ -71,6 +75,22 @@ type Server struct {
 // Admin is the admin API's listener.
 type Admin struct {
 	Address string `toml:"address" json:"address"`
+}
+
+// HotRestart configures how the next generation takes over from this one.
+type HotRestart struct {
+	// SocketDir, when set, puts the restart socket in this directory
+	// (hotproxy.<base-id>.<epoch>.sock, mode 0600) instead of the
+	// abstract namespace (@hotproxy.<base-id>.<epoch>), which any process
+	// in the network namespace can reach (peers are still checked by uid).
+	SocketDir string `toml:"socket_dir,omitempty" json:"socket_dir,omitempty"`
+	// CommitWindow is how long after the next generation is ready this
+	// one keeps its listening sockets, ready to serve again if the next
+	// one dies.
+	CommitWindow Duration `toml:"commit_window" json:"commit_window"`
+	// HandoffTimeout bounds each step of the hand-over (connect, hello,
+	// sockets) and the wait for the next generation to become ready.
+	HandoffTimeout Duration `toml:"handoff_timeout" json:"handoff_timeout"`
 }
 
 // Log configures the process logger.

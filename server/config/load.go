@@ -162,6 +162,7 @@ func (c *Config) setDefaults(raw map[string]any) {
 		return ok
 	}
 	server, admin, log := subTable(raw, "server"), subTable(raw, "admin"), subTable(raw, "log")
+	hotRestart := subTable(raw, "hot_restart")
 
 	s := &c.Server
 	if !given(server, "drain_time", s.DrainTime == 0) {
@@ -169,6 +170,12 @@ func (c *Config) setDefaults(raw map[string]any) {
 	}
 	if !given(server, "parent_shutdown_time", s.ParentShutdownTime == 0) {
 		s.ParentShutdownTime = defaultParentShutdown(s.DrainTime)
+	}
+	if !given(hotRestart, "commit_window", c.HotRestart.CommitWindow == 0) {
+		c.HotRestart.CommitWindow = Duration(DefaultCommitWindow)
+	}
+	if !given(hotRestart, "handoff_timeout", c.HotRestart.HandoffTimeout == 0) {
+		c.HotRestart.HandoffTimeout = Duration(DefaultHandoffTimeout)
 	}
 	if !given(admin, "address", c.Admin.Address == "") {
 		c.Admin.Address = DefaultAdminAddress

@@ -5,6 +5,7 @@ import (
 	"mime"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ func (c *Config) Validate() error {
 	v.server()
 	v.admin()
 	v.log()
+	v.hotRestart()
 	v.listeners()
 	v.clusters()
 	return v.ps.err(c.Source)
@@ -68,6 +70,19 @@ func (v *validator) admin() {
 			v.ps.add("admin.address", "%s: %s listens there already; give the admin API an address of its own", quote(a), itemKey("listeners", i, l.Name))
 			return
 		}
+	}
+}
+
+func (v *validator) hotRestart() {
+	h := v.c.HotRestart
+	if h.SocketDir != "" && !filepath.IsAbs(h.SocketDir) {
+		v.ps.add("hot_restart.socket_dir", "%s: must be an absolute path (a relative one would depend on the directory each generation starts in)", quote(h.SocketDir))
+	}
+	if h.CommitWindow <= 0 {
+		v.ps.add("hot_restart.commit_window", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(h.CommitWindow), DefaultCommitWindow)
+	}
+	if h.HandoffTimeout <= 0 {
+		v.ps.add("hot_restart.handoff_timeout", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(h.HandoffTimeout), DefaultHandoffTimeout)
 	}
 }
 
