@@ -1,0 +1,310 @@
+package workers
+
+import (
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/upstream"
+)
+
+// Concurrency resolves the number of workers for cfg: server.concurrency
+// when it is positive, otherwise the CPUs this process may run on
+// (runtime.NumCPU honours the affinity mask the process started with).
+func Concurrency(cfg *config.Config) int {
+	if cfg != nil && cfg.Server.Concurrency > 0 {
+		return cfg.Server.Concurrency
+	}
+	return runtime.NumCPU()
+}
+
+// Snapshot is everything a worker needs to serve, built by the main thread
+// from a validated config and never changed afterwards. Connections keep
+// the snapshot they started with.
+type Snapshot struct {
+	cfg       *config.Config
+	id        Identity
+	listeners map[string]*listenerSnap // by listener name
+	clusters  map[string]*upstream.Cluster
+	// views[w] is worker w's view of every cluster, by name.
+	views []map[string]*upstream.WorkerCluster
+}
+
+// Workers is the number of workers the snapshot has views for.
+func (s *Snapshot) Workers() int { return len(s.views) }
+
+// Config is the config the snapshot was built from.
+func (s *Snapshot) Config() *config.Config { return s.cfg }
+
+// listenerSnap is one compiled listener, shared by all workers (immutable).
+type listenerSnap struct {
+	name           string
+	protocol       string
+	cluster        string // tcp
+	routes         []*route
+	idleTimeout    time.Duration
+	requestTimeout time.Duration
+}
+
+type hostMatch uint8
+
+const (
+	hostAny hostMatch = iota
+	hostExact
+	hostWildcard // host holds ".example.com"
+)
+
+// route is one compiled route. Exactly one of cluster and direct is set.
+type route struct {
+	index   int
+	hostKin hostMatch
+	host    string // lower case, no port
+	path    string
+	prefix  bool
+	cluster string
+	direct  *directResponse
+}
+
+// directResponse is a direct_response with placeholders already replaced
+// and its headers prebuilt.
+type directResponse struct {
+	status int
+	body   []byte
+	// Header values shared by every response: len == cap, so an
+	// Add on a response's header copies instead of writing into them.
+	contentType   []string
+	contentLength []string
+}
+
+// BuildSnapshot compiles routes and builds clusters from cfg (already
+// validated by config.Load). It touches no socket: this is the fail-fast
+// build step. An error names the listener, route or cluster at fault.
+//
+// The snapshot has a view for each of Concurrency(cfg) workers; use
+// BuildSnapshotN when the worker count is resolved another way.
+func BuildSnapshot(cfg *config.Config, id Identity) (*Snapshot, error) {
+	return BuildSnapshotN(cfg, id, Concurrency(cfg))
+}
+
+// BuildSnapshotN is BuildSnapshot for exactly workers workers: every
+// cluster is built once with upstream.NewCluster, then viewed with
+// ForWorker(w) for w in [0, workers).
+func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("workers: nil config")
+	}
+	if workers < 1 {
+		return nil, fmt.Errorf("server: concurrency %d: need at least one worker", workers)
+	}
+	s := &Snapshot{
+		cfg:       cfg,
+		id:        id,
+		listeners: make(map[string]*listenerSnap, len(cfg.Listeners)),
+		clusters:  make(map[string]*upstream.Cluster, len(cfg.Clusters)),
+	}
+	for _, cs := range cfg.Clusters {
+		if _, dup := s.clusters[cs.Name]; dup {
+			return nil, fmt.Errorf("cluster %q: defined twice", cs.Name)
+		}
+		c, err := upstream.NewCluster(cs)
+		if err != nil {
+			// upstream's errors already start with `cluster "name":`.
+			return nil, err
+		}
+		s.clusters[cs.Name] = c
+	}
+	replacer := strings.NewReplacer(
+		"%VERSION%", id.Version,
+		"%EPOCH%", strconv.Itoa(id.Epoch),
+		"%PID%", strconv.Itoa(id.PID),
+		"%HOSTNAME%", id.Hostname,
+	)
+	for i := range cfg.Listeners {
+		l := &cfg.Listeners[i]
+		if _, dup := s.listeners[l.Name]; dup {
+			return nil, fmt.Errorf("listener %q: defined twice", l.Name)
+		}
+		ls, err := s.compileListener(l, replacer)
+		if err != nil {
+			return nil, fmt.Errorf("listener %q: %w", l.Name, err)
+		}
+		s.listeners[l.Name] = ls
+	}
+	s.views = make([]map[string]*upstream.WorkerCluster, workers)
+	for w := range s.views {
+		m := make(map[string]*upstream.WorkerCluster, len(s.clusters))
+		for name, c := range s.clusters {
+			m[name] = c.ForWorker(w)
+		}
+		s.views[w] = m
+	}
+	return s, nil
+}
+
+func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*listenerSnap, error) {
+	ls := &listenerSnap{
+		name:           l.Name,
+		protocol:       l.Protocol,
+		idleTimeout:    l.IdleTimeout.D(),
+		requestTimeout: l.RequestTimeout.D(),
+	}
+	switch l.Protocol {
+	case config.ProtocolTCP:
+		if ls.idleTimeout <= 0 {
+			ls.idleTimeout = config.DefaultTCPIdleTimeout
+		}
+		if l.Cluster == "" {
+			return nil, fmt.Errorf("protocol %q needs a cluster", l.Protocol)
+		}
+		if s.clusters[l.Cluster] == nil {
+			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", l.Cluster, l.Cluster)
+		}
+		if len(l.Routes) > 0 {
+			return nil, fmt.Errorf("protocol %q takes no routes (routes are for %q listeners)", l.Protocol, config.ProtocolHTTP)
+		}
+		ls.cluster = l.Cluster
+	case config.ProtocolHTTP:
+		if ls.idleTimeout <= 0 {
+			ls.idleTimeout = config.DefaultHTTPIdleTimeout
+		}
+		if ls.requestTimeout <= 0 {
+			ls.requestTimeout = config.DefaultRequestTimeout
+		}
+		for j := range l.Routes {
+			r, err := s.compileRoute(j, &l.Routes[j], rep)
+			if err != nil {
+				return nil, fmt.Errorf("route %d: %w", j, err)
+			}
+			ls.routes = append(ls.routes, r)
+		}
+	default:
+		return nil, fmt.Errorf("protocol %q is not one of %q, %q", l.Protocol, config.ProtocolHTTP, config.ProtocolTCP)
+	}
+	return ls, nil
+}
+
+func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) (*route, error) {
+	r := &route{index: i}
+	host := strings.ToLower(stripPort(strings.TrimSpace(rs.Host)))
+	switch {
+	case host == "" || host == "*":
+		r.hostKin = hostAny
+	case strings.HasPrefix(host, "*."):
+		if len(host) == 2 || strings.Contains(host[2:], "*") {
+			return nil, fmt.Errorf("host %q: a wildcard is written \"*.example.com\"", rs.Host)
+		}
+		r.hostKin, r.host = hostWildcard, host[1:]
+	default:
+		if strings.Contains(host, "*") {
+			return nil, fmt.Errorf("host %q: a wildcard is only allowed as the first label (\"*.example.com\")", rs.Host)
+		}
+		r.hostKin, r.host = hostExact, host
+	}
+	switch {
+	case rs.Path != "" && rs.Prefix != "":
+		return nil, fmt.Errorf("both path %q and prefix %q are set (choose one)", rs.Path, rs.Prefix)
+	case rs.Path != "":
+		r.path = rs.Path
+	case rs.Prefix != "":
+		r.path, r.prefix = rs.Prefix, true
+	default:
+		return nil, fmt.Errorf("needs a path or a prefix (prefix = \"/\" matches everything)")
+	}
+	switch {
+	case rs.Cluster != "" && rs.DirectResponse != nil:
+		return nil, fmt.Errorf("both cluster %q and direct_response are set (choose one)", rs.Cluster)
+	case rs.Cluster != "":
+		if s.clusters[rs.Cluster] == nil {
+			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", rs.Cluster, rs.Cluster)
+		}
+		r.cluster = rs.Cluster
+	case rs.DirectResponse != nil:
+		d := rs.DirectResponse
+		if d.Status < 200 || d.Status > 599 {
+			return nil, fmt.Errorf("direct_response: status %d is not a final HTTP status (200 to 599)", d.Status)
+		}
+		if (d.Status == http.StatusNoContent || d.Status == http.StatusNotModified) && d.Body != "" {
+			return nil, fmt.Errorf("direct_response: status %d has no body (remove body)", d.Status)
+		}
+		ct := d.ContentType
+		if ct == "" {
+			ct = "text/plain; charset=utf-8"
+		}
+		body := rep.Replace(d.Body)
+		r.direct = &directResponse{
+			status:      d.Status,
+			body:        []byte(body),
+			contentType: []string{ct},
+		}
+		if d.Status != http.StatusNoContent && d.Status != http.StatusNotModified {
+			r.direct.contentLength = []string{strconv.Itoa(len(body))}
+		}
+	default:
+		return nil, fmt.Errorf("needs a cluster or a direct_response")
+	}
+	return r, nil
+}
+
+// match returns the first route that matches host (as in the Host header)
+// and path, or nil.
+func (ls *listenerSnap) match(host, path string) *route {
+	if len(ls.routes) == 0 {
+		return nil
+	}
+	host = stripPort(host)
+	for _, r := range ls.routes {
+		if r.matches(host, path) {
+			return r
+		}
+	}
+	return nil
+}
+
+func (r *route) matches(host, path string) bool {
+	if r.prefix {
+		if !strings.HasPrefix(path, r.path) {
+			return false
+		}
+	} else if path != r.path {
+		return false
+	}
+	switch r.hostKin {
+	case hostExact:
+		return strings.EqualFold(host, r.host)
+	case hostWildcard:
+		return len(host) > len(r.host) && strings.EqualFold(host[len(host)-len(r.host):], r.host)
+	}
+	return true
+}
+
+// stripPort returns host without a trailing ":port", without the brackets
+// of an IPv6 literal and without a trailing dot. It does not allocate.
+func stripPort(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.IndexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	if len(host) > 1 && host[len(host)-1] == '.' {
+		host = host[:len(host)-1]
+	}
+	return host
+}
+
+// write answers the request with the direct response.
+func (d *directResponse) write(w http.ResponseWriter) {
+	h := w.Header()
+	h["Content-Type"] = d.contentType
+	if d.contentLength != nil {
+		h["Content-Length"] = d.contentLength
+	}
+	w.WriteHeader(d.status)
+	if len(d.body) > 0 {
+		w.Write(d.body)
+	}
+}

@@ -1,0 +1,197 @@
+package workers
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hotproxy/hotproxy/server/config"
+)
+
+func direct(body string) *config.DirectResponse {
+	return &config.DirectResponse{Status: 200, Body: body}
+}
+
+func TestRouteMatch(t *testing.T) {
+	routes := []config.Route{
+		{Host: "api.example.com", Path: "/exact", DirectResponse: direct("0")},
+		{Host: "API.example.com", Prefix: "/v1/", DirectResponse: direct("1")},
+		{Host: "*.example.com", Prefix: "/", DirectResponse: direct("2")},
+		{Host: "other.test:8080", Prefix: "/", DirectResponse: direct("3")},
+		{Prefix: "/static/", DirectResponse: direct("4")},
+		{Path: "/", DirectResponse: direct("5")},
+		{Prefix: "/static/late", DirectResponse: direct("6")}, // shadowed by 4
+	}
+	cfg := &config.Config{Listeners: []config.Listener{httpListener("web", routes...)}}
+	snap, err := BuildSnapshotN(cfg, Identity{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := snap.listeners["web"]
+	for _, tc := range []struct {
+		host, path string
+		want       int // route index, -1: none
+	}{
+		{"api.example.com", "/exact", 0},
+		{"API.EXAMPLE.COM:8443", "/exact", 0},
+		{"api.example.com.", "/exact", 0},
+		{"api.example.com", "/exact/more", 2}, // path is exact; wildcard catches it
+		{"api.example.com", "/v1/users", 1},
+		{"Api.Example.Com", "/v1/", 1},
+		{"a.b.example.com", "/anything", 2},
+		{"example.com", "/v1/x", -1}, // the wildcard needs a subdomain
+		{"badexample.com", "/", 5},   // no dot: not a subdomain; any-host "/" matches
+		{"other.test", "/x", 3},
+		{"other.test:9999", "/x", 3},
+		{"nothing.test", "/static/a.css", 4},
+		{"nothing.test", "/static/late", 4}, // first match wins
+		{"", "/", 5},
+		{"nothing.test", "/x", -1},
+		{"[::1]:80", "/", 5},
+	} {
+		r := ls.match(tc.host, tc.path)
+		got := -1
+		if r != nil {
+			got = r.index
+		}
+		if got != tc.want {
+			t.Errorf("host %q path %q: route %d, want %d", tc.host, tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestStripPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"example.com":      "example.com",
+		"example.com:80":   "example.com",
+		"example.com.":     "example.com",
+		"example.com.:443": "example.com",
+		"[::1]:8080":       "::1",
+		"[::1]":            "::1",
+		"10.0.0.1:1":       "10.0.0.1",
+		"":                 "",
+	} {
+		if got := stripPort(in); got != want {
+			t.Errorf("stripPort(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestBuildSnapshotErrors(t *testing.T) {
+	good := cluster("backend", "127.0.0.1:1")
+	for _, tc := range []struct {
+		name string
+		cfg  config.Config
+		want string
+	}{
+		{"unknown cluster", config.Config{
+			Listeners: []config.Listener{httpListener("web", toCluster("/", "nope"))},
+		}, `listener "web": route 0: cluster "nope" is not defined`},
+		{"no action", config.Config{
+			Listeners: []config.Listener{httpListener("web", direct2("/", 200), config.Route{Prefix: "/x"})},
+		}, `listener "web": route 1: needs a cluster or a direct_response`},
+		{"path and prefix", config.Config{
+			Listeners: []config.Listener{httpListener("web", config.Route{Path: "/a", Prefix: "/", DirectResponse: direct("")})},
+		}, `listener "web": route 0: both path "/a" and prefix "/"`},
+		{"bad wildcard", config.Config{
+			Listeners: []config.Listener{httpListener("web", config.Route{Host: "api.*.com", Prefix: "/", DirectResponse: direct("")})},
+		}, `listener "web": route 0: host "api.*.com"`},
+		{"tcp without cluster", config.Config{
+			Listeners: []config.Listener{tcpListener("db", "")},
+		}, `listener "db": protocol "tcp" needs a cluster`},
+		{"tcp unknown cluster", config.Config{
+			Clusters:  []config.Cluster{good},
+			Listeners: []config.Listener{tcpListener("db", "pg")},
+		}, `listener "db": cluster "pg" is not defined`},
+		{"bad status", config.Config{
+			Listeners: []config.Listener{httpListener("web", direct2("/", 42))},
+		}, `listener "web": route 0: direct_response: status 42`},
+		{"cluster without endpoints", config.Config{
+			Clusters: []config.Cluster{{Name: "empty"}},
+		}, `cluster "empty"`},
+		{"cluster twice", config.Config{
+			Clusters: []config.Cluster{good, good},
+		}, `cluster "backend": defined twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := BuildSnapshotN(&tc.cfg, Identity{}, 1)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func direct2(prefix string, status int) config.Route {
+	return config.Route{Prefix: prefix, DirectResponse: &config.DirectResponse{Status: status}}
+}
+
+func TestBuildSnapshotConcurrency(t *testing.T) {
+	cfg := &config.Config{
+		Server:   config.Server{Concurrency: 3},
+		Clusters: []config.Cluster{cluster("b", "127.0.0.1:1")},
+	}
+	snap, err := BuildSnapshot(cfg, Identity{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Workers() != 3 || len(snap.views[2]) != 1 || snap.views[0]["b"] == snap.views[1]["b"] {
+		t.Fatalf("want 3 distinct worker views, got %d", snap.Workers())
+	}
+	if _, err := New(Options{Config: cfg, Concurrency: 4}, snap); err == nil {
+		t.Fatal("New accepted a snapshot built for fewer workers")
+	}
+}
+
+func TestDirectResponse(t *testing.T) {
+	cfg := &config.Config{Listeners: []config.Listener{httpListener("web",
+		config.Route{Path: "/id", DirectResponse: &config.DirectResponse{
+			Status: 200, Body: "v=%VERSION% epoch=%EPOCH% pid=%PID% host=%HOSTNAME% %OTHER%"}},
+		config.Route{Path: "/json", DirectResponse: &config.DirectResponse{
+			Status: 503, Body: `{"ok":false}`, ContentType: "application/json"}},
+	)}}
+	snap, err := BuildSnapshotN(cfg, Identity{Version: "1.2.3", Epoch: 7, PID: 4242, Hostname: "box"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{Config: cfg, Concurrency: 1}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Start()
+	base := "http://" + addr(t, m, "web")
+	c := newClient(t)
+
+	resp, body := get(t, c, base+"/id")
+	if resp.StatusCode != 200 || body != "v=1.2.3 epoch=7 pid=4242 host=box %OTHER%" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	resp, body = get(t, c, base+"/json")
+	if resp.StatusCode != 503 || body != `{"ok":false}` || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("got %d %q %q", resp.StatusCode, body, resp.Header.Get("Content-Type"))
+	}
+	resp, body = get(t, c, base+"/nothing")
+	if resp.StatusCode != http.StatusNotFound || body != noRouteBody {
+		t.Fatalf("no route: got %d %q", resp.StatusCode, body)
+	}
+	ctr := m.Counters()[0].Total
+	if ctr.DownstreamRqTotal != 3 || ctr.Rq2xx != 1 || ctr.Rq4xx != 1 || ctr.Rq5xx != 1 || ctr.BytesIn == 0 || ctr.BytesOut == 0 {
+		t.Fatalf("counters %+v", ctr)
+	}
+
+	// Publish: new requests see the new snapshot.
+	cfg2 := &config.Config{Listeners: []config.Listener{httpListener("web",
+		config.Route{Path: "/id", DirectResponse: &config.DirectResponse{Status: 200, Body: "second %EPOCH%"}})}}
+	snap2, err := BuildSnapshotN(cfg2, Identity{Epoch: 8}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Publish(snap2)
+	if _, body = get(t, c, base+"/id"); body != "second 8" {
+		t.Fatalf("after Publish: %q", body)
+	}
+}

@@ -1,0 +1,64 @@
+//go:build linux
+
+package workers
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// reusePortControl is a net.ListenConfig.Control that sets SO_REUSEADDR and
+// SO_REUSEPORT before bind, so that every worker binds its own socket to
+// the listener's address and the kernel spreads connections among them.
+func reusePortControl(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); serr != nil {
+			serr = fmt.Errorf("setsockopt SO_REUSEADDR: %w", serr)
+			return
+		}
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); serr != nil {
+			serr = fmt.Errorf("setsockopt SO_REUSEPORT: %w", serr)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// acceptQueued takes one connection already queued on ln without waiting,
+// ignoring ln's deadline (which a stopped accept loop has set in the past).
+// It returns nil when the queue is empty. A draining generation empties
+// its sockets' queues this way before closing them: closing a listening
+// socket resets every connection still queued in it.
+func acceptQueued(ln *net.TCPListener) *net.TCPConn {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	nfd := -1
+	raw.Control(func(fd uintptr) {
+		for {
+			nfd, _, err = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err != unix.EINTR && err != unix.ECONNABORTED {
+				return
+			}
+		}
+	})
+	if nfd < 0 {
+		return nil
+	}
+	f := os.NewFile(uintptr(nfd), "accepted")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil
+	}
+	tc, _ := c.(*net.TCPConn)
+	return tc
+}

@@ -1,0 +1,162 @@
+package workers
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// bufSize is the copy buffer of a TCP session direction and of the HTTP
+// proxy's body copies.
+const bufSize = 32 << 10
+
+var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
+
+// bufferPool is httputil.BufferPool over bufs.
+type bufferPool struct{}
+
+func (bufferPool) Get() []byte { return bufs.Get().(*[bufSize]byte)[:] }
+
+func (bufferPool) Put(b []byte) {
+	if len(b) == bufSize {
+		bufs.Put((*[bufSize]byte)(b))
+	}
+}
+
+// procStart anchors monotonic timestamps.
+var procStart = time.Now()
+
+func monotime() int64 { return int64(time.Since(procStart)) }
+
+// tcpSession is one proxied TCP connection: the client, the upstream, and
+// the idle timer that watches both directions.
+type tcpSession struct {
+	client *net.TCPConn
+	idle   time.Duration
+	last   atomic.Int64 // monotime of the last read, either direction
+	done   atomic.Bool
+
+	mu     sync.Mutex // guards up, closed, timer
+	up     net.Conn
+	closed bool
+	timer  *time.Timer
+}
+
+// Close closes both sides (drain deadline, idle timeout, an error in one
+// direction). Safe to call more than once and concurrently.
+func (s *tcpSession) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	up := s.up
+	s.mu.Unlock()
+	err := s.client.Close()
+	if up != nil {
+		up.Close()
+	}
+	return err
+}
+
+// setUpstream attaches the upstream connection; false if the session was
+// closed meanwhile (the upstream is then closed).
+func (s *tcpSession) setUpstream(up net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		up.Close()
+		return false
+	}
+	s.up = up
+	return true
+}
+
+func (s *tcpSession) checkIdle() {
+	if s.done.Load() {
+		return
+	}
+	since := time.Duration(monotime() - s.last.Load())
+	if since >= s.idle {
+		s.Close()
+		return
+	}
+	s.mu.Lock()
+	s.timer.Reset(s.idle - since)
+	s.mu.Unlock()
+}
+
+// serveTCP proxies one accepted connection to the listener's cluster.
+func (m *Manager) serveTCP(wk *worker, li int, ctr *counters, s *tcpSession) {
+	defer m.connWG.Done()
+	defer func() {
+		s.done.Store(true)
+		s.Close()
+		wk.conns.remove(s)
+		ctr.cxActive.Add(-1)
+	}()
+	lv := wk.view.Load().listeners[li]
+	if lv == nil || lv.tcp == nil {
+		return
+	}
+	up, endpoint, done, err := lv.tcp.DialTCP(m.ctx)
+	if err != nil {
+		// Nothing to say in L4 but closing.
+		if m.log.IsDebug() {
+			m.log.Debug("tcp upstream connect failed", "listener", lv.name, "worker", wk.id, "error", err)
+		}
+		return
+	}
+	defer done()
+	if !s.setUpstream(up) {
+		return
+	}
+	if m.log.IsTrace() {
+		m.log.Trace("tcp connection", "listener", lv.name, "worker", wk.id, "client", s.client.RemoteAddr(), "upstream", endpoint)
+	}
+	s.idle = lv.idleTimeout
+	s.last.Store(monotime())
+	s.mu.Lock()
+	s.timer = time.AfterFunc(s.idle, s.checkIdle)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.timer.Stop()
+		s.mu.Unlock()
+	}()
+
+	upDone := make(chan struct{})
+	go func() {
+		defer close(upDone)
+		s.pipe(up, s.client, &ctr.bytesIn)
+	}()
+	s.pipe(s.client, up, &ctr.bytesOut)
+	<-upDone
+}
+
+// pipe copies src to dst until src ends. At EOF it half-closes dst and
+// returns, leaving the other direction running; on an error it closes
+// the whole session.
+func (s *tcpSession) pipe(dst, src net.Conn, n *atomic.Uint64) {
+	b := bufs.Get().(*[bufSize]byte)
+	defer bufs.Put(b)
+	for {
+		nr, rerr := src.Read(b[:])
+		if nr > 0 {
+			s.last.Store(monotime())
+			n.Add(uint64(nr))
+			if _, werr := dst.Write(b[:nr]); werr != nil {
+				s.Close()
+				return
+			}
+		}
+		if rerr != nil {
+			if rerr == io.EOF {
+				if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+					return
+				}
+			}
+			s.Close()
+			return
+		}
+	}
+}
