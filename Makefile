@@ -1,0 +1,53 @@
+# hotproxy: `make run` builds and runs the embedded default config,
+# `make test` runs the whole suite (what CI runs), `make bench` the benchmarks.
+
+GO      ?= go
+BIN     ?= bin/hotproxy
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/hotproxy/hotproxy/internal/version.Version=$(VERSION)
+
+# Packages tested with the race detector; integration runs real processes
+# and is tested without it (the binary under test is built normally).
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
+
+# Each fuzz target runs briefly in `make test`; run longer by hand with
+# `make fuzz FUZZTIME=5m`.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = ./server/config:FuzzParse ./hotrestart:FuzzDecodeMessage
+
+.PHONY: all build run test check unit integration fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hotproxy
+
+run: build
+	./$(BIN) serve
+
+test: check unit integration fuzz
+
+check:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 10m $(UNIT_PKGS)
+
+integration:
+	$(GO) test -count=1 -timeout 10m ./integration/...
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -cpu 1,2 ./...
+	@echo "proxy throughput and latency against a direct backend: scripts/bench.sh"
+
+clean:
+	rm -rf bin

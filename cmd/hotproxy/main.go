@@ -1,0 +1,169 @@
+// Command hotproxy is an L4/L7 proxy whose process can be replaced — new
+// config or new binary — without a client noticing. This file parses flags
+// and dispatches verbs; the work happens in the packages it calls.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/hotproxy/hotproxy/internal/version"
+	"github.com/hotproxy/hotproxy/server"
+	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/workers"
+)
+
+const usage = `hotproxy: an L4/L7 proxy that replaces itself without dropping a connection.
+
+Usage:
+  hotproxy serve    [-c FILE] [flags]   run one generation of the proxy
+  hotproxy validate [-c FILE]           build a config fully, without binding anything
+  hotproxy version                      build and protocol versions
+  hotproxy help [VERB]                  this text, or a verb's flags
+
+With no -c, serve and validate use the embedded default config: an HTTP
+listener on 127.0.0.1:10000 that answers directly, and the admin API on
+127.0.0.1:9901.
+`
+
+// exitUsage is the exit status for a command line that cannot be run.
+const exitUsage = 2
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	verb, rest := args[0], args[1:]
+	switch verb {
+	case "serve":
+		return serve(rest, stderr)
+	case "validate":
+		return validate(rest, stdout, stderr)
+	case "version":
+		return printVersion(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
+			return run([]string{rest[0], "--help"}, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "hotproxy: unknown verb %q\n\n%s", verb, usage)
+	return exitUsage
+}
+
+// newFlags makes a verb's flag set; its --help prints the verb's usage line
+// and its flags.
+func newFlags(verb, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: hotproxy %s\n\n%s\n\nFlags:\n", verb, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args; it returns -1 to go on, or the exit status.
+func parse(fs *flag.FlagSet, args []string) int {
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		return exitUsage
+	case fs.NArg() > 0:
+		fmt.Fprintf(fs.Output(), "hotproxy %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return exitUsage
+	}
+	return -1
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := newFlags("serve [-c FILE] [flags]",
+		"Runs one generation of the proxy until SIGTERM or SIGINT, then drains it\n"+
+			"(stops accepting, finishes requests in flight) within server.drain_time.", stderr)
+	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
+	fs.StringVar(cfgPath, "config", "", "same as -c")
+	logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn, error (overrides [log] level)")
+	logFormat := fs.String("log-format", "", "log `format`: text or json (overrides [log] format)")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		return 1
+	}
+	level, format := cfg.Log.Level, cfg.Log.Format
+	if *logLevel != "" {
+		level = *logLevel
+	}
+	if *logFormat != "" {
+		format = *logFormat
+	}
+	log, err := server.NewLogger(stderr, level, format)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		return exitUsage
+	}
+
+	srv, err := server.New(server.Options{Config: cfg, Logger: log, HandleSignals: true})
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		return 1
+	}
+	if err := srv.Run(context.Background()); err != nil {
+		log.Error("stopped with an error", "error", err)
+		return 1
+	}
+	return 0
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("validate [-c FILE]",
+		"Parses and checks a config, resolves every endpoint name and compiles every\n"+
+			"route, exactly as serve would, without binding a socket. Exits 0 when the\n"+
+			"config can be served, 1 with every problem found otherwise.", stderr)
+	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
+	fs.StringVar(cfgPath, "config", "", "same as -c")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err == nil {
+		_, err = workers.BuildSnapshot(cfg, workers.Identity{Version: version.Version})
+		if err != nil {
+			err = fmt.Errorf("%s: %w", cfg.Source, err)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy validate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: OK (%d listeners, %d clusters, concurrency %d)\n",
+		cfg.Source, len(cfg.Listeners), len(cfg.Clusters), workers.Concurrency(cfg))
+	return 0
+}
+
+func printVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", "Prints the build version and the versions of the interfaces\nbetween builds.", stderr)
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	fmt.Fprintf(stdout, "hotproxy %s\nhot-restart protocol %s\n%s %s/%s\n",
+		version.Version, version.HotRestartProtocol, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
+}

@@ -1,0 +1,164 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/integration/harness"
+)
+
+// validConfig is a config that both validate and serve accept; bad configs
+// are this with one thing broken. ADMIN, WEB and BACKEND are placeholders.
+const validConfig = `
+[server]
+concurrency = 2
+drain_time = "5s"
+
+[admin]
+address = "ADMIN"
+
+[[listeners]]
+name = "web"
+address = "WEB"
+protocol = "http"
+
+  [[listeners.routes]]
+  prefix = "/"
+  cluster = "backend"
+
+[[clusters]]
+name = "backend"
+lb_policy = "round_robin"
+endpoints = ["BACKEND"]
+`
+
+func fillConfig(t *testing.T, cfg string) string {
+	return strings.NewReplacer(
+		"ADMIN", harness.FreeAddr(t),
+		"WEB", harness.FreeAddr(t),
+		"BACKEND", harness.ClosedAddr(t),
+	).Replace(cfg)
+}
+
+// TestBadConfigRejected checks that every broken config is refused by
+// `validate` and by `serve` (which must exit non-zero, not serve), with a
+// message naming the file, the key and the value at fault.
+func TestBadConfigRejected(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(string) string
+		want []string // substrings of stderr, besides the file name
+	}{
+		{"unknown key", func(s string) string {
+			return strings.Replace(s, "concurrency = 2", "concurrency = 2\nconcurency = 2", 1)
+		}, []string{"concurency"}},
+		{"wrong type", func(s string) string {
+			return strings.Replace(s, "concurrency = 2", `concurrency = "two"`, 1)
+		}, []string{"server.concurrency", "two"}},
+		{"bad duration", func(s string) string {
+			return strings.Replace(s, `drain_time = "5s"`, `drain_time = "5 parsecs"`, 1)
+		}, []string{"server.drain_time", "5 parsecs"}},
+		{"duplicate listener name", func(s string) string {
+			return s + "\n[[listeners]]\nname = \"web\"\naddress = \"127.0.0.1:1\"\nprotocol = \"tcp\"\ncluster = \"backend\"\n"
+		}, []string{`listeners[1] ("web").name`, "duplicate"}},
+		{"duplicate cluster name", func(s string) string {
+			return s + "\n[[clusters]]\nname = \"backend\"\nendpoints = [\"127.0.0.1:2\"]\n"
+		}, []string{`clusters[1] ("backend").name`, "duplicate"}},
+		{"route to unknown cluster", func(s string) string {
+			return strings.Replace(s, `cluster = "backend"`, `cluster = "nosuch"`, 1)
+		}, []string{`listeners[0] ("web").routes[0].cluster`, "nosuch"}},
+		{"unparsable address", func(s string) string {
+			return strings.Replace(s, `address = "WEB"`, `address = "127.0.0.1:notaport"`, 1)
+		}, []string{`listeners[0] ("web").address`, "notaport"}},
+		{"no endpoints", func(s string) string {
+			i := strings.Index(s, "endpoints = [")
+			return s[:i] + "endpoints = []\n"
+		}, []string{`clusters[0] ("backend").endpoints`}},
+		{"unresolvable endpoint", func(s string) string {
+			i := strings.Index(s, "endpoints = [")
+			return s[:i] + "endpoints = [\"nosuch.invalid:80\"]\n"
+			// Resolution is part of the build, not of the config's
+			// validation: its message names the cluster and the
+			// endpoint in words, not by key path.
+		}, []string{`"backend"`, "nosuch.invalid:80"}},
+	}
+	// The base config is valid: the table tests what it thinks it tests.
+	t.Run("valid base", func(t *testing.T) {
+		path := harness.WriteConfig(t, fillConfig(t, validConfig))
+		if r := harness.Run(t, "validate", "-c", path); r.Code != 0 {
+			t.Fatalf("validate of the base config: exit %d\n%s", r.Code, r.Stderr)
+		}
+	})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := fillConfig(t, tc.edit(validConfig))
+			path := harness.WriteConfig(t, cfg)
+
+			r := harness.Run(t, "validate", "-c", path)
+			if r.Code == 0 {
+				t.Errorf("validate: exit 0 for a bad config\nstdout: %s\nconfig:\n%s", r.Stdout, cfg)
+			} else {
+				wantContains(t, "validate's stderr", r.Stderr, append([]string{path}, tc.want...)...)
+			}
+
+			p := harness.Launch(t, cfg)
+			code, err := p.Wait(15 * time.Second)
+			if err != nil {
+				t.Fatalf("serve did not exit for a bad config: %v\n%s", err, p.Output())
+			}
+			if code == 0 {
+				t.Errorf("serve: exit 0 for a bad config\n%s", p.Output())
+			} else {
+				wantContains(t, "serve's stderr", p.Stderr(), append([]string{p.ConfigPath}, tc.want...)...)
+			}
+		})
+	}
+}
+
+// TestBindFailureNamesListener starts a proxy whose listener address is
+// held by another socket: serve exits non-zero naming the listener and the
+// address; validate (which binds nothing) accepts the config.
+func TestBindFailureNamesListener(t *testing.T) {
+	t.Parallel()
+	held := harness.HoldPort(t)
+	cfg := harness.Config{
+		Concurrency: testConcurrency,
+		Listeners: []harness.Listener{{
+			Name: "taken", Address: held,
+			Routes: []harness.Route{{Prefix: "/", Status: 200, Body: "x"}},
+		}},
+	}.Allocate(t).TOML()
+	path := harness.WriteConfig(t, cfg)
+	if r := harness.Run(t, "validate", "-c", path); r.Code != 0 {
+		t.Errorf("validate binds nothing and should accept the config: exit %d\n%s", r.Code, r.Stderr)
+	}
+	p := harness.Launch(t, cfg)
+	code, err := p.Wait(15 * time.Second)
+	if err != nil {
+		t.Fatalf("serve did not exit on a bind failure: %v\n%s", err, p.Output())
+	}
+	if code == 0 {
+		t.Fatalf("serve: exit 0 on a bind failure\n%s", p.Output())
+	}
+	wantContains(t, "serve's stderr", p.Stderr(), "taken", held)
+	if !strings.Contains(strings.ToLower(p.Stderr()), "in use") {
+		t.Errorf("serve's stderr does not say the address is in use:\n%s", p.Stderr())
+	}
+}
+
+// TestVersion checks that `version` runs and names the hot-restart
+// protocol.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := harness.Run(t, "version")
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "hotproxy ") {
+		t.Fatalf("version: exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	t.Log(strings.TrimSpace(r.Stdout))
+	if r := harness.Run(t, "nosuchverb"); r.Code == 0 {
+		t.Errorf("unknown verb: exit 0")
+	}
+}

@@ -1,0 +1,147 @@
+package harness
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Config builds a hotproxy TOML config for tests. Empty strings and zero
+// numbers are left out, so the product's defaults apply; empty addresses
+// are filled with free loopback ports by Start (or Allocate).
+type Config struct {
+	Admin              string // [admin] address; "" = a free port
+	Concurrency        int
+	DrainTime          string // e.g. "5s"
+	ParentShutdownTime string
+	LogLevel           string
+	Listeners          []Listener
+	Clusters           []Cluster
+	// Extra is raw TOML appended at the end.
+	Extra string
+}
+
+// Listener is one [[listeners]] table.
+type Listener struct {
+	Name     string
+	Address  string // "" = a free port
+	Protocol string // "http" (default when Routes are set) or "tcp"
+	Cluster  string // tcp listeners
+	Routes   []Route
+
+	IdleTimeout    string
+	RequestTimeout string
+	HeaderTimeout  string
+	MaxHeaderBytes int
+}
+
+// Route is one [[listeners.routes]] table. A non-zero Status makes it a
+// direct response.
+type Route struct {
+	Host, Prefix, Path string
+	Cluster            string
+	Status             int
+	Body               string
+}
+
+// Cluster is one [[clusters]] table.
+type Cluster struct {
+	Name           string
+	LBPolicy       string // "" = the product's default
+	Endpoints      []string
+	ConnectTimeout string
+}
+
+// Allocate returns a copy of c whose empty addresses are free loopback
+// ports.
+func (c Config) Allocate(tb testing.TB) Config {
+	tb.Helper()
+	if c.Admin == "" {
+		c.Admin = FreeAddr(tb)
+	}
+	c.Listeners = append([]Listener(nil), c.Listeners...)
+	for i := range c.Listeners {
+		if c.Listeners[i].Address == "" {
+			c.Listeners[i].Address = FreeAddr(tb)
+		}
+	}
+	return c
+}
+
+// TOML renders c.
+func (c Config) TOML() string {
+	var b strings.Builder
+	q := strconv.Quote
+	b.WriteString("[server]\n")
+	if c.Concurrency != 0 {
+		fmt.Fprintf(&b, "concurrency = %d\n", c.Concurrency)
+	}
+	if c.DrainTime != "" {
+		fmt.Fprintf(&b, "drain_time = %s\n", q(c.DrainTime))
+	}
+	if c.ParentShutdownTime != "" {
+		fmt.Fprintf(&b, "parent_shutdown_time = %s\n", q(c.ParentShutdownTime))
+	}
+	fmt.Fprintf(&b, "\n[admin]\naddress = %s\n", q(c.Admin))
+	if c.LogLevel != "" {
+		fmt.Fprintf(&b, "\n[log]\nlevel = %s\n", q(c.LogLevel))
+	}
+	for _, l := range c.Listeners {
+		proto := l.Protocol
+		if proto == "" {
+			proto = "http"
+		}
+		fmt.Fprintf(&b, "\n[[listeners]]\nname = %s\naddress = %s\nprotocol = %s\n", q(l.Name), q(l.Address), q(proto))
+		if l.Cluster != "" {
+			fmt.Fprintf(&b, "cluster = %s\n", q(l.Cluster))
+		}
+		for _, kv := range [][2]string{{"idle_timeout", l.IdleTimeout}, {"request_timeout", l.RequestTimeout}, {"header_timeout", l.HeaderTimeout}} {
+			if kv[1] != "" {
+				fmt.Fprintf(&b, "%s = %s\n", kv[0], q(kv[1]))
+			}
+		}
+		if l.MaxHeaderBytes != 0 {
+			fmt.Fprintf(&b, "max_header_bytes = %d\n", l.MaxHeaderBytes)
+		}
+		for _, r := range l.Routes {
+			b.WriteString("\n  [[listeners.routes]]\n")
+			for _, kv := range [][2]string{{"host", r.Host}, {"prefix", r.Prefix}, {"path", r.Path}, {"cluster", r.Cluster}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "  %s = %s\n", kv[0], q(kv[1]))
+				}
+			}
+			if r.Status != 0 {
+				fmt.Fprintf(&b, "  direct_response = { status = %d, body = %s }\n", r.Status, q(r.Body))
+			}
+		}
+	}
+	for _, cl := range c.Clusters {
+		fmt.Fprintf(&b, "\n[[clusters]]\nname = %s\n", q(cl.Name))
+		if cl.LBPolicy != "" {
+			fmt.Fprintf(&b, "lb_policy = %s\n", q(cl.LBPolicy))
+		}
+		eps := make([]string, len(cl.Endpoints))
+		for i, e := range cl.Endpoints {
+			eps[i] = q(e)
+		}
+		fmt.Fprintf(&b, "endpoints = [%s]\n", strings.Join(eps, ", "))
+		if cl.ConnectTimeout != "" {
+			fmt.Fprintf(&b, "connect_timeout = %s\n", q(cl.ConnectTimeout))
+		}
+	}
+	if c.Extra != "" {
+		b.WriteString("\n")
+		b.WriteString(c.Extra)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Start allocates free ports for c's empty addresses, starts hotproxy with
+// it and waits until it is ready, retrying once with fresh ports if a port
+// was taken in between (see StartProxyFunc).
+func Start(tb testing.TB, c Config, args ...string) *Proxy {
+	tb.Helper()
+	return StartProxyFunc(tb, func() string { return c.Allocate(tb).TOML() }, args...)
+}

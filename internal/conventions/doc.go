@@ -1,0 +1,3 @@
+// Package conventions holds tests that turn the project's conventions into
+// failures: every package says what it is for.
+package conventions

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hotproxy/hotproxy/internal/version"
+)
+
+// adminEndpoints lists the admin API; the index page shows it. Method
+// patterns make the mux answer 405 (with Allow) for a wrong method.
+var adminEndpoints = []struct{ pattern, help string }{
+	{"GET /ready", "200 while this generation serves, 503 otherwise"},
+	{"GET /server_info", "version, state, epoch, pid, uptimes (JSON)"},
+	{"GET /config_dump", "the effective configuration (JSON)"},
+	{"POST /healthcheck/fail", "make /ready answer 503 (take this instance out of rotation)"},
+	{"POST /healthcheck/ok", "undo /healthcheck/fail"},
+	{"POST /quitquitquit", "drain and exit"},
+}
+
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	handlers := map[string]http.HandlerFunc{
+		"GET /ready":             s.handleReady,
+		"GET /server_info":       s.handleServerInfo,
+		"GET /config_dump":       s.handleConfigDump,
+		"POST /healthcheck/fail": s.handleHealthcheck(true),
+		"POST /healthcheck/ok":   s.handleHealthcheck(false),
+		"POST /quitquitquit":     s.handleQuit,
+	}
+	for _, e := range adminEndpoints {
+		mux.HandleFunc(e.pattern, handlers[e.pattern])
+	}
+	mux.HandleFunc("GET /{$}", handleIndex)
+	return mux
+}
+
+func handleIndex(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "hotproxy %s admin API\n\n", version.Version)
+	for _, e := range adminEndpoints {
+		fmt.Fprintf(w, "  %-24s %s\n", e.pattern, e.help)
+	}
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	state := s.State()
+	switch {
+	case state != StateLive:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, state)
+	case s.healthFailed.Load():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "HEALTHCHECK FAILED")
+	default:
+		fmt.Fprintln(w, state)
+	}
+}
+
+// ServerInfo is the body of GET /server_info.
+type ServerInfo struct {
+	Version            string `json:"version"`
+	HotRestartVersion  string `json:"hot_restart_version"`
+	State              string `json:"state"`
+	HealthcheckFailed  bool   `json:"healthcheck_failed"`
+	Epoch              int    `json:"epoch"`
+	PID                int    `json:"pid"`
+	Concurrency        int    `json:"concurrency"`
+	UptimeCurrentEpoch string `json:"uptime_current_epoch"`
+	UptimeAllEpochs    string `json:"uptime_all_epochs"`
+	StartTime          string `json:"start_time"`
+	ConfigSource       string `json:"config_source"`
+}
+
+func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
+	now := time.Now()
+	writeJSON(w, ServerInfo{
+		Version:            version.Version,
+		HotRestartVersion:  version.HotRestartProtocol,
+		State:              s.State().String(),
+		HealthcheckFailed:  s.healthFailed.Load(),
+		Epoch:              s.opts.Epoch,
+		PID:                s.identity.PID,
+		Concurrency:        s.concurrency,
+		UptimeCurrentEpoch: now.Sub(s.started).Truncate(time.Second).String(),
+		UptimeAllEpochs:    now.Sub(s.opts.FirstEpochStart).Truncate(time.Second).String(),
+		StartTime:          s.started.UTC().Format(time.RFC3339Nano),
+		ConfigSource:       s.cfg.Source,
+	})
+}
+
+func (s *Server) handleConfigDump(w http.ResponseWriter, _ *http.Request) {
+	effective := *s.cfg
+	effective.Server.Concurrency = s.concurrency
+	writeJSON(w, effective)
+}
+
+func (s *Server) handleHealthcheck(fail bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if s.healthFailed.Swap(fail) != fail {
+			s.log.Info("admin: healthcheck state changed", "failed", fail)
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "OK")
+	}
+}
+
+func (s *Server) handleQuit(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "OK: draining, then exiting")
+	s.requestQuit("admin POST /quitquitquit")
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, "encoding: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,257 @@
+// Package server is one generation's main thread: it builds every piece of
+// state from a validated config before touching a socket, binds, starts the
+// workers and the admin API, owns the lifecycle state and signals, and
+// drains the generation when it is told to stop.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hotproxy/hotproxy/internal/version"
+	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/workers"
+)
+
+// State is where a generation is in its life.
+type State int32
+
+const (
+	StateInitializing State = iota
+	StateLive
+	StateDraining
+)
+
+func (s State) String() string {
+	switch s {
+	case StateInitializing:
+		return "INITIALIZING"
+	case StateLive:
+		return "LIVE"
+	case StateDraining:
+		return "DRAINING"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// Options configures a generation. The zero value of each optional field is
+// the default.
+type Options struct {
+	// Config is the loaded, validated configuration.
+	Config *config.Config
+	// Epoch is this generation's hot-restart epoch (0 for a cold start).
+	Epoch int
+	// Logger defaults to a null logger.
+	Logger hclog.Logger
+	// FirstEpochStart is when epoch 0 started; the zero value means now.
+	FirstEpochStart time.Time
+	// Inherited are listening sockets handed over by a previous
+	// generation (see workers.Options.Inherited).
+	Inherited map[workers.SocketKey]*os.File
+	// AdminListener, when set, is used instead of binding the admin
+	// address.
+	AdminListener net.Listener
+	// HandleSignals makes Run stop on SIGTERM and SIGINT. Off for
+	// embedding in tests, which cancel Run's context instead.
+	HandleSignals bool
+}
+
+// Server is one generation.
+type Server struct {
+	opts        Options
+	cfg         *config.Config
+	log         hclog.Logger
+	concurrency int
+	started     time.Time
+	identity    workers.Identity
+
+	state        atomic.Int32 // a State
+	healthFailed atomic.Bool  // POST /healthcheck/fail
+
+	workers *workers.Manager
+	adminLn net.Listener
+	admin   *http.Server
+
+	// quit receives a reason when something other than a signal or the
+	// context asks the generation to stop (the admin API).
+	quit     chan string
+	quitOnce sync.Once
+}
+
+// New builds the generation: everything derived from config first (routes,
+// clusters: any error here leaves no socket touched), then the listener
+// sockets and the admin listener. The generation does not serve until Run.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil {
+		return nil, errors.New("server: no config")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	cfg := opts.Config
+	s := &Server{
+		opts:        opts,
+		cfg:         cfg,
+		log:         log,
+		concurrency: workers.Concurrency(cfg),
+		started:     time.Now(),
+		quit:        make(chan string, 1),
+	}
+	if s.opts.FirstEpochStart.IsZero() {
+		s.opts.FirstEpochStart = s.started
+	}
+	hostname, _ := os.Hostname()
+	s.identity = workers.Identity{
+		Version:  version.Version,
+		Epoch:    opts.Epoch,
+		PID:      os.Getpid(),
+		Hostname: hostname,
+	}
+
+	snap, err := workers.BuildSnapshot(cfg, s.identity)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+	s.workers, err = workers.New(workers.Options{
+		Config:      cfg,
+		Concurrency: s.concurrency,
+		Logger:      log,
+		Inherited:   opts.Inherited,
+	}, snap)
+	if err != nil {
+		return nil, err
+	}
+	s.adminLn = opts.AdminListener
+	if s.adminLn == nil {
+		s.adminLn, err = net.Listen("tcp", cfg.Admin.Address)
+		if err != nil {
+			s.workers.Close()
+			return nil, fmt.Errorf("admin: address %q: %w%s", cfg.Admin.Address, err, bindHint(err))
+		}
+	}
+	s.admin = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          log.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+	}
+	return s, nil
+}
+
+// State reports the generation's lifecycle state.
+func (s *Server) State() State { return State(s.state.Load()) }
+
+// AdminAddr is the address the admin API listens on.
+func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
+
+// Run serves until ctx ends, a stop signal arrives (with
+// Options.HandleSignals) or the admin API is told to quit; then it drains
+// the generation within server.drain_time and returns. A second signal
+// during the drain closes everything at once.
+func (s *Server) Run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 2)
+	if s.opts.HandleSignals {
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+	}
+
+	adminDone := make(chan error, 1)
+	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
+	s.workers.Start()
+	s.state.Store(int32(StateLive))
+	s.log.Info("serving", "epoch", s.opts.Epoch, "pid", s.identity.PID,
+		"concurrency", s.concurrency, "listeners", len(s.cfg.Listeners), "admin", s.adminLn.Addr().String())
+
+	reason := ""
+	for reason == "" {
+		select {
+		case <-ctx.Done():
+			reason = "context ended"
+		case r := <-s.quit:
+			reason = r
+		case err := <-adminDone:
+			// The admin API going dark is not a reason to drop traffic;
+			// say so loudly and keep serving.
+			s.log.Error("admin API stopped serving", "error", err)
+			adminDone = nil
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				s.log.Info("SIGHUP ignored: reloading is the supervisor's job (hotproxy supervise)")
+				continue
+			}
+			reason = "signal " + sig.String()
+		}
+	}
+	return s.drain(reason, sigs)
+}
+
+// drain stops the generation gracefully: /ready turns 503, workers stop
+// accepting and finish what is in flight within drain_time, and the admin
+// API goes last so the drain can be watched.
+func (s *Server) drain(reason string, sigs <-chan os.Signal) error {
+	s.state.Store(int32(StateDraining))
+	drainTime := s.cfg.Server.DrainTime.D()
+	s.log.Info("draining", "reason", reason, "drain_time", drainTime)
+
+	ctx, cancel := context.WithTimeout(context.Background(), drainTime)
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			s.log.Warn("second signal during drain: closing every connection now", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	start := time.Now()
+	err := s.workers.Drain(ctx, workers.DrainOptions{})
+	s.workers.Close()
+	if err != nil {
+		s.log.Warn("drain ended before every connection finished", "error", err, "after", time.Since(start).Round(time.Millisecond))
+	} else {
+		s.log.Info("drained", "after", time.Since(start).Round(time.Millisecond))
+	}
+
+	adminCtx, adminCancel := context.WithTimeout(context.Background(), time.Second)
+	defer adminCancel()
+	if err := s.admin.Shutdown(adminCtx); err != nil {
+		s.admin.Close()
+	}
+	return nil
+}
+
+// requestQuit asks Run to drain and stop; later requests are no-ops.
+func (s *Server) requestQuit(reason string) {
+	s.quitOnce.Do(func() { s.quit <- reason })
+}
+
+// Close releases everything without draining, for a generation that was
+// built but never run.
+func (s *Server) Close() error {
+	return errors.Join(s.workers.Close(), s.adminLn.Close())
+}
+
+func bindHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return " (another process is listening there; stop it or choose another address)"
+	case errors.Is(err, syscall.EACCES):
+		return " (run as root or grant CAP_NET_BIND_SERVICE)"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return " (no interface of this machine has that address)"
+	}
+	return ""
+}

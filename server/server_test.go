@@ -1,0 +1,254 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/internal/version"
+	"github.com/hotproxy/hotproxy/server/config"
+)
+
+// startServer builds and runs a generation on free loopback ports and
+// returns it with its admin base URL and its HTTP listener's URL.
+// done is closed when Run has returned; *runErr is its result then.
+func startServer(tb testing.TB) (srv *Server, adminURL, webURL string, done <-chan struct{}, runErr *error) {
+	tb.Helper()
+	webAddr := freeAddr(tb)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+[server]
+concurrency = 2
+drain_time = "5s"
+parent_shutdown_time = "5s"
+[admin]
+address = "127.0.0.1:0"
+[[listeners]]
+name = "web"
+address = %q
+protocol = "http"
+  [[listeners.routes]]
+  prefix = "/"
+  direct_response = { status = 200, body = "hello from %%PID%% epoch %%EPOCH%%" }
+`, webAddr)), "test.toml")
+	if err != nil {
+		tb.Fatalf("config: %v", err)
+	}
+	srv, err = New(Options{Config: cfg})
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	finished := make(chan struct{})
+	runErr = new(error)
+	go func() {
+		*runErr = srv.Run(ctx)
+		close(finished)
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case <-finished:
+		case <-time.After(10 * time.Second):
+			tb.Errorf("Run did not return after cancel")
+		}
+	})
+	adminURL = "http://" + srv.AdminAddr().String()
+	waitReady(tb, adminURL)
+	return srv, adminURL, "http://" + webAddr, finished, runErr
+}
+
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitReady(tb testing.TB, adminURL string) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(adminURL + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("%s/ready never answered 200", adminURL)
+}
+
+func get(tb testing.TB, url string) (int, string) {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("GET %s: reading body: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func post(tb testing.TB, url string) int {
+	tb.Helper()
+	resp, err := http.Post(url, "text/plain", nil)
+	if err != nil {
+		tb.Fatalf("POST %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestServesDirectResponseWithIdentity(t *testing.T) {
+	srv, _, web, _, _ := startServer(t)
+	code, body := get(t, web+"/anything")
+	want := fmt.Sprintf("hello from %d epoch 0", srv.identity.PID)
+	if code != 200 || body != want {
+		t.Fatalf("got %d %q, want 200 %q", code, body, want)
+	}
+}
+
+func TestServerInfo(t *testing.T) {
+	_, admin, _, _, _ := startServer(t)
+	code, body := get(t, admin+"/server_info")
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var info ServerInfo
+	if err := json.Unmarshal([]byte(body), &info); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	if info.State != "LIVE" || info.Concurrency != 2 || info.Epoch != 0 ||
+		info.Version != version.Version || info.HotRestartVersion != version.HotRestartProtocol || info.PID == 0 {
+		t.Fatalf("unexpected server_info: %+v", info)
+	}
+	if _, err := time.ParseDuration(info.UptimeCurrentEpoch); err != nil {
+		t.Errorf("uptime_current_epoch %q: %v", info.UptimeCurrentEpoch, err)
+	}
+	if _, err := time.ParseDuration(info.UptimeAllEpochs); err != nil {
+		t.Errorf("uptime_all_epochs %q: %v", info.UptimeAllEpochs, err)
+	}
+}
+
+func TestConfigDumpIsEffectiveConfig(t *testing.T) {
+	_, admin, _, _, _ := startServer(t)
+	code, body := get(t, admin+"/config_dump")
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var dump map[string]any
+	if err := json.Unmarshal([]byte(body), &dump); err != nil {
+		t.Fatalf("decoding: %v", err)
+	}
+	srvSection, _ := dump["server"].(map[string]any)
+	if srvSection["concurrency"] != float64(2) || srvSection["drain_time"] != "5s" {
+		t.Fatalf("server section not effective: %v", srvSection)
+	}
+	listeners, _ := dump["listeners"].([]any)
+	if len(listeners) != 1 {
+		t.Fatalf("want 1 listener in dump, got %v", dump["listeners"])
+	}
+}
+
+func TestMutatingEndpointsRefuseGET(t *testing.T) {
+	_, admin, _, _, _ := startServer(t)
+	for _, path := range []string{"/quitquitquit", "/healthcheck/fail", "/healthcheck/ok"} {
+		resp, err := http.Get(admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(resp.Header.Get("Allow"), "POST") {
+			t.Errorf("GET %s: status %d Allow %q, want 405 with Allow: POST", path, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+	}
+	if code, _ := get(t, admin+"/ready"); code != 200 {
+		t.Fatalf("GETs on mutating endpoints changed readiness: %d", code)
+	}
+}
+
+func TestHealthcheckFailAndOK(t *testing.T) {
+	_, admin, web, _, _ := startServer(t)
+	if code := post(t, admin+"/healthcheck/fail"); code != 200 {
+		t.Fatalf("POST /healthcheck/fail: %d", code)
+	}
+	if code, body := get(t, admin+"/ready"); code != 503 || !strings.Contains(body, "HEALTHCHECK FAILED") {
+		t.Fatalf("/ready after fail: %d %q", code, body)
+	}
+	// Failing the health check takes the instance out of rotation; it
+	// still serves whoever reaches it.
+	if code, _ := get(t, web+"/"); code != 200 {
+		t.Fatalf("traffic after healthcheck/fail: %d", code)
+	}
+	post(t, admin+"/healthcheck/ok")
+	if code, _ := get(t, admin+"/ready"); code != 200 {
+		t.Fatalf("/ready after ok: %d", code)
+	}
+}
+
+func TestQuitDrainsAndReturns(t *testing.T) {
+	srv, admin, web, done, runErr := startServer(t)
+	if code := post(t, admin+"/quitquitquit"); code != 200 {
+		t.Fatalf("POST /quitquitquit: %d", code)
+	}
+	select {
+	case <-done:
+		if *runErr != nil {
+			t.Fatalf("Run: %v", *runErr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after /quitquitquit")
+	}
+	if srv.State() != StateDraining {
+		t.Fatalf("state after quit: %v", srv.State())
+	}
+	if _, err := http.Get(web + "/"); err == nil {
+		t.Fatal("listener still accepting after the generation stopped")
+	}
+}
+
+func TestAdminBindFailureNamesAddress(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+[admin]
+address = %q
+[[listeners]]
+name = "web"
+address = %q
+protocol = "http"
+  [[listeners.routes]]
+  prefix = "/"
+  direct_response = { status = 200, body = "x" }
+`, held.Addr().String(), freeAddr(t))), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Config: cfg})
+	if err == nil {
+		srv.Close()
+		t.Fatal("New succeeded on a held admin address")
+	}
+	for _, want := range []string{"admin", held.Addr().String(), "address already in use"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
