@@ -1,0 +1,279 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Snapshot is a consistent view of a region: every stat with its kind and
+// value, and the owner table.
+type Snapshot struct {
+	Path         string // file the snapshot was read from ("" for Decode)
+	Major, Minor uint32 // layout version of the region
+	Seq          uint64 // allocation sequence number the snapshot is consistent with
+	Owners       []Owner
+	Stats        []Stat // in allocation order
+}
+
+// Owner is one entry of the owner table (one per live generation).
+type Owner struct {
+	Slot      int
+	State     OwnerState
+	PID       int
+	Epoch     uint64
+	Start     time.Time
+	Heartbeat time.Time
+	Lanes     int
+}
+
+// Stat is one stat and its current value.
+type Stat struct {
+	Name string
+	Kind Kind
+	Mode GaugeMode // gauges only
+	// Counter is the value of a counter: retired total plus live lanes.
+	Counter uint64
+	// Gauge is the value of a gauge.
+	Gauge int64
+	// Histogram is the value of a histogram (nil for other kinds).
+	Histogram *HistogramValue
+}
+
+// Value returns the stat's scalar value: the counter, the gauge or the
+// histogram's count.
+func (s Stat) Value() float64 {
+	switch s.Kind {
+	case KindCounter:
+		return float64(s.Counter)
+	case KindGauge:
+		return float64(s.Gauge)
+	case KindHistogram:
+		if s.Histogram != nil {
+			return float64(s.Histogram.Count)
+		}
+	}
+	return 0
+}
+
+// HistogramValue holds cumulative-since-creation bucket counts in the
+// layout described at HistogramBuckets.
+type HistogramValue struct {
+	Buckets []uint64
+	Sum     float64
+	Count   uint64
+}
+
+// ErrBusy is returned (wrapped) when the region kept changing while being
+// read, or stayed in the middle of an allocation or fold.
+var ErrBusy = errors.New("shm: region busy")
+
+// FormatError is returned for bytes that are not a valid region; it names
+// what is wrong. Reader errors wrap it with the path and advice.
+type FormatError struct{ Reason string }
+
+func (e *FormatError) Error() string { return "not a valid hotproxy stats region: " + e.Reason }
+
+func formatErr(f string, a ...any) error { return &FormatError{Reason: fmt.Sprintf(f, a...)} }
+
+// errNotReady is a FormatError-like condition that may pass: the region is
+// being created.
+var errNotReady = errors.New("region is not initialised yet (being created, or its creator died)")
+
+// load reads the aligned word at off. The caller has checked the bounds.
+func load(mem []byte, off uint64) uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
+}
+
+func load32(mem []byte, off uint64) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&mem[off])))
+}
+
+// parseHeader validates the header of mem and returns the geometry. It
+// touches only the first HeaderSize bytes, and only if len(mem) allows.
+func parseHeader(mem []byte) (geometry, error) {
+	if uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%8 != 0 {
+		return geometry{}, errors.New("shm: region memory is not 8-byte aligned")
+	}
+	if len(mem) < HeaderSize {
+		return geometry{}, formatErr("file is %d bytes, shorter than the %d-byte header (truncated)", len(mem), HeaderSize)
+	}
+	if m := load(mem, hMagic); m != Magic {
+		return geometry{}, formatErr("bad magic %#016x", m)
+	}
+	if load(mem, hReady) != 1 {
+		return geometry{}, errNotReady
+	}
+	major, minor := load32(mem, hVersion), load32(mem, hVersion+4)
+	if major != LayoutMajor {
+		return geometry{}, formatErr("layout version %d.%d, this build reads %d.x", major, minor, LayoutMajor)
+	}
+	if h := load(mem, hLayoutHash); h != LayoutHash {
+		return geometry{}, formatErr("layout hash %#x, want %#x", h, LayoutHash)
+	}
+	g, err := computeGeometry(load(mem, hMaxOwners), load(mem, hMaxLanes), load(mem, hMaxRecords),
+		load(mem, hStringBytes), load(mem, hValueBytes))
+	if err != nil {
+		return geometry{}, formatErr("capacities: %v", err)
+	}
+	for _, f := range []struct {
+		off  uint64
+		want uint64
+		name string
+	}{
+		{hTotalSize, g.totalSize, "total size"},
+		{hOwnersOff, g.ownersOff, "owners offset"},
+		{hRecordsOff, g.recordsOff, "records offset"},
+		{hStringsOff, g.stringsOff, "strings offset"},
+		{hValuesOff, g.valuesOff, "values offset"},
+		{hLanesOff, g.lanesOff, "lanes offset"},
+		{hLaneStride, g.laneStride, "lane stride"},
+	} {
+		if v := load(mem, f.off); v != f.want {
+			return geometry{}, formatErr("header %s is %d, want %d", f.name, v, f.want)
+		}
+	}
+	if uint64(len(mem)) < g.totalSize {
+		return geometry{}, formatErr("file is %d bytes but its header says %d (truncated)", len(mem), g.totalSize)
+	}
+	return g, nil
+}
+
+// Decode decodes a region from its bytes (for example a mapping of the
+// region file). It never writes to mem and never panics on any input; mem
+// must be 8-byte aligned. It does not retry: a region being modified may
+// yield ErrBusy.
+func Decode(mem []byte) (*Snapshot, error) {
+	g, err := parseHeader(mem)
+	if err != nil {
+		return nil, err
+	}
+	return decodeBody(mem, g)
+}
+
+// decodeBody decodes the sections after parseHeader accepted the header.
+// A decoding error met while the sequence number changed is reported as
+// ErrBusy: it may be a torn read of a region being modified.
+func decodeBody(mem []byte, g geometry) (*Snapshot, error) {
+	seq := load(mem, hSeq)
+	if seq&1 != 0 {
+		return nil, fmt.Errorf("%w: allocation or fold in progress (seq %d)", ErrBusy, seq)
+	}
+	s, err := decodeSections(mem, g, seq)
+	if err != nil && load(mem, hSeq) != seq {
+		return nil, fmt.Errorf("%w: changed while reading", ErrBusy)
+	}
+	return s, err
+}
+
+func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
+	s := &Snapshot{Major: load32(mem, hVersion), Minor: load32(mem, hVersion+4), Seq: seq}
+	n := load(mem, hNRecords)
+	if n > g.maxRecords {
+		return nil, formatErr("record count %d exceeds capacity %d", n, g.maxRecords)
+	}
+	strUsed := load(mem, hStringsUsed)
+	if strUsed > g.stringBytes {
+		return nil, formatErr("string table use %d exceeds its size %d", strUsed, g.stringBytes)
+	}
+	valUsed := load(mem, hValuesUsed)
+	if valUsed > g.valueBytes {
+		return nil, formatErr("value heap use %d exceeds its size %d", valUsed, g.valueBytes)
+	}
+
+	// Owners: live ones contribute lanes; the newest live one feeds
+	// GaugeNewest.
+	type liveOwner struct{ slot, lanes uint64 }
+	var live []liveOwner
+	newest := -1
+	var newestEpoch, newestStart uint64
+	for i := uint64(0); i < g.maxOwners; i++ {
+		o := g.owner(i)
+		st := OwnerState(load(mem, o+oState))
+		if st == OwnerFree {
+			continue
+		}
+		lanes := load(mem, o+oLanes)
+		if lanes > g.maxLanes {
+			return nil, formatErr("owner %d has %d lanes, capacity %d", i, lanes, g.maxLanes)
+		}
+		ep, start := load(mem, o+oEpoch), load(mem, o+oStart)
+		s.Owners = append(s.Owners, Owner{
+			Slot: int(i), State: st, PID: int(int32(load(mem, o+oPID))), Epoch: ep,
+			Start: time.Unix(0, int64(start)), Heartbeat: time.Unix(0, int64(load(mem, o+oHeartbeat))),
+			Lanes: int(lanes),
+		})
+		if st != OwnerLive {
+			continue
+		}
+		live = append(live, liveOwner{i, lanes})
+		if newest < 0 || ep > newestEpoch || (ep == newestEpoch && start > newestStart) {
+			newest, newestEpoch, newestStart = len(live)-1, ep, start
+		}
+	}
+
+	s.Stats = make([]Stat, 0, n)
+	for i := uint64(0); i < n; i++ {
+		r := g.record(i)
+		if load32(mem, r+rState) != recordUsed {
+			return nil, formatErr("record %d of %d is not in use", i, n)
+		}
+		kind, mode := Kind(mem[r+rKind]), GaugeMode(mem[r+rMode])
+		nameOff, nameLen := load(mem, r+rNameOff), load(mem, r+rNameLen)
+		if nameOff > strUsed || nameLen > strUsed-nameOff {
+			return nil, formatErr("record %d name [%d,+%d) outside the used string table (%d)", i, nameOff, nameLen, strUsed)
+		}
+		st := Stat{Name: string(mem[g.stringsOff+nameOff : g.stringsOff+nameOff+nameLen]), Kind: kind}
+		if hashName(st.Name) != load(mem, r+rHash) {
+			return nil, formatErr("record %d name hash mismatch", i)
+		}
+		vOff, vWords := load(mem, r+rValueOff), load(mem, r+rValueWords)
+		if vWords != kind.valueWords() || vOff%8 != 0 || vOff > valUsed || vWords*8 > valUsed-vOff {
+			return nil, formatErr("record %d (%s) value [%d,+%d words) invalid", i, kind, vOff, vWords)
+		}
+		base := g.valuesOff + vOff
+		switch kind {
+		case KindCounter:
+			v := load(mem, base)
+			for _, o := range live {
+				for l := uint64(0); l < o.lanes; l++ {
+					v += load(mem, g.lane(o.slot, l, i))
+				}
+			}
+			st.Counter = v
+		case KindGauge:
+			if mode != GaugeSum && mode != GaugeNewest {
+				return nil, formatErr("record %d gauge mode %d", i, mode)
+			}
+			st.Mode = mode
+			var v uint64
+			for j, o := range live {
+				if mode == GaugeNewest && j != newest {
+					continue
+				}
+				for l := uint64(0); l < o.lanes; l++ {
+					v += load(mem, g.lane(o.slot, l, i))
+				}
+			}
+			st.Gauge = int64(v)
+		case KindHistogram:
+			h := &HistogramValue{Buckets: make([]uint64, HistogramBuckets)}
+			for b := range h.Buckets {
+				h.Buckets[b] = load(mem, base+uint64(b)*8)
+			}
+			h.Sum = math.Float64frombits(load(mem, base+HistogramSumWord*8))
+			h.Count = load(mem, base+HistogramCountWord*8)
+			st.Histogram = h
+		default:
+			return nil, formatErr("record %d has unknown kind %d", i, kind)
+		}
+		s.Stats = append(s.Stats, st)
+	}
+	if load(mem, hSeq) != seq {
+		return nil, fmt.Errorf("%w: changed while reading", ErrBusy)
+	}
+	return s, nil
+}

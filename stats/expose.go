@@ -1,0 +1,220 @@
+package stats
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/hotproxy/hotproxy/shm"
+)
+
+// ExposeOptions selects the stats to write. The zero value writes all.
+type ExposeOptions struct {
+	// Filter keeps only the stats whose name matches.
+	Filter *regexp.Regexp
+	// UsedOnly skips stats whose value is zero (a histogram with no
+	// samples).
+	UsedOnly bool
+}
+
+func (o ExposeOptions) selected(snap *shm.Snapshot) []shm.Stat {
+	out := make([]shm.Stat, 0, len(snap.Stats))
+	for _, st := range snap.Stats {
+		if o.Filter != nil && !o.Filter.MatchString(st.Name) {
+			continue
+		}
+		if o.UsedOnly && st.Value() == 0 {
+			continue
+		}
+		out = append(out, st)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Quantiles written by WriteText for histograms.
+var textQuantiles = []float64{0.5, 0.9, 0.99}
+
+// WriteText writes "name: value" lines sorted by name. A histogram is
+// written as "name: count=N sum=S p50=... p90=... p99=...".
+func WriteText(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
+	bw := bufio.NewWriter(w)
+	for _, st := range o.selected(snap) {
+		switch st.Kind {
+		case shm.KindCounter:
+			fmt.Fprintf(bw, "%s: %d\n", st.Name, st.Counter)
+		case shm.KindGauge:
+			fmt.Fprintf(bw, "%s: %d\n", st.Name, st.Gauge)
+		case shm.KindHistogram:
+			h := st.Histogram
+			fmt.Fprintf(bw, "%s: count=%d sum=%g", st.Name, h.Count, h.Sum)
+			for _, q := range textQuantiles {
+				fmt.Fprintf(bw, " p%s=%.4g", strconv.FormatFloat(q*100, 'f', -1, 64), Quantile(h.Buckets, q))
+			}
+			bw.WriteByte('\n')
+		}
+	}
+	return bw.Flush()
+}
+
+type jsonOwner struct {
+	Slot      int       `json:"slot"`
+	State     string    `json:"state"`
+	PID       int       `json:"pid"`
+	Epoch     uint64    `json:"epoch"`
+	Start     time.Time `json:"start"`
+	Heartbeat time.Time `json:"heartbeat"`
+	Lanes     int       `json:"lanes"`
+}
+
+type jsonHistogram struct {
+	Count     uint64             `json:"count"`
+	Sum       float64            `json:"sum"`
+	Quantiles map[string]float64 `json:"quantiles"`
+	Buckets   map[string]uint64  `json:"buckets"` // vmrange -> count, non-zero only
+}
+
+type jsonStat struct {
+	Name      string         `json:"name"`
+	Kind      string         `json:"kind"`
+	Mode      string         `json:"mode,omitempty"`
+	Value     *int64         `json:"value,omitempty"`
+	Counter   *uint64        `json:"counter,omitempty"`
+	Histogram *jsonHistogram `json:"histogram,omitempty"`
+}
+
+// WriteJSON writes the snapshot as one JSON object:
+// {"path","version","owners":[...],"stats":[{"name","kind",...}]}.
+// Counters carry "counter" (uint64), gauges "value" (int64) and "mode",
+// histograms "histogram" with count, sum, quantiles and non-zero vmrange
+// buckets.
+func WriteJSON(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
+	doc := struct {
+		Path    string      `json:"path,omitempty"`
+		Version string      `json:"version"`
+		Owners  []jsonOwner `json:"owners"`
+		Stats   []jsonStat  `json:"stats"`
+	}{Path: snap.Path, Version: fmt.Sprintf("%d.%d", snap.Major, snap.Minor), Owners: []jsonOwner{}, Stats: []jsonStat{}}
+	for _, ow := range snap.Owners {
+		doc.Owners = append(doc.Owners, jsonOwner{ow.Slot, ow.State.String(), ow.PID, ow.Epoch, ow.Start, ow.Heartbeat, ow.Lanes})
+	}
+	for _, st := range o.selected(snap) {
+		js := jsonStat{Name: st.Name, Kind: st.Kind.String()}
+		switch st.Kind {
+		case shm.KindCounter:
+			v := st.Counter
+			js.Counter = &v
+		case shm.KindGauge:
+			v := st.Gauge
+			js.Value, js.Mode = &v, st.Mode.String()
+		case shm.KindHistogram:
+			h := st.Histogram
+			jh := &jsonHistogram{Count: h.Count, Sum: h.Sum, Quantiles: map[string]float64{}, Buckets: map[string]uint64{}}
+			for _, q := range textQuantiles {
+				jh.Quantiles[strconv.FormatFloat(q, 'f', -1, 64)] = Quantile(h.Buckets, q)
+			}
+			for i, c := range h.Buckets {
+				if c != 0 {
+					jh.Buckets[VMRange(i)] = c
+				}
+			}
+			js.Histogram = jh
+		}
+		doc.Stats = append(doc.Stats, js)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// SanitizeName turns a stat name into a Prometheus metric name: every
+// character outside [a-zA-Z0-9_:] becomes '_', and a leading digit gets a
+// '_' prefix. It never fails.
+func SanitizeName(name string) string {
+	var b strings.Builder
+	b.Grow(len(name) + 1)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_', c == ':':
+		case c >= '0' && c <= '9':
+			if i == 0 {
+				b.WriteByte('_')
+			}
+		default:
+			c = '_'
+		}
+		b.WriteByte(c)
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}
+
+// vmWritesMetadata reports whether metrics.Write* add "# TYPE" lines
+// themselves (metrics.ExposeMetadata(true) was called in this process).
+func vmWritesMetadata() bool {
+	var b bytes.Buffer
+	metrics.WriteMetadataIfNeeded(&b, "probe", "gauge")
+	return b.Len() > 0
+}
+
+// WritePrometheus writes the snapshot in the Prometheus text format with
+// "# TYPE" lines: counters and gauges through metrics.WriteCounterUint64 /
+// WriteGaugeUint64, histograms as VictoriaMetrics vmrange buckets
+// (name_bucket{vmrange="a...b"}) with name_sum and name_count. Names are
+// sanitised (SanitizeName); two stats that sanitise to the same name get
+// suffixes _2, _3, ... so no series is dropped or duplicated.
+func WritePrometheus(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
+	bw := bufio.NewWriter(w)
+	meta := !vmWritesMetadata()
+	seen := map[string]int{}
+	for _, st := range o.selected(snap) {
+		name := SanitizeName(st.Name)
+		if n := seen[name]; n > 0 {
+			seen[name] = n + 1
+			name = name + "_" + strconv.Itoa(n+1)
+		}
+		seen[name]++
+		switch st.Kind {
+		case shm.KindCounter:
+			if meta {
+				fmt.Fprintf(bw, "# TYPE %s counter\n", name)
+			}
+			metrics.WriteCounterUint64(bw, name, st.Counter)
+		case shm.KindGauge:
+			if meta {
+				fmt.Fprintf(bw, "# TYPE %s gauge\n", name)
+			}
+			if st.Gauge >= 0 {
+				metrics.WriteGaugeUint64(bw, name, uint64(st.Gauge))
+			} else {
+				metrics.WriteGaugeFloat64(bw, name, float64(st.Gauge))
+			}
+		case shm.KindHistogram:
+			h := st.Histogram
+			fmt.Fprintf(bw, "# TYPE %s histogram\n", name)
+			for i, c := range h.Buckets {
+				if c != 0 {
+					fmt.Fprintf(bw, "%s_bucket{vmrange=%q} %d\n", name, VMRange(i), c)
+				}
+			}
+			if float64(int64(h.Sum)) == h.Sum {
+				fmt.Fprintf(bw, "%s_sum %d\n", name, int64(h.Sum))
+			} else {
+				fmt.Fprintf(bw, "%s_sum %g\n", name, h.Sum)
+			}
+			fmt.Fprintf(bw, "%s_count %d\n", name, h.Count)
+		}
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,389 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hotproxy/hotproxy/shm"
+)
+
+// GaugeMode says how a gauge adds up across live generations.
+type GaugeMode = shm.GaugeMode
+
+// Gauge modes.
+const (
+	// GaugeSum: the sum over live generations (connections in flight).
+	GaugeSum = shm.GaugeSum
+	// GaugeNewest: the newest live generation's value only (server.live).
+	GaugeNewest = shm.GaugeNewest
+)
+
+// Defaults.
+const (
+	DefaultFlushInterval = time.Second
+	// OverflowCounter counts stats kept in process memory because the
+	// region was full (or had the name with another kind).
+	OverflowCounter = "stats.overflow"
+)
+
+// Options configures a Store. The zero value is a region-less store with
+// only the main lane.
+type Options struct {
+	// Region holds the stats in shared memory; nil keeps them in process
+	// memory only. The caller opens it with shm.Open (Lanes: Workers+1)
+	// and closes it after Store.Close.
+	Region *shm.Region
+	// Workers is the number of worker lanes; lanes are 0 (main) and
+	// 1..Workers.
+	Workers int
+	// FlushInterval of histograms, for Run. Default DefaultFlushInterval.
+	FlushInterval time.Duration
+	// Logger; default a null logger.
+	Logger hclog.Logger
+}
+
+// Store is the set of stats of one generation. Creating stats takes a lock;
+// using lane handles does not. Safe for concurrent use.
+type Store struct {
+	region   *shm.Region
+	lanes    int
+	interval time.Duration
+	log      hclog.Logger
+	overflow CounterLane
+	warned   atomic.Bool
+
+	// mu guards the maps below.
+	mu         sync.Mutex
+	counters   map[string]*Counter
+	gauges     map[string]*Gauge
+	histograms map[string]*Histogram
+	closed     bool
+
+	// flushMu serialises flushes (histogram flips).
+	flushMu sync.Mutex
+}
+
+// New builds a Store.
+func New(opts Options) (*Store, error) {
+	if opts.Workers < 0 {
+		return nil, fmt.Errorf("stats: workers %d < 0", opts.Workers)
+	}
+	s := &Store{
+		region:     opts.Region,
+		lanes:      opts.Workers + 1,
+		interval:   opts.FlushInterval,
+		log:        opts.Logger,
+		counters:   map[string]*Counter{},
+		gauges:     map[string]*Gauge{},
+		histograms: map[string]*Histogram{},
+	}
+	if s.interval <= 0 {
+		s.interval = DefaultFlushInterval
+	}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	s.log = s.log.Named("stats")
+	if s.region != nil && s.region.Lanes() < s.lanes {
+		return nil, fmt.Errorf("stats: region %s has %d lanes for this generation, need %d (1 + %d workers): open it with shm.Options.Lanes = %d",
+			s.region.Path(), s.region.Lanes(), s.lanes, opts.Workers, s.lanes)
+	}
+	s.overflow = s.Counter(OverflowCounter).Lane(0)
+	return s, nil
+}
+
+// Lanes returns the number of lanes (1 + Workers).
+func (s *Store) Lanes() int { return s.lanes }
+
+// Region returns the region, or nil.
+func (s *Store) Region() *shm.Region { return s.region }
+
+// allocLocked places a stat in the region, or reports that it must live in
+// process memory.
+func (s *Store) allocLocked(name string, kind shm.Kind, mode GaugeMode) (shm.RecordID, bool) {
+	if s.region == nil {
+		return 0, false
+	}
+	id, err := s.region.Alloc(name, kind, mode)
+	if err == nil {
+		return id, true
+	}
+	if name != OverflowCounter {
+		s.overflow.Inc()
+	}
+	if errors.Is(err, shm.ErrFull) {
+		if s.warned.CompareAndSwap(false, true) {
+			s.log.Warn("stats region full: new stats are kept in process memory and do not survive a restart (see stats.overflow)",
+				"region", s.region.Path(), "stat", name, "error", err)
+		}
+	} else {
+		s.log.Warn("stat kept in process memory", "stat", name, "error", err)
+	}
+	return 0, false
+}
+
+func (s *Store) laneWords(id shm.RecordID, inRegion bool) []*uint64 {
+	if !inRegion {
+		return processWords(s.lanes)
+	}
+	ws := make([]*uint64, s.lanes)
+	for i := range ws {
+		p, err := s.region.Lane(id, i)
+		if err != nil {
+			// Cannot happen: the record and lanes were checked; stay usable.
+			s.log.Error("stats lane unavailable, using process memory", "error", err)
+			return processWords(s.lanes)
+		}
+		ws[i] = p
+	}
+	return ws
+}
+
+// Counter returns the counter of that name, creating it if needed.
+func (s *Store) Counter(name string) *Counter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.counters[name]; ok {
+		return c
+	}
+	id, ok := s.allocLocked(name, shm.KindCounter, 0)
+	c := &Counter{name: name, lanes: s.laneWords(id, ok), local: !ok}
+	s.counters[name] = c
+	return c
+}
+
+// Gauge returns the gauge of that name, creating it with mode if needed
+// (an existing gauge keeps its mode).
+func (s *Store) Gauge(name string, mode GaugeMode) *Gauge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.gauges[name]; ok {
+		return g
+	}
+	id, ok := s.allocLocked(name, shm.KindGauge, mode)
+	g := &Gauge{name: name, mode: mode, lanes: s.laneWords(id, ok), local: !ok}
+	s.gauges[name] = g
+	return g
+}
+
+// Histogram returns the histogram of that name, creating it if needed.
+func (s *Store) Histogram(name string) *Histogram {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.histograms[name]; ok {
+		return h
+	}
+	id, ok := s.allocLocked(name, shm.KindHistogram, 0)
+	h := &Histogram{name: name, id: id, lanes: make([]*HistogramLane, s.lanes)}
+	h.total.Buckets = make([]uint64, NumBuckets)
+	if ok {
+		h.region = s.region
+	}
+	for i := range h.lanes {
+		h.lanes[i] = new(HistogramLane)
+	}
+	s.histograms[name] = h
+	return h
+}
+
+// Flush flips and merges every histogram into this generation's totals
+// and the region, and stores a heartbeat and folds dead generations in the
+// region. Call it from the main goroutine (Run does, each interval).
+func (s *Store) Flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.mu.Lock()
+	hs := make([]*Histogram, 0, len(s.histograms))
+	for _, h := range s.histograms {
+		hs = append(hs, h)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, h := range hs {
+		if err := h.flush(); err != nil {
+			errs = append(errs, fmt.Errorf("histogram %s: %w", h.name, err))
+		}
+	}
+	if s.region != nil {
+		s.region.Heartbeat()
+		if err := s.region.Reap(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run flushes every flush interval until ctx is done, then flushes once
+// more and returns.
+func (s *Store) Run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := s.Flush(); err != nil {
+				s.log.Warn("final stats flush", "error", err)
+			}
+			return
+		case <-t.C:
+			if err := s.Flush(); err != nil {
+				s.log.Warn("stats flush", "error", err)
+			}
+		}
+	}
+}
+
+// Close flushes the histograms a last time. It does not close the region.
+// Call it after the workers stopped, then close the region.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	return s.Flush()
+}
+
+// Scope returns a scope whose stats are named prefix + "." + name.
+func (s *Store) Scope(prefix string) *Scope { return &Scope{store: s, prefix: prefix} }
+
+// Scope is a name prefix whose stats can be removed as a group.
+type Scope struct {
+	store  *Store
+	prefix string
+
+	parent *Scope
+
+	mu    sync.Mutex // guards names
+	names map[string]bool
+}
+
+func (sc *Scope) full(name string) string {
+	if sc.prefix == "" {
+		return name
+	}
+	if name == "" {
+		return sc.prefix
+	}
+	return sc.prefix + "." + name
+}
+
+func (sc *Scope) track(name string) string {
+	n := sc.full(name)
+	for p := sc; p != nil; p = p.parent {
+		p.mu.Lock()
+		if p.names == nil {
+			p.names = map[string]bool{}
+		}
+		p.names[n] = true
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// Prefix returns the scope's prefix.
+func (sc *Scope) Prefix() string { return sc.prefix }
+
+// Counter returns the counter prefix.name.
+func (sc *Scope) Counter(name string) *Counter { return sc.store.Counter(sc.track(name)) }
+
+// Gauge returns the gauge prefix.name.
+func (sc *Scope) Gauge(name string, mode GaugeMode) *Gauge {
+	return sc.store.Gauge(sc.track(name), mode)
+}
+
+// Histogram returns the histogram prefix.name.
+func (sc *Scope) Histogram(name string) *Histogram {
+	return sc.store.Histogram(sc.track(name))
+}
+
+// Scope returns a child scope prefix.name whose stats are removed with
+// this one too.
+func (sc *Scope) Scope(name string) *Scope {
+	return &Scope{store: sc.store, prefix: sc.full(name), parent: sc}
+}
+
+// Remove drops the stats created through this scope (and its children)
+// from the store: their gauges are zeroed, their histograms flushed a last
+// time. Counters in a region keep their values there (they are continuous
+// across restarts); a later Counter of the same name continues them.
+// Counter and gauge handles still held keep working (in process memory
+// they are no longer exposed); histogram handles are no longer flushed.
+func (sc *Scope) Remove() error {
+	s := sc.store
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	prefix := sc.prefix + "."
+	s.mu.Lock()
+	var hs []*Histogram
+	sc.mu.Lock()
+	owned := sc.names
+	sc.names = nil
+	sc.mu.Unlock()
+	match := func(n string) bool { return sc.prefix == "" || n == sc.prefix || strings.HasPrefix(n, prefix) }
+	for n := range s.counters {
+		if match(n) && n != OverflowCounter && owned[n] {
+			delete(s.counters, n)
+		}
+	}
+	for n, g := range s.gauges {
+		if match(n) && owned[n] {
+			g.zero()
+			delete(s.gauges, n)
+		}
+	}
+	for n, h := range s.histograms {
+		if match(n) && owned[n] {
+			hs = append(hs, h)
+			delete(s.histograms, n)
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, h := range hs {
+		errs = append(errs, h.flush())
+	}
+	return errors.Join(errs...)
+}
+
+// Snapshot returns every stat with its value. With a region it is the
+// region's snapshot (all generations) plus the stats this store keeps in
+// process memory; without one, this store's stats.
+func (s *Store) Snapshot() (*shm.Snapshot, error) {
+	snap := &shm.Snapshot{Major: shm.LayoutMajor, Minor: shm.LayoutMinor}
+	if s.region != nil {
+		var err error
+		if snap, err = s.region.Snapshot(); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.counters {
+		if c.local {
+			snap.Stats = append(snap.Stats, shm.Stat{Name: c.name, Kind: shm.KindCounter, Counter: c.Value()})
+		}
+	}
+	for _, g := range s.gauges {
+		if g.local {
+			snap.Stats = append(snap.Stats, shm.Stat{Name: g.name, Kind: shm.KindGauge, Mode: g.mode, Gauge: g.Value()})
+		}
+	}
+	for _, h := range s.histograms {
+		if h.region == nil {
+			v := h.Value()
+			snap.Stats = append(snap.Stats, shm.Stat{Name: h.name, Kind: shm.KindHistogram, Histogram: &v})
+		}
+	}
+	sort.SliceStable(snap.Stats, func(i, j int) bool { return snap.Stats[i].Name < snap.Stats[j].Name })
+	return snap, nil
+}
