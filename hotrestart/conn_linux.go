@@ -187,10 +187,13 @@ func listen(addr string) (*net.UnixListener, error) {
 	if err != nil && !abstract && errors.Is(err, unix.EADDRINUSE) {
 		if c, derr := net.DialUnix("unixpacket", nil, ua); derr == nil {
 			c.Close()
-			return nil, fmt.Errorf("restart socket %s: another generation is listening there", addr)
+			return nil, fmt.Errorf("restart socket %s: %w", addr, ErrGenerationRunning)
 		}
 		os.Remove(addr)
 		ln, err = net.ListenUnix("unixpacket", ua)
+	}
+	if err != nil && errors.Is(err, unix.EADDRINUSE) {
+		return nil, fmt.Errorf("restart socket %s: %w", addr, ErrGenerationRunning)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("restart socket %s: %w", addr, err)

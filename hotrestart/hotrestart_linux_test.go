@@ -329,6 +329,13 @@ func TestIncompatibleVersionSaysWhatToDo(t *testing.T) {
 	}
 }
 
+func TestAbstractAddressInUse(t *testing.T) {
+	p := startParent(t, newRecorder(t, 1), ParentOptions{})
+	if _, err := Listen(ParentOptions{Address: p.Addr(), Handler: newRecorder(t, 1)}); !errors.Is(err, ErrGenerationRunning) {
+		t.Fatalf("second Listen on a live abstract socket: %v, want ErrGenerationRunning", err)
+	}
+}
+
 func TestNoParent(t *testing.T) {
 	_, err := Dial(testAddr(), Identity{Epoch: 1}, time.Second)
 	if !errors.Is(err, ErrNoParent) {
@@ -359,7 +366,7 @@ func TestFilesystemSocketIsPrivateAndStaleOneReplaced(t *testing.T) {
 	if mode := fi.Mode().Perm(); mode != 0o600 {
 		t.Fatalf("restart socket mode %o, want 600", mode)
 	}
-	if _, err := Listen(ParentOptions{Address: addr, Handler: r}); err == nil || !strings.Contains(err.Error(), "another generation is listening") {
+	if _, err := Listen(ParentOptions{Address: addr, Handler: r}); !errors.Is(err, ErrGenerationRunning) {
 		t.Fatalf("second Listen on a live socket: %v", err)
 	}
 	ch, err := Dial(addr, Identity{Epoch: 4}, 0)

@@ -41,6 +41,10 @@ const (
 // ErrNotSupported is returned on platforms without Unix-socket fd passing.
 var ErrNotSupported = errors.New("hot restart is not supported on this platform")
 
+// ErrGenerationRunning: a generation already listens on the restart
+// socket this one wanted.
+var ErrGenerationRunning = errors.New("another generation is listening on this restart socket")
+
 // ErrRefused is wrapped by the errors a peer answered with an error message.
 var ErrRefused = errors.New("refused by the other generation")
 

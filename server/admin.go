@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"runtime"
 	"time"
 
 	"github.com/hotproxy/hotproxy/internal/version"
@@ -73,6 +75,10 @@ type ServerInfo struct {
 	UptimeAllEpochs    string `json:"uptime_all_epochs"`
 	StartTime          string `json:"start_time"`
 	ConfigSource       string `json:"config_source"`
+	BaseID             int    `json:"base_id"`
+	// Goroutines and OpenFDs show leaks across many restarts.
+	Goroutines int `json:"goroutines"`
+	OpenFDs    int `json:"open_fds,omitempty"`
 }
 
 func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
@@ -89,6 +95,9 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		UptimeAllEpochs:    now.Sub(s.opts.FirstEpochStart).Truncate(time.Second).String(),
 		StartTime:          s.started.UTC().Format(time.RFC3339Nano),
 		ConfigSource:       s.cfg.Source,
+		BaseID:             s.opts.BaseID,
+		Goroutines:         runtime.NumGoroutine(),
+		OpenFDs:            openFDs(),
 	})
 }
 
@@ -112,6 +121,16 @@ func (s *Server) handleQuit(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintln(w, "OK: draining, then exiting")
 	s.requestQuit("admin POST /quitquitquit")
+}
+
+// openFDs counts this process's open file descriptors (Linux; 0 where
+// /proc is missing).
+func openFDs() int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(entries) - 1 // the directory being read
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -50,8 +50,18 @@ func (s State) String() string {
 type Options struct {
 	// Config is the loaded, validated configuration.
 	Config *config.Config
-	// Epoch is this generation's hot-restart epoch (0 for a cold start).
+	// Epoch is this generation's hot-restart epoch: 0 starts cold, N > 0
+	// takes over from the running generation of epoch N-1.
 	Epoch int
+	// BaseID tells apart independent hotproxy instances on one machine:
+	// it names their restart sockets and their stats regions.
+	BaseID int
+	// AllowColdStart lets a generation of epoch N > 0 start cold when no
+	// generation of epoch N-1 answers.
+	AllowColdStart bool
+	// OnReady, when set, is called once the generation serves (and has
+	// told the generation it took over from to drain).
+	OnReady func()
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
 	// FirstEpochStart is when epoch 0 started; the zero value means now.
@@ -79,9 +89,11 @@ type Server struct {
 	state        atomic.Int32 // a State
 	healthFailed atomic.Bool  // POST /healthcheck/fail
 
-	workers *workers.Manager
-	adminLn net.Listener
-	admin   *http.Server
+	snapshot *workers.Snapshot
+	workers  *workers.Manager
+	adminLn  net.Listener
+	admin    *http.Server
+	hr       hotRestart
 
 	// quit receives a reason when something other than a signal or the
 	// context asks the generation to stop (the admin API).
@@ -108,6 +120,7 @@ func New(opts Options) (*Server, error) {
 		concurrency: workers.Concurrency(cfg),
 		started:     time.Now(),
 		quit:        make(chan string, 1),
+		hr:          newHotRestart(),
 	}
 	if s.opts.FirstEpochStart.IsZero() {
 		s.opts.FirstEpochStart = s.started
@@ -124,30 +137,61 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
 	}
+	s.snapshot = snap
+
+	inherited, adminLn := opts.Inherited, opts.AdminListener
+	if opts.Epoch > 0 && inherited == nil {
+		if inherited, adminLn, err = s.takeOver(); err != nil {
+			return nil, err
+		}
+	}
+	// From here on, a failure must give back what was taken over.
+	fail := func(err error) (*Server, error) {
+		closeSocketFiles(inherited)
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		s.closeHotRestart()
+		return nil, err
+	}
+	if err := s.listenForSuccessor(); err != nil {
+		return fail(err)
+	}
 	s.workers, err = workers.New(workers.Options{
 		Config:      cfg,
 		Concurrency: s.concurrency,
 		Logger:      log,
-		Inherited:   opts.Inherited,
+		Inherited:   inherited,
 	}, snap)
+	inherited = nil // workers.New owns them now, on success and failure
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	s.adminLn = opts.AdminListener
+	// Sockets the previous generation had and this one does not want
+	// (a listener removed): the previous generation empties their queues
+	// when it drains; this one lets go of them now.
+	for _, f := range s.workers.Unused() {
+		f.Close()
+	}
+	s.adminLn = adminLn
 	if s.adminLn == nil {
 		s.adminLn, err = net.Listen("tcp", cfg.Admin.Address)
 		if err != nil {
 			s.workers.Close()
-			return nil, fmt.Errorf("admin: address %q: %w%s", cfg.Admin.Address, err, bindHint(err))
+			return fail(fmt.Errorf("admin: address %q: %w%s", cfg.Admin.Address, err, bindHint(err)))
 		}
 	}
-	s.admin = &http.Server{
+	s.admin = s.newAdminServer()
+	return s, nil
+}
+
+func (s *Server) newAdminServer() *http.Server {
+	return &http.Server{
 		Handler:           s.adminHandler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		ErrorLog:          log.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
+		ErrorLog:          s.log.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 	}
-	return s, nil
 }
 
 // State reports the generation's lifecycle state.
@@ -157,10 +201,11 @@ func (s *Server) State() State { return State(s.state.Load()) }
 func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 
 // Run serves until ctx ends, a stop signal arrives (with
-// Options.HandleSignals) or the admin API is told to quit; then it drains
-// the generation within server.drain_time and returns. A second signal
-// during the drain closes everything at once.
+// Options.HandleSignals), the admin API is told to quit, or the generation
+// has handed over to the next one; then it drains the generation and
+// returns. A second signal during a drain closes everything at once.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.closeHotRestart()
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -170,21 +215,29 @@ func (s *Server) Run(ctx context.Context) error {
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
 	s.workers.Start()
+	go s.hr.listener.Serve()
 	s.state.Store(int32(StateLive))
 	s.log.Info("serving", "epoch", s.opts.Epoch, "pid", s.identity.PID,
 		"concurrency", s.concurrency, "listeners", len(s.cfg.Listeners), "admin", s.adminLn.Addr().String())
+	s.tellPredecessorToDrain()
+	if s.opts.OnReady != nil {
+		s.opts.OnReady()
+	}
 
 	reason := ""
-	for reason == "" {
+	for reason == "" && !s.handoffFinished() {
+		commit, drained := s.handoffChannels()
 		select {
 		case <-ctx.Done():
 			reason = "context ended"
 		case r := <-s.quit:
 			reason = r
 		case err := <-adminDone:
-			// The admin API going dark is not a reason to drop traffic;
-			// say so loudly and keep serving.
-			s.log.Error("admin API stopped serving", "error", err)
+			if s.State() == StateLive && !errors.Is(err, http.ErrServerClosed) {
+				// The admin API going dark is not a reason to drop
+				// traffic; say so loudly and keep serving.
+				s.log.Error("admin API stopped serving", "error", err)
+			}
 			adminDone = nil
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -192,9 +245,61 @@ func (s *Server) Run(ctx context.Context) error {
 				continue
 			}
 			reason = "signal " + sig.String()
+		case reply := <-s.hr.sockets:
+			reply <- s.socketsForSuccessor()
+		case ev := <-s.hr.events:
+			if ev.drain {
+				s.beginHandoff(ev.child)
+			} else {
+				s.successorLost(ev)
+			}
+		case <-commit:
+			s.commitHandoff()
+		case err := <-drained:
+			s.handoffDrained(err)
 		}
 	}
+	if reason == "" {
+		s.log.Info("handed over and drained: exiting", "epoch", s.opts.Epoch, "pid", s.identity.PID)
+		s.closeRetired()
+		return nil
+	}
+	if s.hr.handoff != nil {
+		return s.finishHandoff(reason, sigs)
+	}
 	return s.drain(reason, sigs)
+}
+
+// finishHandoff stops a generation that was already draining for its
+// successor: no rollback any more, and the drain under way is bounded by
+// drain_time from now.
+func (s *Server) finishHandoff(reason string, sigs <-chan os.Signal) error {
+	h := s.hr.handoff
+	s.log.Info("stopping during a hand-over: no rollback", "reason", reason)
+	if !h.committed {
+		s.commitHandoff()
+	}
+	if !h.done {
+		timer := time.NewTimer(s.cfg.Server.DrainTime.D())
+		defer timer.Stop()
+		select {
+		case err := <-h.drained:
+			s.handoffDrained(err)
+		case <-timer.C:
+		case <-sigs:
+		}
+		if !h.done {
+			h.manager.Close()
+		}
+	}
+	s.closeRetired()
+	return nil
+}
+
+func (s *Server) closeRetired() {
+	for _, m := range s.hr.retired {
+		m.Close()
+	}
 }
 
 // drain stops the generation gracefully: /ready turns 503, workers stop
@@ -219,6 +324,7 @@ func (s *Server) drain(reason string, sigs <-chan os.Signal) error {
 	start := time.Now()
 	err := s.workers.Drain(ctx, workers.DrainOptions{})
 	s.workers.Close()
+	s.closeRetired()
 	if err != nil {
 		s.log.Warn("drain ended before every connection finished", "error", err, "after", time.Since(start).Round(time.Millisecond))
 	} else {
@@ -241,6 +347,7 @@ func (s *Server) requestQuit(reason string) {
 // Close releases everything without draining, for a generation that was
 // built but never run.
 func (s *Server) Close() error {
+	s.closeHotRestart()
 	return errors.Join(s.workers.Close(), s.adminLn.Close())
 }
 

@@ -92,18 +92,33 @@ func parse(fs *flag.FlagSet, args []string) int {
 func serve(args []string, stderr io.Writer) int {
 	fs := newFlags("serve [-c FILE] [flags]",
 		"Runs one generation of the proxy until SIGTERM or SIGINT, then drains it\n"+
-			"(stops accepting, finishes requests in flight) within server.drain_time.", stderr)
+			"(stops accepting, finishes requests in flight) within server.drain_time.\n\n"+
+			"Hot restart: a generation started with --restart-epoch N takes over the\n"+
+			"listening sockets of the running generation of epoch N-1 (same --base-id),\n"+
+			"serves, and then tells it to drain; that one exits by itself. If the new\n"+
+			"generation dies within hot_restart.commit_window, the old one serves again.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn, error (overrides [log] level)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (overrides [log] format)")
+	baseID := fs.Int("base-id", 0, "`id` of this hotproxy instance: tells apart the restart sockets of instances on one machine")
+	epoch := fs.Int("restart-epoch", 0, "hot-restart `epoch`: 0 starts cold; N > 0 takes over from the running generation of epoch N-1")
+	allowCold := fs.Bool("allow-cold-start", false, "with --restart-epoch N > 0: start cold when no generation of epoch N-1 is running")
+	readyFD := fs.Int("ready-fd", -1, "file `descriptor` to write \"READY <pid>\" to once serving (or \"FAILED <reason>\" on a failed start), then close")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
+	if *baseID < 0 || *epoch < 0 {
+		fmt.Fprintln(stderr, "hotproxy serve: --base-id and --restart-epoch must be 0 or more")
+		return exitUsage
+	}
+	ready := newReadyReporter(*readyFD)
+	defer ready.close()
 
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		ready.failed(err)
 		return 1
 	}
 	level, format := cfg.Log.Level, cfg.Log.Format
@@ -119,10 +134,18 @@ func serve(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 
-	srv, err := server.New(server.Options{Config: cfg, Logger: log, HandleSignals: true})
+	srv, err := server.New(server.Options{
+		Config:         cfg,
+		Logger:         log,
+		HandleSignals:  true,
+		BaseID:         *baseID,
+		Epoch:          *epoch,
+		AllowColdStart: *allowCold,
+		OnReady:        ready.ready,
+	})
 	if err != nil {
 		log.Error("cannot start", "error", err)
-		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		ready.failed(err)
 		return 1
 	}
 	if err := srv.Run(context.Background()); err != nil {
@@ -166,4 +189,37 @@ func printVersion(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "hotproxy %s\nhot-restart protocol %s\n%s %s/%s\n",
 		version.Version, version.HotRestartProtocol, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return 0
+}
+
+// readyReporter tells whoever started this generation (the supervisor)
+// whether it serves, through an inherited file descriptor: one line, then
+// the descriptor is closed, so a reader sees EOF if the process dies first.
+type readyReporter struct{ f *os.File }
+
+func newReadyReporter(fd int) *readyReporter {
+	if fd < 0 {
+		return &readyReporter{}
+	}
+	return &readyReporter{f: os.NewFile(uintptr(fd), "ready-fd")}
+}
+
+func (r *readyReporter) ready() { r.say(fmt.Sprintf("READY %d\n", os.Getpid())) }
+
+func (r *readyReporter) failed(err error) {
+	r.say("FAILED " + strings.ReplaceAll(err.Error(), "\n", "; ") + "\n")
+}
+
+func (r *readyReporter) say(line string) {
+	if r.f == nil {
+		return
+	}
+	r.f.WriteString(line)
+	r.close()
+}
+
+func (r *readyReporter) close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
 }

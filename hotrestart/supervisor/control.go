@@ -1,0 +1,116 @@
+package supervisor
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// The control protocol: a client connects to the control socket (a
+// SOCK_STREAM Unix socket, mode 0600, peers checked by SO_PEERCRED), writes
+// one JSON request on one line and reads one JSON response on one line;
+// then the connection is closed.
+//
+//	{"op":"status"}  → {"ok":true,"status":{...}}
+//	{"op":"reload"}  → {"ok":true|false,"reload":{...},"error":"..."} (when the new generation serves or failed)
+//	{"op":"reexec"}  → {"ok":true,"status":{...}} from the new image
+//
+// A request must arrive within ControlReadTimeout and fit in
+// maxRequestBytes; anything else is answered with {"ok":false,"error":...}.
+
+// Control operations.
+const (
+	OpStatus = "status"
+	OpReload = "reload"
+	OpReexec = "reexec"
+)
+
+// Limits of the control protocol.
+const (
+	ControlReadTimeout  = 5 * time.Second
+	ControlWriteTimeout = 5 * time.Second
+	maxRequestBytes     = 4 << 10
+	maxResponseBytes    = 1 << 20
+	// DefaultClientTimeout bounds a client's wait for an answer; a reload
+	// answers when the new generation serves or failed.
+	DefaultClientTimeout = 2 * time.Minute
+)
+
+// Request is one control request.
+type Request struct {
+	Op string `json:"op"`
+}
+
+// Response is one control response.
+type Response struct {
+	OK     bool          `json:"ok"`
+	Error  string        `json:"error,omitempty"`
+	Status *Status       `json:"status,omitempty"`
+	Reload *ReloadResult `json:"reload,omitempty"`
+}
+
+// ErrNoSupervisor wraps a failure to reach the control socket.
+var ErrNoSupervisor = errors.New("no supervisor answers")
+
+// Call sends one request to the control socket at path and returns the
+// response; timeout bounds the whole exchange (0: DefaultClientTimeout).
+// A response with OK false is returned with a nil error: the caller says
+// what failed.
+func Call(path, op string, timeout time.Duration) (*Response, error) {
+	if timeout <= 0 {
+		timeout = DefaultClientTimeout
+	}
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w: %w (is `hotproxy supervise` running with this --base-id or --control-socket?)", path, ErrNoSupervisor, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	req, _ := json.Marshal(Request{Op: op})
+	if _, err := c.Write(append(req, '\n')); err != nil {
+		return nil, fmt.Errorf("control socket %s: send %s: %w", path, op, err)
+	}
+	line, err := readLine(bufio.NewReaderSize(c, 4096), maxResponseBytes)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %s: reading the answer: %w", path, op, err)
+	}
+	var resp Response
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return nil, fmt.Errorf("control socket %s: %s: bad answer: %w", path, op, err)
+	}
+	return &resp, nil
+}
+
+// readLine reads one '\n'-terminated line of at most max bytes.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max {
+			return nil, fmt.Errorf("line longer than %d bytes", max)
+		}
+		if err == nil {
+			return line[:len(line)-1], nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}
+
+// parseRequest decodes one request line.
+func parseRequest(line []byte) (Request, error) {
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		return req, fmt.Errorf("request is not JSON: %w", err)
+	}
+	switch req.Op {
+	case OpStatus, OpReload, OpReexec:
+		return req, nil
+	}
+	return req, fmt.Errorf("unknown op %q (use %q, %q or %q)", req.Op, OpStatus, OpReload, OpReexec)
+}
