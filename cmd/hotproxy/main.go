@@ -23,13 +23,16 @@ const usage = `hotproxy: an L4/L7 proxy that replaces itself without dropping a 
 
 Usage:
   hotproxy serve    [-c FILE] [flags]   run one generation of the proxy
+  hotproxy supervise [-c FILE] [flags]  run the generations: reloads, systemd notify, PID 1
+  hotproxy reload   [--supervisor]      start the next generation (or re-execute the supervisor)
+  hotproxy status   [--json]            the supervisor's generations
   hotproxy validate [-c FILE]           build a config fully, without binding anything
   hotproxy version                      build and protocol versions
   hotproxy help [VERB]                  this text, or a verb's flags
 
-With no -c, serve and validate use the embedded default config: an HTTP
-listener on 127.0.0.1:10000 that answers directly, and the admin API on
-127.0.0.1:9901.
+With no -c, serve, supervise and validate use the embedded default config:
+an HTTP listener on 127.0.0.1:10000 that answers directly, and the admin API
+on 127.0.0.1:9901.
 `
 
 // exitUsage is the exit status for a command line that cannot be run.
@@ -48,6 +51,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch verb {
 	case "serve":
 		return serve(rest, stderr)
+	case "supervise":
+		return superviseCmd(rest, stderr)
+	case "reload":
+		return reloadCmd(rest, stdout, stderr)
+	case "status":
+		return statusCmd(rest, stdout, stderr)
 	case "validate":
 		return validate(rest, stdout, stderr)
 	case "version":

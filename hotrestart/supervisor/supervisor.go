@@ -95,6 +95,11 @@ type Options struct {
 	// PR_SET_CHILD_SUBREAPER when it is not PID 1. Leave it false when
 	// the process starts other children of its own (tests in process).
 	ReapOrphans bool
+	// TakeOver makes the first generation the successor of a generation
+	// of BaseID that this supervisor did not start (another container of
+	// the pod, sharing the network and IPC namespaces), found from its
+	// restart socket; with none running, it starts cold.
+	TakeOver bool
 	// ReadyMargin and StopMargin: see the defaults.
 	ReadyMargin time.Duration
 	StopMargin  time.Duration

@@ -1,0 +1,40 @@
+# hotproxy in a container: `hotproxy supervise` is PID 1 (it reaps every
+# child, forwards SIGUSR1, drains on SIGTERM). See docs/containers.md.
+#
+#   docker build --build-arg VERSION=$(git describe --tags --always) -t hotproxy .
+#   docker run -d --name hp -p 8080:8080 -v $PWD/hotproxy.toml:/etc/hotproxy/hotproxy.toml:ro \
+#       --stop-timeout 60 hotproxy
+#   docker kill -s HUP hp          # reload (or: docker exec hp hotproxy reload)
+#   docker exec hp hotproxy status
+#
+# Not built by the test suite (no container engine there).
+
+ARG GO_VERSION=1.26.8
+
+FROM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-X github.com/hotproxy/hotproxy/internal/version.Version=${VERSION}" \
+        -o /out/hotproxy ./cmd/hotproxy \
+    && /out/hotproxy version
+
+FROM debian:bookworm-slim
+RUN useradd --system --no-create-home --shell /usr/sbin/nologin --uid 10001 hotproxy \
+    && install -d -o hotproxy -g hotproxy -m 0750 /run/hotproxy \
+    && install -d -m 0755 /etc/hotproxy
+COPY --from=build /out/hotproxy /usr/local/bin/hotproxy
+COPY examples/hotproxy.toml /etc/hotproxy/hotproxy.toml
+COPY scripts/hot-swap.sh /usr/local/bin/hotproxy-hot-swap
+USER hotproxy
+# docker stop: SIGTERM to PID 1, which drains every generation within
+# server.parent_shutdown_time (45s by default) + 5s. Give it that long:
+# `docker run --stop-timeout 60`, or terminationGracePeriodSeconds: 60.
+STOPSIGNAL SIGTERM
+EXPOSE 8080 9901
+# /ready answers 200 while a generation serves (through the admin API;
+# bind [admin] address to 0.0.0.0 to probe it from outside the container).
+ENTRYPOINT ["/usr/local/bin/hotproxy", "supervise", "-c", "/etc/hotproxy/hotproxy.toml"]

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hotproxy/hotproxy/hotrestart/supervisor"
+	"github.com/hotproxy/hotproxy/server"
+	"github.com/hotproxy/hotproxy/server/config"
+)
+
+// superviseCmd runs `hotproxy supervise`.
+func superviseCmd(args []string, stderr io.Writer) int {
+	fs := newFlags("supervise [-c FILE] [flags]",
+		"Runs the generations of the proxy as its children: starts epoch 0, and on\n"+
+			"SIGHUP or `hotproxy reload` starts the next epoch from the binary on disk,\n"+
+			"which takes over the listening sockets; a new generation that fails leaves\n"+
+			"the serving one untouched. SIGTERM/SIGINT stop every generation within\n"+
+			"server.parent_shutdown_time; SIGUSR1 is forwarded. Speaks the systemd notify\n"+
+			"protocol when NOTIFY_SOCKET is set, and is safe as PID 1.", stderr)
+	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
+	fs.StringVar(cfgPath, "config", "", "same as -c")
+	baseID := fs.Int("base-id", 0, "base `id`: names the restart sockets, the stats region and the control socket")
+	ctlPath := fs.String("control-socket", "", "control socket `path` (default $RUNTIME_DIRECTORY/hotproxy.<base-id>.sock,\nelse /run/hotproxy/hotproxy.<base-id>.sock; \"-\": none)")
+	genBinary := fs.String("generation-binary", "", "`path` of the binary each generation runs (default: this executable's path,\nre-read at each start so that a replaced binary is picked up)")
+	takeOver := fs.Bool("take-over", false, "start the first generation as the successor of a running generation of this\nbase-id that another supervisor started (e.g. in another container of the pod);\ncold start when none runs")
+	logLevel := fs.String("log-level", "", "log `level` of the supervisor and its generations (overrides [log] level)")
+	logFormat := fs.String("log-format", "", "log `format`: text or json (overrides [log] format)")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+
+	level, format := config.DefaultLogLevel, config.DefaultLogFormat
+	if cfg, err := config.Load(*cfgPath); err == nil {
+		level, format = cfg.Log.Level, cfg.Log.Format
+	} else if _, resuming := os.LookupEnv(supervisor.EnvState); !resuming {
+		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
+		return 1
+	}
+	var extra []string
+	if *logLevel != "" {
+		level = *logLevel
+		extra = append(extra, "--log-level", *logLevel)
+	}
+	if *logFormat != "" {
+		format = *logFormat
+		extra = append(extra, "--log-format", *logFormat)
+	}
+	log, err := server.NewLogger(stderr, level, format)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
+		return exitUsage
+	}
+	sup, err := supervisor.New(supervisor.Options{
+		ConfigPath:    *cfgPath,
+		BaseID:        *baseID,
+		Binary:        *genBinary,
+		ExtraArgs:     extra,
+		ControlSocket: *ctlPath,
+		ReapOrphans:   true,
+		TakeOver:      *takeOver,
+		Logger:        log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
+		return 1
+	}
+	if err := sup.Run(context.Background()); err != nil {
+		log.Error("supervisor stopped", "error", err)
+		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// controlFlags adds the flags that find a supervisor's control socket.
+func controlFlags(fs interface {
+	String(name, value, usage string) *string
+	Int(name string, value int, usage string) *int
+	Duration(name string, value time.Duration, usage string) *time.Duration
+}) func() string {
+	path := fs.String("control-socket", "", "control socket `path` (default: the one `hotproxy supervise` uses for --base-id)")
+	baseID := fs.Int("base-id", 0, "base `id` of the supervisor")
+	return func() string {
+		if *path != "" {
+			return *path
+		}
+		return supervisor.DefaultControlSocket(*baseID)
+	}
+}
+
+// statusCmd runs `hotproxy status`.
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("status [--base-id B | --control-socket PATH] [--json]",
+		"Asks the running supervisor for its generations: epoch, pid, state\n"+
+			"(starting, serving, draining, failed, stopping), age and version.", stderr)
+	socket := controlFlags(fs)
+	asJSON := fs.Bool("json", false, "print the supervisor's JSON answer")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	resp, err := supervisor.Call(socket(), supervisor.OpStatus, 10*time.Second)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy status: %v\n", err)
+		return 1
+	}
+	if !resp.OK || resp.Status == nil {
+		fmt.Fprintf(stderr, "hotproxy status: %s\n", resp.Error)
+		return 1
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(resp.Status, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	printStatus(stdout, resp.Status)
+	return 0
+}
+
+func printStatus(w io.Writer, st *supervisor.Status) {
+	fmt.Fprintf(w, "supervisor pid %d, version %s, up %s, base-id %d, config %s\n",
+		st.PID, st.Version, time.Since(st.Started).Round(time.Second), st.BaseID, st.Config)
+	fmt.Fprintf(w, "reloads: %d ok, %d failed; re-executed %d times\n", st.Reloads, st.FailedReloads, st.Reexecs)
+	if st.LastFailure != nil {
+		fmt.Fprintf(w, "last failure (%s ago): %s\n", time.Since(st.LastFailure.At).Round(time.Second), st.LastFailure.Reason)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EPOCH\tPID\tSTATE\tAGE\tVERSION")
+	for _, g := range st.Generations {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", g.Epoch, g.PID, g.State,
+			(time.Duration(g.AgeSeconds * float64(time.Second))).Round(time.Second), g.Version)
+	}
+	tw.Flush()
+}
+
+// reloadCmd runs `hotproxy reload`.
+func reloadCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("reload [--base-id B | --control-socket PATH] [--supervisor]",
+		"Asks the running supervisor to start the next generation from the binary\n"+
+			"and config on disk, and waits for the outcome: exits 0 when the new\n"+
+			"generation serves, 1 when it failed (the previous one still serves).\n"+
+			"With --supervisor, the supervisor re-executes its own binary in place\n"+
+			"instead (same pid, generations kept).", stderr)
+	socket := controlFlags(fs)
+	self := fs.Bool("supervisor", false, "re-execute the supervisor itself in place (no new generation)")
+	timeout := fs.Duration("timeout", supervisor.DefaultClientTimeout, "how long to wait for the outcome")
+	if rc := parse(fs, args); rc >= 0 {
+		return rc
+	}
+	op := supervisor.OpReload
+	if *self {
+		op = supervisor.OpReexec
+	}
+	resp, err := supervisor.Call(socket(), op, *timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy reload: %v\n", err)
+		return 1
+	}
+	if *self {
+		if !resp.OK || resp.Status == nil {
+			fmt.Fprintf(stderr, "hotproxy reload: %s\n", resp.Error)
+			return 1
+		}
+		fmt.Fprintf(stdout, "supervisor re-executed in place: pid %d, version %s\n", resp.Status.PID, resp.Status.Version)
+		return 0
+	}
+	if resp.Reload == nil {
+		fmt.Fprintf(stderr, "hotproxy reload: %s\n", resp.Error)
+		return 1
+	}
+	if !resp.Reload.OK {
+		fmt.Fprintf(stderr, "hotproxy %s\n", resp.Reload)
+		return 1
+	}
+	fmt.Fprintf(stdout, "hotproxy %s\n", resp.Reload)
+	return 0
+}

@@ -1,0 +1,182 @@
+package supervisor
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// controlServer accepts control connections and hands their requests to
+// the loop.
+type controlServer struct {
+	ln   *net.UnixListener
+	path string
+	log  hclog.Logger
+	once sync.Once
+}
+
+// listenControl binds the control socket at path, mode 0600. A stale
+// socket file is replaced; a live one (another supervisor) is an error.
+func listenControl(path string, log hclog.Logger) (*controlServer, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
+	}
+	ua := &net.UnixAddr{Name: path, Net: "unix"}
+	ln, err := net.ListenUnix("unix", ua)
+	if err != nil && errors.Is(err, unix.EADDRINUSE) {
+		if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+			c.Close()
+			return nil, fmt.Errorf("control socket %s: another supervisor is listening there (use another --base-id or --control-socket)", path)
+		}
+		os.Remove(path)
+		ln, err = net.ListenUnix("unix", ua)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	return &controlServer{ln: ln, path: path, log: log.Named("control")}, nil
+}
+
+// controlFromFD rebuilds the control server from a listener inherited
+// across a re-execution.
+func controlFromFD(fd int, path string, log hclog.Logger) (*controlServer, error) {
+	f := os.NewFile(uintptr(fd), "control")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: inherited fd %d: %w", path, fd, err)
+	}
+	ln, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("control socket %s: inherited fd %d is not a Unix listener", path, fd)
+	}
+	ln.SetUnlinkOnClose(true)
+	return &controlServer{ln: ln, path: path, log: log.Named("control")}, nil
+}
+
+func (c *controlServer) close() { c.once.Do(func() { c.ln.Close() }) }
+
+// serve accepts until the listener is closed.
+func (c *controlServer) serve(out chan<- ctlReq, done <-chan struct{}) {
+	for {
+		conn, err := c.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			c.log.Warn("accept", "error", err)
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		go c.handle(conn, out, done)
+	}
+}
+
+// handle reads one request, passes it to the loop and writes the answer.
+func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-chan struct{}) {
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			conn.Close()
+		}
+	}()
+	uid, pid, err := peerCred(conn)
+	if err != nil {
+		c.log.Warn("refused a control connection", "error", err)
+		return
+	}
+	if uid != 0 && uid != os.Getuid() {
+		c.log.Warn("refused a control connection from another user", "uid", uid, "pid", pid)
+		writeResponse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", uid, os.Getuid())})
+		return
+	}
+	conn.SetReadDeadline(time.Now().Add(ControlReadTimeout))
+	line, err := readLine(bufio.NewReaderSize(conn, 512), maxRequestBytes)
+	if err != nil {
+		writeResponse(conn, Response{Error: "bad request: " + err.Error()})
+		return
+	}
+	req, err := parseRequest(line)
+	if err != nil {
+		writeResponse(conn, Response{Error: "bad request: " + err.Error()})
+		return
+	}
+	r := ctlReq{op: req.Op, reply: make(chan Response, 1)}
+	if req.Op == OpReexec {
+		// The answer comes from the new image, on this connection.
+		f, err := conn.File()
+		if err != nil {
+			writeResponse(conn, Response{Error: "reexec: " + err.Error()})
+			return
+		}
+		r.conn = f
+		conn.Close()
+		handedOver = true
+	}
+	select {
+	case out <- r:
+	case <-done:
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		writeResponse(conn, Response{Error: ErrStopping.Error()})
+		return
+	}
+	if r.conn != nil {
+		return
+	}
+	select {
+	case resp := <-r.reply:
+		writeResponse(conn, resp)
+	case <-done:
+		writeResponse(conn, Response{Error: ErrStopping.Error()})
+	}
+}
+
+// writeResponse writes resp as one line, bounded by ControlWriteTimeout.
+func writeResponse(w interface {
+	Write([]byte) (int, error)
+	SetWriteDeadline(time.Time) error
+}, resp Response) {
+	b, _ := json.Marshal(resp)
+	w.SetWriteDeadline(time.Now().Add(ControlWriteTimeout))
+	w.Write(append(b, '\n'))
+}
+
+// peerCred returns the uid and pid of the connected peer.
+func peerCred(uc *net.UnixConn) (uid, pid int, err error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if serr != nil {
+		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", serr)
+	}
+	return int(cred.Uid), int(cred.Pid), nil
+}

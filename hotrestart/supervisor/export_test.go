@@ -1,0 +1,4 @@
+package supervisor
+
+// ParseRequestForTest exposes parseRequest to the external tests.
+func ParseRequestForTest(b []byte) (Request, error) { return parseRequest(b) }

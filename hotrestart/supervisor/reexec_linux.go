@@ -1,0 +1,205 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hotproxy/hotproxy/internal/version"
+	"github.com/hotproxy/hotproxy/server/config"
+)
+
+// stateVersion is the layout of savedState; a new image refuses another.
+const stateVersion = 1
+
+// savedState is what a supervisor hands to its own next image across
+// execve, in EnvState. The generations stay its children: execve keeps the
+// PID, and with it the parent of every child.
+type savedState struct {
+	V           int         `json:"v"`
+	From        string      `json:"from"` // the version that saved it
+	BaseID      int         `json:"base_id"`
+	Config      string      `json:"config"`
+	Binary      string      `json:"binary"`
+	Self        string      `json:"self"`
+	ControlFD   int         `json:"control_fd"` // -1: none
+	ControlPath string      `json:"control_path"`
+	ReplyFD     int         `json:"reply_fd"` // -1: none
+	Started     time.Time   `json:"started"`
+	Reexecs     int         `json:"reexecs"`
+	LastEpoch   int         `json:"last_epoch"`
+	Reloads     int         `json:"reloads"`
+	Failed      int         `json:"failed"`
+	LastFailure *Failure    `json:"last_failure,omitempty"`
+	Gens        []savedGen  `json:"generations"`
+	Timeouts    savedTiming `json:"timeouts"`
+}
+
+type savedGen struct {
+	Epoch         int       `json:"epoch"`
+	PID           int       `json:"pid"`
+	State         State     `json:"state"`
+	Started       time.Time `json:"started"`
+	ReadyAt       time.Time `json:"ready_at"`
+	DrainingSince time.Time `json:"draining_since"`
+	Version       string    `json:"version"`
+	Binary        string    `json:"binary"`
+}
+
+// savedTiming keeps the bounds in force, for a new image that cannot load
+// the config any more.
+type savedTiming struct {
+	Drain, ParentShutdown, CommitWindow, Handoff config.Duration
+}
+
+// clearCloexec lets fd survive execve.
+func clearCloexec(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
+	return err
+}
+
+// reexec replaces this process's image with the binary at s.self, keeping
+// the PID, the children, the control listener and the requester's
+// connection. It returns only on failure, which it reports to the
+// requester.
+func (s *Supervisor) reexec() {
+	req := s.reexecReq
+	st := savedState{
+		V: stateVersion, From: version.Version, BaseID: s.opts.BaseID, Config: s.opts.ConfigPath,
+		Binary: s.binary, Self: s.self, ControlFD: -1, ControlPath: s.opts.ControlSocket, ReplyFD: -1,
+		Started: s.started, Reexecs: s.reexecs + 1, LastEpoch: s.lastEpoch, Reloads: s.reloads,
+		Failed: s.failed, LastFailure: s.lastFailure,
+		Timeouts: savedTiming{
+			Drain: s.cfg.Server.DrainTime, ParentShutdown: s.cfg.Server.ParentShutdownTime,
+			CommitWindow: s.cfg.HotRestart.CommitWindow, Handoff: s.cfg.HotRestart.HandoffTimeout,
+		},
+	}
+	for _, g := range s.gens {
+		st.Gens = append(st.Gens, savedGen{
+			Epoch: g.epoch, PID: g.pid, State: g.state, Started: g.started, ReadyAt: g.readyAt,
+			DrainingSince: g.drainingSince, Version: g.version, Binary: g.binary,
+		})
+	}
+	var keep []*os.File
+	fail := func(err error) {
+		for _, f := range keep {
+			f.Close()
+		}
+		s.log.Error("re-execution failed; this image keeps running", "error", err)
+		s.answerReexecFailure(err)
+	}
+	if s.ctl != nil {
+		f, err := s.ctl.ln.File()
+		if err != nil {
+			fail(fmt.Errorf("control listener: %w", err))
+			return
+		}
+		keep = append(keep, f)
+		st.ControlFD = int(f.Fd())
+	}
+	if req.conn != nil {
+		st.ReplyFD = int(req.conn.Fd())
+	}
+	for _, fd := range []int{st.ControlFD, st.ReplyFD} {
+		if fd >= 0 {
+			if err := clearCloexec(fd); err != nil {
+				fail(fmt.Errorf("fd %d: %w", fd, err))
+				return
+			}
+		}
+	}
+	blob, err := json.Marshal(st)
+	if err != nil {
+		fail(err)
+		return
+	}
+	env := []string{EnvState + "=" + string(blob)}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, EnvState+"=") {
+			env = append(env, kv)
+		}
+	}
+	s.log.Info("re-executing in place", "binary", s.self, "pid", os.Getpid(), "generations", len(s.gens))
+	err = syscall.Exec(s.self, s.opts.Args, env)
+	// Still here: execve failed; the fds must not leak into children.
+	for _, fd := range []int{st.ReplyFD} {
+		if fd >= 0 {
+			unix.CloseOnExec(fd)
+		}
+	}
+	fail(fmt.Errorf("execve %s: %w", s.self, err))
+}
+
+// answerReexecFailure answers the pending reexec request with err.
+func (s *Supervisor) answerReexecFailure(err error) {
+	req := s.reexecReq
+	s.reexecReq = nil
+	if req == nil {
+		return
+	}
+	if req.conn != nil {
+		writeResponse(req.conn, Response{Error: "reexec: " + err.Error()})
+		req.conn.Close()
+	} else {
+		req.reply <- Response{Error: "reexec: " + err.Error()}
+	}
+}
+
+// resume rebuilds the state handed over by the previous image, if any.
+func (s *Supervisor) resume() (bool, error) {
+	blob, ok := os.LookupEnv(EnvState)
+	if !ok {
+		return false, nil
+	}
+	os.Unsetenv(EnvState)
+	var st savedState
+	if err := json.Unmarshal([]byte(blob), &st); err != nil {
+		return false, fmt.Errorf("state handed over by the previous image: %w", err)
+	}
+	if st.V != stateVersion {
+		return false, fmt.Errorf("state handed over by the previous image (%s): layout %d, this build reads %d", st.From, st.V, stateVersion)
+	}
+	s.started, s.reexecs, s.lastEpoch = st.Started, st.Reexecs, st.LastEpoch
+	s.reloads, s.failed, s.lastFailure = st.Reloads, st.Failed, st.LastFailure
+	s.binary, s.self = st.Binary, st.Self
+	if s.opts.Binary != "" && s.opts.Binary != s.self {
+		// An explicit generation binary on the command line wins.
+		s.binary = s.opts.Binary
+	}
+	if s.cfg == nil {
+		s.cfg = &config.Config{}
+		s.cfg.SetDefaults()
+	}
+	t := st.Timeouts
+	s.cfg.Server.DrainTime, s.cfg.Server.ParentShutdownTime = t.Drain, t.ParentShutdown
+	s.cfg.HotRestart.CommitWindow, s.cfg.HotRestart.HandoffTimeout = t.CommitWindow, t.Handoff
+	for _, g := range st.Gens {
+		s.gens = append(s.gens, &generation{
+			epoch: g.Epoch, pid: g.PID, state: g.State, started: g.Started, readyAt: g.ReadyAt,
+			drainingSince: g.DrainingSince, version: g.Version, binary: g.Binary,
+		})
+	}
+	if st.ControlFD >= 0 {
+		unix.CloseOnExec(st.ControlFD)
+		ctl, err := controlFromFD(st.ControlFD, st.ControlPath, s.log)
+		if err != nil {
+			s.log.Error("control socket lost across re-execution; binding it again", "error", err)
+		} else {
+			s.ctl = ctl
+		}
+	}
+	s.log.Info("resumed after re-execution", "from", st.From, "to", version.Version, "pid", os.Getpid(), "generations", len(s.gens))
+	if st.ReplyFD >= 0 {
+		unix.CloseOnExec(st.ReplyFD)
+		f := os.NewFile(uintptr(st.ReplyFD), "reexec-reply")
+		writeResponse(f, Response{OK: true, Status: s.status()})
+		f.Close()
+	}
+	s.sendNotify(statusLine("re-executed in place (" + st.From + " → " + version.Version + "); " + s.summary()))
+	return true, nil
+}
