@@ -115,5 +115,28 @@ func (ch *Child) Drain() error {
 	return err
 }
 
+// AwaitRelease blocks until the parent closes the connection — it has
+// committed the hand-over or exited — and then closes this end, so the
+// new generation holds nothing of the old one's. It returns early with an
+// error if anything but a close arrives.
+func (ch *Child) AwaitRelease() error {
+	defer ch.c.uc.Close()
+	for {
+		m, files, err := ch.c.recv(time.Hour)
+		closeFiles(files)
+		var ne interface{ Timeout() bool }
+		switch {
+		case errors.Is(err, errPeerClosed):
+			return nil
+		case errors.As(err, &ne) && ne.Timeout():
+			continue
+		case err != nil:
+			return err
+		default:
+			return fmt.Errorf("unexpected %s message after the hand-over", m.Type)
+		}
+	}
+}
+
 // Close ends the hand-over connection.
 func (ch *Child) Close() error { return ch.c.uc.Close() }

@@ -34,7 +34,14 @@ func (c *conn) send(m *Message, files []*os.File) error {
 	if len(files) > 0 {
 		fds := make([]int, len(files))
 		for i, f := range files {
-			fds[i] = int(f.Fd())
+			// Not f.Fd(): it puts the descriptor in blocking mode, and
+			// that flag belongs to the open file description, which a
+			// listening socket's dup shares with the live listener.
+			raw, err := f.SyscallConn()
+			if err != nil {
+				return fmt.Errorf("sending %s: %w", m.Type, err)
+			}
+			raw.Control(func(fd uintptr) { fds[i] = int(fd) })
 		}
 		oob = unix.UnixRights(fds...)
 	}

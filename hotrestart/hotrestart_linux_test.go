@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // When the test binary is re-executed as another user, it plays a child
@@ -146,6 +148,20 @@ func TestHandOverSocketsInBatches(t *testing.T) {
 	for i, s := range sockets {
 		if s.Worker != i || s.Address != r.listeners[i].Addr().String() {
 			t.Fatalf("socket %d: %+v, want worker %d address %s", i, s, i, r.listeners[i].Addr())
+		}
+	}
+	// Handing a socket over must not change the parent's own listener:
+	// O_NONBLOCK is shared by every descriptor of the socket, and a
+	// blocking listener no longer wakes up for its deadlines (drain).
+	for i, ln := range r.listeners {
+		raw, err := ln.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flags int
+		raw.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+		if err != nil || flags&unix.O_NONBLOCK == 0 {
+			t.Fatalf("listener %d after the hand-over: flags %#x, err %v: O_NONBLOCK lost", i, flags, err)
 		}
 	}
 
