@@ -1,4 +1,5 @@
-# hotproxy: `make run` builds and runs the embedded default config,
+# hotproxy: `make run` builds and runs the embedded default config under
+# the supervisor,
 # `make test` runs the whole suite (what CI runs), `make bench` the benchmarks.
 
 GO      ?= go
@@ -22,8 +23,10 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hotproxy
 
+# The supervisor runs the generations: `bin/hotproxy reload` (or SIGHUP to
+# the supervisor) hot-restarts them, Ctrl-C drains and stops them.
 run: build
-	./$(BIN) serve
+	./$(BIN) supervise
 
 test: check unit integration fuzz
 

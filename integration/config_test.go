@@ -78,11 +78,11 @@ func TestBadConfigRejected(t *testing.T) {
 		}, []string{`clusters[0] ("backend").endpoints`}},
 		{"unresolvable endpoint", func(s string) string {
 			i := strings.Index(s, "endpoints = [")
-			return s[:i] + "endpoints = [\"nosuch.invalid:80\"]\n"
+			return s[:i] + "endpoints = [\"nosuch.onion:80\"]\n"
 			// Resolution is part of the build, not of the config's
 			// validation: its message names the cluster and the
 			// endpoint in words, not by key path.
-		}, []string{`"backend"`, "nosuch.invalid:80"}},
+		}, []string{`"backend"`, "nosuch.onion:80"}},
 	}
 	// The base config is valid: the table tests what it thinks it tests.
 	t.Run("valid base", func(t *testing.T) {

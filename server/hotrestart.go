@@ -281,7 +281,7 @@ func (s *Server) beginHandoff(child hotrestart.Identity) {
 	if err != nil {
 		s.log.Error("cannot keep the admin socket for a rollback", "error", err)
 	}
-	s.state.Store(int32(StateDraining))
+	s.setState(StateDraining)
 	h := &handoff{
 		child:     child,
 		kept:      kept,
@@ -358,6 +358,7 @@ func (s *Server) rollback(h *handoff) error {
 		Concurrency: s.concurrency,
 		Logger:      s.log,
 		Inherited:   h.kept,
+		Stats:       s.stats,
 	}, s.snapshot)
 	if err != nil {
 		h.keptAdmin.Close()
@@ -374,21 +375,27 @@ func (s *Server) rollback(h *handoff) error {
 	s.admin = s.newAdminServer()
 	go s.admin.Serve(adminLn)
 	m.Start()
-	s.state.Store(int32(StateLive))
+	s.setState(StateLive)
 	return nil
 }
 
-// commitHandoff: the next generation has served for the commit window.
-// The kept sockets go; there is no way back.
-func (s *Server) commitHandoff() {
+// commitHandoff ends the way back: the kept sockets go, and so does the
+// restart socket (this generation will never serve again, so nothing may
+// take over from it; its sessions close, which tells the next generation
+// to let go of its connection to this one).
+func (s *Server) commitHandoff(why string) {
 	h := s.hr.handoff
 	h.committed = true
+	h.commit.Stop()
 	closeSocketFiles(h.kept)
 	if h.keptAdmin != nil {
 		h.keptAdmin.Close()
 	}
 	h.kept, h.keptAdmin = nil, nil
-	s.log.Info("hand-over committed: the next generation has served for the commit window", "child_pid", h.child.PID)
+	// Close waits for the sessions, which report to this goroutine:
+	// never wait for them here.
+	go s.hr.listener.Close()
+	s.log.Info("hand-over committed: "+why, "child_pid", h.child.PID)
 }
 
 // handoffDrained records the end of the drain; the generation exits once
@@ -434,7 +441,14 @@ func (s *Server) tellPredecessorToDrain() {
 	}
 	if err := s.hr.takeover.Drain(); err != nil {
 		s.log.Warn("could not tell the previous generation to drain (is it gone?)", "error", err)
+		s.hr.takeover.Close()
+		return
 	}
+	go func(ch *hotrestart.Child) {
+		if err := ch.AwaitRelease(); err != nil {
+			s.log.Debug("connection to the previous generation ended", "error", err)
+		}
+	}(s.hr.takeover)
 }
 
 // closeHotRestart releases the restart socket and the connection to the

@@ -21,6 +21,8 @@ import (
 
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/shm"
+	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -54,7 +56,8 @@ type Options struct {
 	// takes over from the running generation of epoch N-1.
 	Epoch int
 	// BaseID tells apart independent hotproxy instances on one machine:
-	// it names their restart sockets and their stats regions.
+	// it names their restart sockets and their stats regions (default
+	// /dev/shm/hotproxy.<base-id>.stats, see config [stats] path).
 	BaseID int
 	// AllowColdStart lets a generation of epoch N > 0 start cold when no
 	// generation of epoch N-1 answers.
@@ -95,6 +98,18 @@ type Server struct {
 	admin    *http.Server
 	hr       hotRestart
 
+	// region and stats are this generation's share of the stats region
+	// (see stats.go); srvStats its server.* gauges on lane 0.
+	region   *shm.Region
+	stats    *stats.Store
+	srvStats serverStats
+	// statsKick asks the flush loop to publish a state change now.
+	statsKick chan struct{}
+	// statsMu guards statsClosed: admin reads of the region end before
+	// the region is unmapped.
+	statsMu     sync.RWMutex
+	statsClosed bool
+
 	// quit receives a reason when something other than a signal or the
 	// context asks the generation to stop (the admin API).
 	quit     chan string
@@ -102,7 +117,9 @@ type Server struct {
 }
 
 // New builds the generation: everything derived from config first (routes,
-// clusters: any error here leaves no socket touched), then the listener
+// clusters: any error here leaves no socket touched), then it attaches to
+// the stats region (a region file it cannot use stops it here, before the
+// previous generation is contacted or a socket is bound), then the listener
 // sockets and the admin listener. The generation does not serve until Run.
 func New(opts Options) (*Server, error) {
 	if opts.Config == nil {
@@ -121,6 +138,7 @@ func New(opts Options) (*Server, error) {
 		started:     time.Now(),
 		quit:        make(chan string, 1),
 		hr:          newHotRestart(),
+		statsKick:   make(chan struct{}, 1),
 	}
 	if s.opts.FirstEpochStart.IsZero() {
 		s.opts.FirstEpochStart = s.started
@@ -138,10 +156,15 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
 	}
 	s.snapshot = snap
+	if err := s.openStats(); err != nil {
+		closeSocketFiles(opts.Inherited)
+		return nil, err
+	}
 
 	inherited, adminLn := opts.Inherited, opts.AdminListener
 	if opts.Epoch > 0 && inherited == nil {
 		if inherited, adminLn, err = s.takeOver(); err != nil {
+			s.closeStats()
 			return nil, err
 		}
 	}
@@ -152,6 +175,7 @@ func New(opts Options) (*Server, error) {
 			adminLn.Close()
 		}
 		s.closeHotRestart()
+		s.closeStats()
 		return nil, err
 	}
 	if err := s.listenForSuccessor(); err != nil {
@@ -162,6 +186,7 @@ func New(opts Options) (*Server, error) {
 		Concurrency: s.concurrency,
 		Logger:      log,
 		Inherited:   inherited,
+		Stats:       s.stats,
 	}, snap)
 	inherited = nil // workers.New owns them now, on success and failure
 	if err != nil {
@@ -206,6 +231,7 @@ func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 // returns. A second signal during a drain closes everything at once.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeHotRestart()
+	defer s.runStats()()
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -216,7 +242,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
 	s.workers.Start()
 	go s.hr.listener.Serve()
-	s.state.Store(int32(StateLive))
+	s.setState(StateLive)
 	s.log.Info("serving", "epoch", s.opts.Epoch, "pid", s.identity.PID,
 		"concurrency", s.concurrency, "listeners", len(s.cfg.Listeners), "admin", s.adminLn.Addr().String())
 	s.tellPredecessorToDrain()
@@ -254,7 +280,7 @@ func (s *Server) Run(ctx context.Context) error {
 				s.successorLost(ev)
 			}
 		case <-commit:
-			s.commitHandoff()
+			s.commitHandoff("the next generation has served for the commit window")
 		case err := <-drained:
 			s.handoffDrained(err)
 		}
@@ -277,7 +303,7 @@ func (s *Server) finishHandoff(reason string, sigs <-chan os.Signal) error {
 	h := s.hr.handoff
 	s.log.Info("stopping during a hand-over: no rollback", "reason", reason)
 	if !h.committed {
-		s.commitHandoff()
+		s.commitHandoff("stopping: " + reason)
 	}
 	if !h.done {
 		timer := time.NewTimer(s.cfg.Server.DrainTime.D())
@@ -306,7 +332,7 @@ func (s *Server) closeRetired() {
 // accepting and finish what is in flight within drain_time, and the admin
 // API goes last so the drain can be watched.
 func (s *Server) drain(reason string, sigs <-chan os.Signal) error {
-	s.state.Store(int32(StateDraining))
+	s.setState(StateDraining)
 	drainTime := s.cfg.Server.DrainTime.D()
 	s.log.Info("draining", "reason", reason, "drain_time", drainTime)
 
@@ -348,7 +374,7 @@ func (s *Server) requestQuit(reason string) {
 // built but never run.
 func (s *Server) Close() error {
 	s.closeHotRestart()
-	return errors.Join(s.workers.Close(), s.adminLn.Close())
+	return errors.Join(s.workers.Close(), s.adminLn.Close(), s.closeStats())
 }
 
 func bindHint(err error) string {

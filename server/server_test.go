@@ -39,6 +39,7 @@ protocol = "http"
 	if err != nil {
 		tb.Fatalf("config: %v", err)
 	}
+	isolateStats(tb, cfg)
 	srv, err = New(Options{Config: cfg})
 	if err != nil {
 		tb.Fatalf("New: %v", err)
@@ -241,6 +242,7 @@ protocol = "http"
 	if err != nil {
 		t.Fatal(err)
 	}
+	isolateStats(t, cfg)
 	srv, err := New(Options{Config: cfg})
 	if err == nil {
 		srv.Close()

@@ -89,6 +89,9 @@ func (g *Gauge) Name() string { return g.name }
 // Lane returns the handle for lane i (0 = main, 1..Workers = workers).
 func (g *Gauge) Lane(i int) GaugeLane { return GaugeLane{g.lanes[i]} }
 
+// Mode returns the gauge's mode.
+func (g *Gauge) Mode() GaugeMode { return g.mode }
+
 // Value returns this generation's value (the sum of its lanes).
 func (g *Gauge) Value() int64 {
 	var v uint64

@@ -253,6 +253,17 @@ func (s *Store) Close() error {
 	return s.Flush()
 }
 
+// Gauges returns the gauges of this store, in no particular order.
+func (s *Store) Gauges() []*Gauge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Gauge, 0, len(s.gauges))
+	for _, g := range s.gauges {
+		out = append(out, g)
+	}
+	return out
+}
+
 // Scope returns a scope whose stats are named prefix + "." + name.
 func (s *Store) Scope(prefix string) *Scope { return &Scope{store: s, prefix: prefix} }
 

@@ -44,9 +44,14 @@ func (e *dialError) Unwrap() error { return e.err }
 func (wc *WorkerCluster) dialMarked(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := wc.dialer.DialContext(ctx, network, addr)
 	if err != nil {
+		if ctx.Err() == nil {
+			// A connect abandoned by the caller (or by the
+			// transport, which dials ahead) is not a failure.
+			wc.dialed(nil, err)
+		}
 		return nil, &dialError{err}
 	}
-	return c, nil
+	return wc.dialed(c, nil), nil
 }
 
 // roundTripper is a WorkerCluster's http.RoundTripper.
@@ -67,6 +72,12 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
 
+	st := wc.stats.Load()
+	var start time.Time
+	if st != nil {
+		st.RqTotal.Inc()
+		start = time.Now()
+	}
 	var body *replayBody
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &replayBody{rc: req.Body}
@@ -97,6 +108,9 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := wc.transport.RoundTrip(out)
 		if err == nil {
 			ab.commit()
+			if st != nil {
+				st.RqTime.Record(msSince(start))
+			}
 			if wc.bal.counts() {
 				resp.Body = countBody(resp.Body, wc.bal, i)
 			}

@@ -71,6 +71,11 @@ type Endpoint struct {
 	Address string
 }
 
+// resolver is Go's own: no cgo thread blocked in getaddrinfo while the
+// main thread builds a config, and the same answers on every machine
+// (/etc/hosts, then DNS per resolv.conf).
+var resolver = &net.Resolver{PreferGo: true}
+
 // NewCluster builds a cluster from its spec: resolves every endpoint (an
 // unresolvable name is an error naming the cluster and the endpoint),
 // chooses the balancer.
@@ -148,7 +153,7 @@ func resolveEndpoint(ep string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ResolveTimeout)
 	defer cancel()
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	ips, err := resolver.LookupNetIP(ctx, "ip", host)
 	if err == nil && len(ips) == 0 {
 		err = errors.New("no addresses")
 	}
@@ -198,6 +203,7 @@ type WorkerCluster struct {
 	bal       balancer
 	transport *http.Transport
 	rt        *roundTripper
+	stats     atomic.Pointer[Stats] // nil: not counted
 }
 
 // DialTCP picks an endpoint with the balancer and connects within the
@@ -217,6 +223,11 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 		addr := wc.addrs[i]
 		wc.bal.start(i)
 		c, err := wc.dialer.DialContext(ctx, "tcp", addr)
+		if err == nil || ctx.Err() == nil {
+			// A connect abandoned by the caller is not the
+			// endpoint's failure.
+			c = wc.dialed(c, err)
+		}
 		if err == nil {
 			return c, addr, wc.doneFunc(i), nil
 		}

@@ -39,8 +39,8 @@ func TestNewClusterErrors(t *testing.T) {
 			[]string{`cluster "backend"`, `unknown lb_policy "fastest"`, "round_robin", "least_request", "random"}},
 		{"negative connect timeout", config.Cluster{Name: "backend", ConnectTimeout: -1, Endpoints: []string{"127.0.0.1:80"}},
 			[]string{`cluster "backend"`, "connect_timeout"}},
-		{"unresolvable", config.Cluster{Name: "backend", Endpoints: []string{"127.0.0.1:80", "nosuch.invalid:80"}},
-			[]string{`cluster "backend": endpoint "nosuch.invalid:80": cannot resolve host "nosuch.invalid": `}},
+		{"unresolvable", config.Cluster{Name: "backend", Endpoints: []string{"127.0.0.1:80", "nosuch.onion:80"}},
+			[]string{`cluster "backend": endpoint "nosuch.onion:80": cannot resolve host "nosuch.onion": `}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

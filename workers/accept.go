@@ -21,7 +21,7 @@ type acceptor struct {
 	m    *Manager
 	s    *socket
 	wk   *worker
-	ctr  *counters
+	st   *listenerStats
 	http bool
 }
 
@@ -36,7 +36,7 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 	for {
 		c, err := a.s.ln.AcceptTCP()
 		if err == nil {
-			a.counted()
+			a.st.accepted()
 			return c, nil
 		}
 		if a.m.acceptStopped() {
@@ -44,7 +44,7 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 				return nil, net.ErrClosed
 			}
 			if c := acceptQueued(a.s.ln); c != nil {
-				a.counted()
+				a.st.accepted()
 				return c, nil
 			}
 			// The queue is empty: close at once, so that the moment in
@@ -69,11 +69,6 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 	}
 }
 
-func (a *acceptor) counted() {
-	a.ctr.cxTotal.Add(1)
-	a.ctr.cxActive.Add(1)
-}
-
 // Accept implements net.Listener for http.Server. Every HTTP connection is
 // in its worker's connection set, so a drain can tell idle ones from busy
 // ones and close what is left at its deadline.
@@ -83,7 +78,7 @@ func (a *acceptor) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		tc := &trackedConn{Conn: c, ctr: a.ctr, set: &a.wk.conns}
+		tc := &trackedConn{Conn: c, st: a.st, set: &a.wk.conns}
 		if a.wk.conns.add(tc) {
 			return tc, nil
 		}
@@ -104,7 +99,7 @@ func (a *acceptor) Addr() net.Addr { return a.s.ln.Addr() }
 // and WriteTo cannot bypass the counting.
 type trackedConn struct {
 	net.Conn
-	ctr    *counters
+	st     *listenerStats
 	set    *connSet
 	closed atomic.Bool
 	// idleSince is when the connection last became idle between requests
@@ -115,7 +110,7 @@ type trackedConn struct {
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.ctr.bytesIn.Add(uint64(n))
+		c.st.rxBytes.Add(uint64(n))
 	}
 	return n, err
 }
@@ -123,7 +118,7 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 func (c *trackedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if n > 0 {
-		c.ctr.bytesOut.Add(uint64(n))
+		c.st.txBytes.Add(uint64(n))
 	}
 	return n, err
 }
@@ -140,7 +135,7 @@ func (c *trackedConn) CloseWrite() error {
 
 func (c *trackedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		c.ctr.cxActive.Add(-1)
+		c.st.closed()
 		c.set.remove(c)
 	}
 	return c.Conn.Close()
@@ -175,10 +170,10 @@ func (m *Manager) acceptTCP(a *acceptor, li int) {
 		s := &tcpSession{client: c}
 		if !a.wk.conns.add(s) {
 			c.Close()
-			a.ctr.cxActive.Add(-1)
+			a.st.closed()
 			continue
 		}
 		m.connWG.Add(1)
-		go m.serveTCP(a.wk, li, a.ctr, s)
+		go m.serveTCP(a.wk, li, a.st, s)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/stats"
 )
 
 // testLogger logs at debug into nothing: the debug paths run, quietly.
@@ -178,3 +179,17 @@ func ctxTimeout(tb testing.TB, d time.Duration) context.Context {
 	tb.Cleanup(cancel)
 	return ctx
 }
+
+// counter is this generation's value of the counter name in m's store.
+func counter(m *Manager, name string) uint64 { return m.Stats().Counter(name).Value() }
+
+// gauge is this generation's value of the gauge name (a sum-mode gauge).
+func gauge(m *Manager, name string) int64 { return m.Stats().Gauge(name, stats.GaugeSum).Value() }
+
+// lstat is the counter listener.<first listener>.<stat> of m.
+func lstat(m *Manager, stat string) uint64 {
+	return counter(m, "listener."+m.listeners[0].name+"."+stat)
+}
+
+// cxActive is listener.<first listener>.downstream_cx_active of m.
+func cxActive(m *Manager) int64 { return gauge(m, "listener."+m.listeners[0].name+"."+statCxActive) }

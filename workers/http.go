@@ -45,7 +45,7 @@ func (m *Manager) newHTTPServer(l *config.Listener, wk *worker, li int) *http.Se
 	return &http.Server{
 		// The handler is this worker's: per-worker state needs no
 		// lookup.
-		Handler:           &httpHandler{m: m, wk: wk, li: li, ctr: wk.ctrs[li]},
+		Handler:           &httpHandler{m: m, wk: wk, li: li, st: wk.stats[li]},
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    maxHeader,
@@ -60,10 +60,10 @@ func (m *Manager) newHTTPServer(l *config.Listener, wk *worker, li int) *http.Se
 
 // httpHandler serves one listener for one worker.
 type httpHandler struct {
-	m   *Manager
-	wk  *worker
-	li  int
-	ctr *counters
+	m  *Manager
+	wk *worker
+	li int
+	st *listenerStats
 }
 
 var _ http.Handler = (*httpHandler)(nil)
@@ -71,7 +71,12 @@ var _ http.Handler = (*httpHandler)(nil)
 const noRouteBody = "no route matched\n"
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.ctr.rqTotal.Add(1)
+	start := time.Now()
+	h.st.rqTotal.Inc()
+	h.st.rqActive.Inc()
+	// Deferred first, so it runs last: the request's final stat write.
+	defer h.st.rqActive.Dec()
+	defer h.st.requestDone(start)
 	if h.m.draining.Load() {
 		// The client reconnects for its next request, to whoever
 		// accepts then, instead of finding this connection closed
@@ -85,10 +90,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case rt == nil:
-		h.ctr.status(http.StatusNotFound)
+		h.st.status(http.StatusNotFound)
 		writeText(w, http.StatusNotFound, noRouteBody)
 	case rt.direct != nil:
-		h.ctr.status(rt.direct.status)
+		h.st.status(rt.direct.status)
 		rt.direct.write(w)
 	default:
 		h.proxy(w, r, lv, rt)
@@ -136,7 +141,7 @@ func (h *httpHandler) proxy(w http.ResponseWriter, r *http.Request, lv *listener
 	defer func() {
 		ex.timer.Stop()
 		cancel(nil)
-		h.ctr.status(ex.status)
+		h.st.status(ex.status)
 	}()
 	// A proxy streams the response while the request body may still
 	// be arriving: without this, net/http would swallow the rest of the

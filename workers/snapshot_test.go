@@ -178,9 +178,9 @@ func TestDirectResponse(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || body != noRouteBody {
 		t.Fatalf("no route: got %d %q", resp.StatusCode, body)
 	}
-	ctr := m.Counters()[0].Total
-	if ctr.DownstreamRqTotal != 3 || ctr.Rq2xx != 1 || ctr.Rq4xx != 1 || ctr.Rq5xx != 1 || ctr.BytesIn == 0 || ctr.BytesOut == 0 {
-		t.Fatalf("counters %+v", ctr)
+	rq, r2, r4, r5 := lstat(m, statRqTotal), lstat(m, "downstream_rq_2xx"), lstat(m, "downstream_rq_4xx"), lstat(m, "downstream_rq_5xx")
+	if rq != 3 || r2 != 1 || r4 != 1 || r5 != 1 || lstat(m, statRxBytes) == 0 || lstat(m, statTxBytes) == 0 {
+		t.Fatalf("rq_total %d 2xx %d 4xx %d 5xx %d rx %d tx %d", rq, r2, r4, r5, lstat(m, statRxBytes), lstat(m, statTxBytes))
 	}
 
 	// Publish: new requests see the new snapshot.

@@ -57,11 +57,18 @@ func TestTCPHalfClose(t *testing.T) {
 	if err != nil || string(got) != "got:hello, upstream" {
 		t.Fatalf("got %q %v", got, err)
 	}
-	waitFor(t, 5*time.Second, "the session to end", func() bool { return m.Counters()[0].Total.DownstreamCxActive == 0 })
-	ctr := m.Counters()[0].Total
-	if ctr.DownstreamCxTotal != 1 || ctr.BytesIn != 15 || ctr.BytesOut != 19 {
-		t.Fatalf("counters %+v", ctr)
+	waitFor(t, 5*time.Second, "the session to end", func() bool { return cxActive(m) == 0 })
+	cx, rx, tx, destroy := lstat(m, statCxTotal), lstat(m, statRxBytes), lstat(m, statTxBytes), lstat(m, statCxDestroy)
+	if cx != 1 || rx != 15 || tx != 19 || destroy != 1 {
+		t.Fatalf("cx_total %d rx %d tx %d cx_destroy %d, want 1 15 19 1", cx, rx, tx, destroy)
 	}
+	if n := counter(m, "worker.0."+statCxTotal); n != 1 {
+		t.Fatalf("worker.0.downstream_cx_total %d, want 1", n)
+	}
+	if n := counter(m, "cluster.backend.upstream_cx_total"); n != 1 {
+		t.Fatalf("cluster.backend.upstream_cx_total %d, want 1", n)
+	}
+	waitFor(t, 5*time.Second, "upstream_cx_active to reach 0", func() bool { return gauge(m, "cluster.backend.upstream_cx_active") == 0 })
 }
 
 func TestTCPLargeTransfer(t *testing.T) {
@@ -128,5 +135,5 @@ func TestTCPIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d < 8*idle/3 || d > 8*idle/3+5*time.Second {
 		t.Fatalf("closed after %v", d)
 	}
-	waitFor(t, 5*time.Second, "the session to end", func() bool { return m.Counters()[0].Total.DownstreamCxActive == 0 })
+	waitFor(t, 5*time.Second, "the session to end", func() bool { return cxActive(m) == 0 })
 }

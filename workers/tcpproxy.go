@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hotproxy/hotproxy/stats"
 )
 
 // bufSize is the copy buffer of a TCP session direction and of the HTTP
@@ -86,13 +88,13 @@ func (s *tcpSession) checkIdle() {
 }
 
 // serveTCP proxies one accepted connection to the listener's cluster.
-func (m *Manager) serveTCP(wk *worker, li int, ctr *counters, s *tcpSession) {
+func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession) {
 	defer m.connWG.Done()
 	defer func() {
 		s.done.Store(true)
 		s.Close()
 		wk.conns.remove(s)
-		ctr.cxActive.Add(-1)
+		st.closed()
 	}()
 	lv := wk.view.Load().listeners[li]
 	if lv == nil || lv.tcp == nil {
@@ -127,16 +129,16 @@ func (m *Manager) serveTCP(wk *worker, li int, ctr *counters, s *tcpSession) {
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		s.pipe(up, s.client, &ctr.bytesIn)
+		s.pipe(up, s.client, st.rxBytes)
 	}()
-	s.pipe(s.client, up, &ctr.bytesOut)
+	s.pipe(s.client, up, st.txBytes)
 	<-upDone
 }
 
 // pipe copies src to dst until src ends. At EOF it half-closes dst and
 // returns, leaving the other direction running; on an error it closes
 // the whole session.
-func (s *tcpSession) pipe(dst, src net.Conn, n *atomic.Uint64) {
+func (s *tcpSession) pipe(dst, src net.Conn, n stats.CounterLane) {
 	b := bufs.Get().(*[bufSize]byte)
 	defer bufs.Put(b)
 	for {

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -56,6 +57,10 @@ type Options struct {
 	// whose Worker is k modulo the concurrency; a shared one (-1) is
 	// accepted on by all. If New fails, it closes every inherited file.
 	Inherited map[SocketKey]*os.File
+	// Stats is the store the workers count into: worker w writes lane
+	// w+1 (build it with Workers >= Concurrency). nil: a store in process
+	// memory of the Manager's own (tests).
+	Stats *stats.Store
 }
 
 // Manager owns all workers of one generation.
@@ -66,6 +71,7 @@ type Manager struct {
 	listeners []*mlistener
 	workers   []*worker
 	httpLog   *httpErrorLog
+	stats     *stats.Store
 
 	// ctx ends at Close or when a drain is forced; it aborts upstream
 	// dials of TCP-proxy connections.
@@ -113,8 +119,8 @@ type mlistener struct {
 type worker struct {
 	id    int
 	view  atomic.Pointer[workerView]
-	ctrs  []*counters // index: listener
-	conns connSet     // long-lived connections: TCP sessions, upgrades
+	stats []*listenerStats // index: listener
+	conns connSet          // long-lived connections: TCP sessions, upgrades
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -166,12 +172,25 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		log = hclog.NewNullLogger()
 	}
 	log = log.Named("workers")
+	st := opts.Stats
+	if st == nil {
+		var err error
+		if st, err = stats.New(stats.Options{Workers: n, Logger: log}); err != nil {
+			closeInherited()
+			return nil, err
+		}
+	}
+	if st.Lanes() < n+1 {
+		closeInherited()
+		return nil, fmt.Errorf("workers: the stats store has %d lanes, the manager needs %d (1 + %d workers)", st.Lanes(), n+1, n)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		log:        log,
 		cfg:        cfg,
 		n:          n,
 		httpLog:    newHTTPErrorLog(log),
+		stats:      st,
 		ctx:        ctx,
 		cancel:     cancel,
 		stopAccept: make(chan struct{}),
@@ -203,9 +222,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	m.unused = inh
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
-		wk := &worker{id: w, ctrs: make([]*counters, len(m.listeners))}
-		for i := range wk.ctrs {
-			wk.ctrs[i] = new(counters)
+		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners))}
+		for i, ml := range m.listeners {
+			wk.stats[i] = newListenerStats(st, ml.name, w)
 		}
 		m.workers[w] = wk
 	}
@@ -257,7 +276,7 @@ func (m *Manager) Start() {
 				if s.owner >= 0 && s.owner%m.n != w {
 					continue
 				}
-				a := &acceptor{m: m, s: s, wk: wk, ctr: wk.ctrs[ml.idx], http: ml.protocol == config.ProtocolHTTP}
+				a := &acceptor{m: m, s: s, wk: wk, st: wk.stats[ml.idx], http: ml.protocol == config.ProtocolHTTP}
 				s.acceptors.Add(1)
 				m.acceptWG.Add(1)
 				if a.http {
@@ -295,7 +314,15 @@ func (m *Manager) Publish(snap *Snapshot) {
 		m.log.Error("snapshot refused: built for fewer workers", "snapshot_workers", snap.Workers(), "workers", m.n)
 		return
 	}
+	for _, c := range snap.clusters {
+		c.SetMembership(m.stats)
+	}
 	for w, wk := range m.workers {
+		for name, wc := range snap.views[w] {
+			if wc.Stats() == nil {
+				wc.BindStats(upstream.NewStats(m.stats, name, w+1))
+			}
+		}
 		wk.view.Store(m.buildView(snap, w))
 	}
 	m.mu.Lock()
@@ -383,21 +410,8 @@ func (m *Manager) Unused() map[SocketKey]*os.File {
 	return u
 }
 
-// Counters returns the counters of every listener, in config order, total
-// and per worker.
-func (m *Manager) Counters() []ListenerCounters {
-	out := make([]ListenerCounters, len(m.listeners))
-	for i, ml := range m.listeners {
-		lc := ListenerCounters{Listener: ml.name, PerWorker: make([]Counters, m.n)}
-		for w, wk := range m.workers {
-			c := wk.ctrs[i].load()
-			lc.PerWorker[w] = c
-			lc.Total.add(c)
-		}
-		out[i] = lc
-	}
-	return out
-}
+// Stats returns the store the workers count into.
+func (m *Manager) Stats() *stats.Store { return m.stats }
 
 // acceptStopped reports whether accepting has stopped.
 func (m *Manager) acceptStopped() bool {

@@ -110,7 +110,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn, error (overrides [log] level)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (overrides [log] format)")
-	baseID := fs.Int("base-id", 0, "`id` of this hotproxy instance: tells apart the restart sockets of instances on one machine")
+	baseID := fs.Int("base-id", 0, "`id` of this hotproxy instance: tells apart the restart sockets and stats regions (default /dev/shm/hotproxy.<id>.stats, see [stats] path) of instances on one machine")
 	epoch := fs.Int("restart-epoch", 0, "hot-restart `epoch`: 0 starts cold; N > 0 takes over from the running generation of epoch N-1")
 	allowCold := fs.Bool("allow-cold-start", false, "with --restart-epoch N > 0: start cold when no generation of epoch N-1 is running")
 	readyFD := fs.Int("ready-fd", -1, "file `descriptor` to write \"READY <pid>\" to once serving (or \"FAILED <reason>\" on a failed start), then close")
@@ -153,7 +153,10 @@ func serve(args []string, stderr io.Writer) int {
 		OnReady:        ready.ready,
 	})
 	if err != nil {
+		// Once for log collectors, once as plain text for whoever
+		// started it.
 		log.Error("cannot start", "error", err)
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
 		ready.failed(err)
 		return 1
 	}

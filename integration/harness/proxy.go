@@ -11,13 +11,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/hotproxy/hotproxy/shm"
 )
 
 // Defaults for the proxy's lifecycle, exported so tests can name them.
@@ -60,14 +65,39 @@ type Proxy struct {
 // Launch writes cfg to a temporary file and starts `hotproxy serve -c FILE
 // ARGS...` without waiting for it to become ready. The process is killed (by
 // its pid) when the test ends if it is still running; its output is logged
-// if the test failed.
+// if the test failed. Unless args hold --base-id, it gets a base-id of its
+// own (see UniqueBaseID), so that tests running at once never meet on a
+// restart socket.
 func Launch(tb testing.TB, cfg string, args ...string) *Proxy {
 	tb.Helper()
 	path := WriteConfig(tb, cfg)
+	args, _ = withBaseID(args)
 	p := newProxy(tb, path)
 	p.parseConfig(cfg)
 	p.start(append([]string{"serve", "-c", path}, args...))
 	return p
+}
+
+// lastBaseID is the last base-id UniqueBaseID handed out.
+var lastBaseID atomic.Int64
+
+func init() { lastBaseID.Store(1<<30 + int64(os.Getpid())<<8) }
+
+// UniqueBaseID returns a base-id no other test of this process (nor,
+// likely, of another test binary running at once) uses: far from the
+// small numbers people use, apart per process id.
+func UniqueBaseID() int { return int(lastBaseID.Add(1)) }
+
+// withBaseID prepends "--base-id N" with a unique N to args unless they
+// set one; it returns the args and N, or -1 when args had their own.
+func withBaseID(args []string) ([]string, int) {
+	for _, a := range args {
+		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "base-id" {
+			return args, -1
+		}
+	}
+	id := UniqueBaseID()
+	return append([]string{"--base-id", strconv.Itoa(id)}, args...), id
 }
 
 // Default addresses of the embedded default config (`serve` with no -c).
@@ -79,8 +109,17 @@ const (
 // LaunchDefault starts `hotproxy serve ARGS...` without -c: the embedded
 // default config, whose ports are fixed (DefaultConfigAdmin and
 // DefaultConfigListener, listener name "default").
+//
+// Unless args hold --base-id, it gets a base-id of its own (like Launch)
+// whose stats region (/dev/shm/hotproxy.<id>.stats: the embedded config
+// sets no [stats] path) is removed when the test ends.
 func LaunchDefault(tb testing.TB, args ...string) *Proxy {
 	tb.Helper()
+	args, id := withBaseID(args)
+	if id >= 0 {
+		// Runs after the process is reaped (cleanups run last first).
+		tb.Cleanup(func() { os.Remove(shm.DefaultPath(uint64(id))) })
+	}
 	p := newProxy(tb, "")
 	p.AdminAddr = DefaultConfigAdmin
 	p.Listeners["default"] = DefaultConfigListener
@@ -147,9 +186,14 @@ func StartProxyFunc(tb testing.TB, gen func() string, args ...string) *Proxy {
 }
 
 // WriteConfig writes cfg to a file in the test's temporary directory and
-// returns its path.
+// returns its path. Unless cfg has a [stats] table, one is appended whose
+// path is the test's own stats region (StatsPath), so that tests never
+// share a region and never touch the default /dev/shm one.
 func WriteConfig(tb testing.TB, cfg string) string {
 	tb.Helper()
+	if !hasStatsTable.MatchString(cfg) {
+		cfg += fmt.Sprintf("\n[stats]\npath = %q\n", StatsPath(tb))
+	}
 	f, err := os.CreateTemp(tb.TempDir(), "hotproxy-*.toml")
 	if err != nil {
 		tb.Fatalf("write config: %v", err)
@@ -161,6 +205,26 @@ func WriteConfig(tb testing.TB, cfg string) string {
 		tb.Fatalf("write config: %v", err)
 	}
 	return filepath.Clean(f.Name())
+}
+
+var hasStatsTable = regexp.MustCompile(`(?m)^\s*\[\s*stats\s*\]`)
+
+var statsPaths sync.Map // testing.TB -> string
+
+// StatsPath returns the stats region file of tb: one per test (and
+// subtest), in its temporary directory, shared by every config the test
+// writes with WriteConfig, so the generations of one test count into one
+// region.
+func StatsPath(tb testing.TB) string {
+	tb.Helper()
+	if p, ok := statsPaths.Load(tb); ok {
+		return p.(string)
+	}
+	p, loaded := statsPaths.LoadOrStore(tb, filepath.Join(tb.TempDir(), "hotproxy.stats"))
+	if !loaded {
+		tb.Cleanup(func() { statsPaths.Delete(tb) })
+	}
+	return p.(string)
 }
 
 func (p *Proxy) parseConfig(cfg string) {

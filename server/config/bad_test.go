@@ -35,6 +35,15 @@ func TestBadConfigs(t *testing.T) {
 		{"relative socket dir", "[hot_restart]\nsocket_dir = \"run/hotproxy\"\n" + webOK + clusterC, []string{`hot_restart.socket_dir`, `"run/hotproxy"`, "absolute"}, 1},
 		{"zero commit window", "[hot_restart]\ncommit_window = \"0s\"\n" + webOK + clusterC, []string{`hot_restart.commit_window`, `"0s"`}, 1},
 		{"negative handoff timeout", "[hot_restart]\nhandoff_timeout = \"-1s\"\n" + webOK + clusterC, []string{`hot_restart.handoff_timeout`, `"-1s"`}, 1},
+		// [stats]
+		{"relative stats path", "[stats]\npath = \"run/hotproxy.stats\"\n" + webOK + clusterC, []string{`stats.path`, `"run/hotproxy.stats"`, "absolute"}, 1},
+		{"stats file mode not octal", "[stats]\nfile_mode = \"0649\"\n" + webOK + clusterC, []string{`stats.file_mode`, `"0649"`, "octal"}, 1},
+		{"stats file mode decimal-looking", "[stats]\nfile_mode = \"rw-r-----\"\n" + webOK + clusterC, []string{`stats.file_mode`, `"rw-r-----"`, `"0640"`}, 1},
+		{"stats file mode too large", "[stats]\nfile_mode = \"01777\"\n" + webOK + clusterC, []string{`stats.file_mode`, `"01777"`, "0000-0777"}, 1},
+		{"stats file mode empty", "[stats]\nfile_mode = \"\"\n" + webOK + clusterC, []string{`stats.file_mode`, `""`}, 1},
+		{"zero flush interval", "[stats]\nflush_interval = \"0s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"0s"`, "greater than 0"}, 1},
+		{"negative flush interval", "[stats]\nflush_interval = \"-1s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"-1s"`}, 1},
+		{"file mode as integer", "[stats]\nfile_mode = 416\n" + webOK + clusterC, []string{`stats.file_mode`, "integer"}, 0},
 		// Syntax, unknown keys and types.
 		{"syntax error", "[server]\nconcurrency = = 2\n", []string{"line 2, column 15", "syntax error", "concurrency = = 2"}, 0},
 		{"escape at end of file", "\"\\", []string{"syntax error", "invalid escape"}, 0}, // toml's ErrorWithPosition panicked here

@@ -6,6 +6,8 @@ package config
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 )
 
@@ -26,6 +28,13 @@ const (
 	DefaultLogFormat          = "text"
 	DefaultCommitWindow       = 5 * time.Second
 	DefaultHandoffTimeout     = 10 * time.Second
+	// DefaultStatsFileMode is the mode of a created stats region file:
+	// a stats reader in the group can read it.
+	DefaultStatsFileMode = "0640"
+	// DefaultStatsFlushInterval is how often histograms are merged into
+	// the stats region (and server.uptime, server.memory_allocated
+	// refreshed).
+	DefaultStatsFlushInterval = time.Second
 )
 
 // Listener protocols.
@@ -48,8 +57,10 @@ type Config struct {
 	Log    Log    `toml:"log" json:"log"`
 	// HotRestart configures the hand-over between generations.
 	HotRestart HotRestart `toml:"hot_restart" json:"hot_restart"`
-	Listeners  []Listener `toml:"listeners" json:"listeners"`
-	Clusters   []Cluster  `toml:"clusters" json:"clusters"`
+	// Stats configures the shared-memory stats region.
+	Stats     Stats      `toml:"stats" json:"stats"`
+	Listeners []Listener `toml:"listeners" json:"listeners"`
+	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
 
 	// Source names where the config came from ("<embedded default>" or a
 	// path); every error message starts with it.
@@ -91,6 +102,39 @@ type HotRestart struct {
 	// HandoffTimeout bounds each step of the hand-over (connect, hello,
 	// sockets) and the wait for the next generation to become ready.
 	HandoffTimeout Duration `toml:"handoff_timeout" json:"handoff_timeout"`
+}
+
+// Stats configures the shared-memory stats region that every generation of
+// a base-id counts into.
+type Stats struct {
+	// Path of the region file. Empty: /dev/shm/hotproxy.<base-id>.stats.
+	Path string `toml:"path,omitempty" json:"path,omitempty"`
+	// FileMode is the mode of a created region file, in octal ("0640").
+	FileMode string `toml:"file_mode" json:"file_mode"`
+	// FlushInterval is how often histograms are merged into the region.
+	FlushInterval Duration `toml:"flush_interval" json:"flush_interval"`
+}
+
+// Mode returns FileMode as a file mode; a FileMode that does not parse
+// (Validate rejects it) gives DefaultStatsFileMode.
+func (s Stats) Mode() os.FileMode {
+	m, err := parseFileMode(s.FileMode)
+	if err != nil {
+		m, _ = parseFileMode(DefaultStatsFileMode)
+	}
+	return m
+}
+
+// parseFileMode parses an octal permission mode from "0000" to "0777".
+func parseFileMode(s string) (os.FileMode, error) {
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || s == "" {
+		return 0, fmt.Errorf("not an octal mode (write it like \"0640\")")
+	}
+	if v > 0o777 {
+		return 0, fmt.Errorf("out of range 0000-0777 (permission bits only)")
+	}
+	return os.FileMode(v), nil
 }
 
 // Log configures the process logger.

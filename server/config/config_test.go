@@ -71,6 +71,7 @@ func TestIssueConfig(t *testing.T) {
 		Admin:      Admin{Address: "127.0.0.1:9901"},
 		Log:        Log{Level: "info", Format: "text"},
 		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout)},
+		Stats:      Stats{FileMode: DefaultStatsFileMode, FlushInterval: Duration(DefaultStatsFlushInterval)},
 		Listeners: []Listener{
 			{
 				Name: "web", Address: "127.0.0.1:8080", Protocol: ProtocolHTTP,
@@ -262,6 +263,10 @@ endpoints = ["backend.internal:9000"]
 		{"admin.address", c.Admin.Address, DefaultAdminAddress},
 		{"log.level", c.Log.Level, DefaultLogLevel},
 		{"log.format", c.Log.Format, DefaultLogFormat},
+		{"stats.path", c.Stats.Path, ""},
+		{"stats.file_mode", c.Stats.FileMode, DefaultStatsFileMode},
+		{"stats.file_mode parsed", c.Stats.Mode(), os.FileMode(0o640)},
+		{"stats.flush_interval", c.Stats.FlushInterval.D(), DefaultStatsFlushInterval},
 		{"http idle_timeout", c.Listeners[0].IdleTimeout.D(), DefaultHTTPIdleTimeout},
 		{"http request_timeout", c.Listeners[0].RequestTimeout.D(), DefaultRequestTimeout},
 		{"http header_timeout", c.Listeners[0].HeaderTimeout.D(), DefaultHeaderTimeout},

@@ -162,7 +162,7 @@ func (c *Config) setDefaults(raw map[string]any) {
 		return ok
 	}
 	server, admin, log := subTable(raw, "server"), subTable(raw, "admin"), subTable(raw, "log")
-	hotRestart := subTable(raw, "hot_restart")
+	hotRestart, st := subTable(raw, "hot_restart"), subTable(raw, "stats")
 
 	s := &c.Server
 	if !given(server, "drain_time", s.DrainTime == 0) {
@@ -176,6 +176,12 @@ func (c *Config) setDefaults(raw map[string]any) {
 	}
 	if !given(hotRestart, "handoff_timeout", c.HotRestart.HandoffTimeout == 0) {
 		c.HotRestart.HandoffTimeout = Duration(DefaultHandoffTimeout)
+	}
+	if !given(st, "file_mode", c.Stats.FileMode == "") {
+		c.Stats.FileMode = DefaultStatsFileMode
+	}
+	if !given(st, "flush_interval", c.Stats.FlushInterval == 0) {
+		c.Stats.FlushInterval = Duration(DefaultStatsFlushInterval)
 	}
 	if !given(admin, "address", c.Admin.Address == "") {
 		c.Admin.Address = DefaultAdminAddress

@@ -29,6 +29,7 @@ func (c *Config) Validate() error {
 	v.admin()
 	v.log()
 	v.hotRestart()
+	v.stats()
 	v.listeners()
 	v.clusters()
 	return v.ps.err(c.Source)
@@ -83,6 +84,19 @@ func (v *validator) hotRestart() {
 	}
 	if h.HandoffTimeout <= 0 {
 		v.ps.add("hot_restart.handoff_timeout", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(h.HandoffTimeout), DefaultHandoffTimeout)
+	}
+}
+
+func (v *validator) stats() {
+	st := v.c.Stats
+	if st.Path != "" && !filepath.IsAbs(st.Path) {
+		v.ps.add("stats.path", "%s: must be an absolute path (every generation must find the same region, whatever directory it starts in)", quote(st.Path))
+	}
+	if _, err := parseFileMode(st.FileMode); err != nil {
+		v.ps.add("stats.file_mode", "%s: %v", quote(st.FileMode), err)
+	}
+	if st.FlushInterval <= 0 {
+		v.ps.add("stats.flush_interval", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(st.FlushInterval), DefaultStatsFlushInterval)
 	}
 }
 

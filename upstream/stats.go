@@ -1,0 +1,104 @@
+package upstream
+
+import (
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotproxy/hotproxy/stats"
+)
+
+// Stats are one worker's handles on one cluster's stats, bound to that
+// worker's lane: the request path adds to them without a lookup, a lock or
+// an allocation. Names (cluster.<name>.*):
+//
+//	upstream_cx_total         counter  connections opened to an endpoint
+//	upstream_cx_active        gauge    connections open now (sum over generations)
+//	upstream_cx_connect_fail  counter  connects that failed (refused, timed out)
+//	upstream_rq_total         counter  HTTP requests sent to the cluster (one per
+//	                                   client request, whatever the connect retries)
+//	upstream_rq_time          histogram  milliseconds from sending a request to
+//	                                   the upstream's response headers
+type Stats struct {
+	CxTotal       stats.CounterLane
+	CxActive      stats.GaugeLane
+	CxConnectFail stats.CounterLane
+	RqTotal       stats.CounterLane
+	RqTime        *stats.HistogramLane
+}
+
+// NewStats resolves the stats of cluster on lane (1 + the worker index,
+// lane 0 being the main goroutine's).
+func NewStats(st *stats.Store, cluster string, lane int) *Stats {
+	sc := "cluster." + cluster + "."
+	return &Stats{
+		CxTotal:       st.Counter(sc + "upstream_cx_total").Lane(lane),
+		CxActive:      st.Gauge(sc+"upstream_cx_active", stats.GaugeSum).Lane(lane),
+		CxConnectFail: st.Counter(sc + "upstream_cx_connect_fail").Lane(lane),
+		RqTotal:       st.Counter(sc + "upstream_rq_total").Lane(lane),
+		RqTime:        st.Histogram(sc + "upstream_rq_time").Lane(lane),
+	}
+}
+
+// SetMembership sets cluster.<name>.membership_total and
+// membership_healthy (gauges, newest generation) on lane 0: the main
+// goroutine calls it when it publishes a snapshot. There is no health
+// checking yet, so every endpoint counts as healthy.
+func (c *Cluster) SetMembership(st *stats.Store) {
+	n := int64(len(c.Endpoints))
+	sc := "cluster." + c.Name + "."
+	st.Gauge(sc+"membership_total", stats.GaugeNewest).Lane(0).Set(n)
+	st.Gauge(sc+"membership_healthy", stats.GaugeNewest).Lane(0).Set(n)
+}
+
+// BindStats makes the view count into s (nil: count nothing). Safe to call
+// while the view is in use; a connection keeps the handles it was opened
+// with, so its close is counted where its open was.
+func (wc *WorkerCluster) BindStats(s *Stats) { wc.stats.Store(s) }
+
+// Stats returns the handles the view counts into, or nil.
+func (wc *WorkerCluster) Stats() *Stats { return wc.stats.Load() }
+
+// dialed counts the outcome of one connect and returns the connection to
+// use: c wrapped so that its close is counted once, or nil.
+func (wc *WorkerCluster) dialed(c net.Conn, err error) net.Conn {
+	s := wc.stats.Load()
+	if s == nil {
+		return c
+	}
+	if err != nil {
+		s.CxConnectFail.Inc()
+		return nil
+	}
+	s.CxTotal.Inc()
+	s.CxActive.Inc()
+	return &countedConn{Conn: c, active: s.CxActive}
+}
+
+// countedConn is an upstream connection counted in upstream_cx_active
+// until its first Close.
+type countedConn struct {
+	net.Conn
+	active stats.GaugeLane
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.active.Dec()
+	}
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the connection (TCP proxying forwards an EOF).
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// msSince is the time since start in milliseconds, for histograms.
+func msSince(start time.Time) float64 {
+	return float64(time.Since(start)) / float64(time.Millisecond)
+}

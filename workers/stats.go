@@ -1,0 +1,89 @@
+package workers
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/hotproxy/hotproxy/stats"
+)
+
+// Stat names. Listener stats are listener.<name>.<stat>, worker stats
+// worker.<index>.<stat> (index from 0; the worker writes lane index+1).
+const (
+	statCxTotal   = "downstream_cx_total"          // counter: connections accepted
+	statCxActive  = "downstream_cx_active"         // gauge (sum over generations): connections open
+	statCxDestroy = "downstream_cx_destroy"        // counter: connections closed
+	statRqTotal   = "downstream_rq_total"          // counter: HTTP requests
+	statRqActive  = "downstream_rq_active"         // gauge (sum): HTTP requests in flight
+	statRqTime    = "downstream_rq_time"           // histogram: milliseconds, request start to response end
+	statRxBytes   = "downstream_cx_rx_bytes_total" // counter: bytes read from clients
+	statTxBytes   = "downstream_cx_tx_bytes_total" // counter: bytes written to clients
+)
+
+// statRq are the response-class counters, by status/100 - 2.
+var statRq = [4]string{"downstream_rq_2xx", "downstream_rq_3xx", "downstream_rq_4xx", "downstream_rq_5xx"}
+
+// listenerStats are one worker's handles on one listener's stats, bound to
+// the worker's lane when the Manager is built: a connection or a request
+// adds to them without a lookup, a lock or an allocation.
+type listenerStats struct {
+	cxTotal   stats.CounterLane
+	cxActive  stats.GaugeLane
+	cxDestroy stats.CounterLane
+	rqTotal   stats.CounterLane
+	rqActive  stats.GaugeLane
+	rq        [4]stats.CounterLane // 2xx..5xx
+	rqTime    *stats.HistogramLane
+	rxBytes   stats.CounterLane
+	txBytes   stats.CounterLane
+	// workerCx is worker.<i>.downstream_cx_total: the spread of
+	// connections over workers.
+	workerCx stats.CounterLane
+}
+
+func newListenerStats(st *stats.Store, listener string, worker int) *listenerStats {
+	lane := worker + 1
+	p := "listener." + listener + "."
+	ls := &listenerStats{
+		cxTotal:   st.Counter(p + statCxTotal).Lane(lane),
+		cxActive:  st.Gauge(p+statCxActive, stats.GaugeSum).Lane(lane),
+		cxDestroy: st.Counter(p + statCxDestroy).Lane(lane),
+		rqTotal:   st.Counter(p + statRqTotal).Lane(lane),
+		rqActive:  st.Gauge(p+statRqActive, stats.GaugeSum).Lane(lane),
+		rqTime:    st.Histogram(p + statRqTime).Lane(lane),
+		rxBytes:   st.Counter(p + statRxBytes).Lane(lane),
+		txBytes:   st.Counter(p + statTxBytes).Lane(lane),
+		workerCx:  st.Counter("worker." + strconv.Itoa(worker) + "." + statCxTotal).Lane(lane),
+	}
+	for i, n := range statRq {
+		ls.rq[i] = st.Counter(p + n).Lane(lane)
+	}
+	return ls
+}
+
+// accepted counts a new client connection.
+func (ls *listenerStats) accepted() {
+	ls.cxTotal.Inc()
+	ls.workerCx.Inc()
+	ls.cxActive.Inc()
+}
+
+// closed counts the end of a client connection. The gauge goes last: once
+// every *_active gauge is 0 nothing writes the lanes any more (see
+// server's retirement from the region).
+func (ls *listenerStats) closed() {
+	ls.cxDestroy.Inc()
+	ls.cxActive.Dec()
+}
+
+// status counts a response status in its class (0, 1xx: not counted).
+func (ls *listenerStats) status(code int) {
+	if k := code/100 - 2; k >= 0 && k < len(ls.rq) {
+		ls.rq[k].Inc()
+	}
+}
+
+// requestDone records a request's time, from start, in milliseconds.
+func (ls *listenerStats) requestDone(start time.Time) {
+	ls.rqTime.Record(float64(time.Since(start)) / float64(time.Millisecond))
+}
