@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotproxy/hotproxy/internal/version"
@@ -24,6 +27,42 @@ var adminEndpoints = []struct{ pattern, help string }{
 	{"POST /quitquitquit", "drain and exit"},
 }
 
+// adminListener is the admin socket as one generation sees it. A
+// generation that hands over stops accepting on it, and keeps answering
+// the connections it already accepted, while the successor accepts on the
+// same socket.
+type adminListener struct {
+	net.Listener
+	stopped atomic.Bool
+}
+
+func (l *adminListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil && l.stopped.Load() {
+		return nil, net.ErrClosed
+	}
+	return c, err
+}
+
+// stopAccepting wakes the accept loop with a deadline instead of closing
+// the socket: connections queued in it are the successor's.
+func (l *adminListener) stopAccepting() {
+	l.stopped.Store(true)
+	if d, ok := l.Listener.(interface{ SetDeadline(time.Time) error }); ok {
+		d.SetDeadline(time.Now())
+	}
+}
+
+// closeAdmin ends an admin server: requests in flight get a moment to
+// finish.
+func closeAdmin(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if srv.Shutdown(ctx) != nil {
+		srv.Close()
+	}
+}
+
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	handlers := map[string]http.HandlerFunc{
@@ -40,7 +79,14 @@ func (s *Server) adminHandler() http.Handler {
 		mux.HandleFunc(e.pattern, handlers[e.pattern])
 	}
 	mux.HandleFunc("GET /{$}", handleIndex)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.State() != StateLive {
+			// This generation is on its way out: the client's next
+			// request goes to whoever accepts then.
+			w.Header().Set("Connection", "close")
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func handleIndex(w http.ResponseWriter, _ *http.Request) {

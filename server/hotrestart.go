@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"sort"
 	"syscall"
@@ -252,6 +251,9 @@ func (s *Server) socketsForSuccessor() socketsReply {
 }
 
 func listenerFile(ln net.Listener) (*os.File, error) {
+	if al, ok := ln.(*adminListener); ok {
+		ln = al.Listener
+	}
 	fl, ok := ln.(interface{ File() (*os.File, error) })
 	if !ok {
 		return nil, fmt.Errorf("a %T cannot be handed over", ln)
@@ -302,19 +304,9 @@ func (s *Server) beginHandoff(child hotrestart.Identity) {
 		defer cancel()
 		h.drained <- h.manager.Drain(ctx, workers.DrainOptions{HTTPTimeout: s.cfg.Server.DrainTime.D()})
 	}()
-	s.stopAdmin(s.admin)
-}
-
-// stopAdmin stops serving the admin API on this generation's descriptor of
-// the admin socket; the successor serves it on its own.
-func (s *Server) stopAdmin(srv *http.Server) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if srv.Shutdown(ctx) != nil {
-			srv.Close()
-		}
-	}()
+	// The successor serves the admin API on the same socket now; admin
+	// connections this one has accepted are still answered.
+	s.adminLn.stopAccepting()
 }
 
 // successorLost: the next generation's connection ended. Within the
@@ -371,11 +363,12 @@ func (s *Server) rollback(h *handoff) error {
 		return fmt.Errorf("admin socket: %w", err)
 	}
 	s.workers = m
-	s.adminLn = adminLn
-	s.admin = s.newAdminServer()
-	go s.admin.Serve(adminLn)
 	m.Start()
 	s.setState(StateLive)
+	go closeAdmin(s.admin)
+	s.adminLn = &adminListener{Listener: adminLn}
+	s.admin = s.newAdminServer()
+	go s.admin.Serve(s.adminLn)
 	return nil
 }
 

@@ -94,7 +94,7 @@ type Server struct {
 
 	snapshot *workers.Snapshot
 	workers  *workers.Manager
-	adminLn  net.Listener
+	adminLn  *adminListener
 	admin    *http.Server
 	hr       hotRestart
 
@@ -156,15 +156,13 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
 	}
 	s.snapshot = snap
-	if err := s.openStats(); err != nil {
-		closeSocketFiles(opts.Inherited)
-		return nil, err
-	}
 
+	// The hand-over comes first (DESIGN §4): the previous generation
+	// checks who this is before anything of theirs is touched, the stats
+	// region included. Nothing is bound yet.
 	inherited, adminLn := opts.Inherited, opts.AdminListener
 	if opts.Epoch > 0 && inherited == nil {
 		if inherited, adminLn, err = s.takeOver(); err != nil {
-			s.closeStats()
 			return nil, err
 		}
 	}
@@ -177,6 +175,9 @@ func New(opts Options) (*Server, error) {
 		s.closeHotRestart()
 		s.closeStats()
 		return nil, err
+	}
+	if err := s.openStats(); err != nil {
+		return fail(err)
 	}
 	if err := s.listenForSuccessor(); err != nil {
 		return fail(err)
@@ -198,14 +199,14 @@ func New(opts Options) (*Server, error) {
 	for _, f := range s.workers.Unused() {
 		f.Close()
 	}
-	s.adminLn = adminLn
-	if s.adminLn == nil {
-		s.adminLn, err = net.Listen("tcp", cfg.Admin.Address)
+	if adminLn == nil {
+		adminLn, err = net.Listen("tcp", cfg.Admin.Address)
 		if err != nil {
 			s.workers.Close()
 			return fail(fmt.Errorf("admin: address %q: %w%s", cfg.Admin.Address, err, bindHint(err)))
 		}
 	}
+	s.adminLn = &adminListener{Listener: adminLn}
 	s.admin = s.newAdminServer()
 	return s, nil
 }
@@ -238,11 +239,13 @@ func (s *Server) Run(ctx context.Context) error {
 		defer signal.Stop(sigs)
 	}
 
-	adminDone := make(chan error, 1)
-	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
 	s.workers.Start()
 	go s.hr.listener.Serve()
 	s.setState(StateLive)
+	// The admin API starts once the generation is LIVE, so that a
+	// successor's /ready never answers for a generation still starting.
+	adminDone := make(chan error, 1)
+	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
 	s.log.Info("serving", "epoch", s.opts.Epoch, "pid", s.identity.PID,
 		"concurrency", s.concurrency, "listeners", len(s.cfg.Listeners), "admin", s.adminLn.Addr().String())
 	s.tellPredecessorToDrain()
@@ -288,6 +291,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if reason == "" {
 		s.log.Info("handed over and drained: exiting", "epoch", s.opts.Epoch, "pid", s.identity.PID)
 		s.closeRetired()
+		closeAdmin(s.admin)
 		return nil
 	}
 	if s.hr.handoff != nil {
@@ -319,6 +323,7 @@ func (s *Server) finishHandoff(reason string, sigs <-chan os.Signal) error {
 		}
 	}
 	s.closeRetired()
+	closeAdmin(s.admin)
 	return nil
 }
 
@@ -357,11 +362,7 @@ func (s *Server) drain(reason string, sigs <-chan os.Signal) error {
 		s.log.Info("drained", "after", time.Since(start).Round(time.Millisecond))
 	}
 
-	adminCtx, adminCancel := context.WithTimeout(context.Background(), time.Second)
-	defer adminCancel()
-	if err := s.admin.Shutdown(adminCtx); err != nil {
-		s.admin.Close()
-	}
+	closeAdmin(s.admin)
 	return nil
 }
 
