@@ -28,9 +28,9 @@ type acceptor struct {
 var _ net.Listener = (*acceptor)(nil)
 
 // accept returns the next connection. A transient error is logged and
-// retried after a back-off. Once accepting stops, it hands out what is
-// still queued on the socket when the generation is the last one to own it
-// (a closed listening socket resets its queue), then reports net.ErrClosed.
+// retried after a back-off. Once accepting stops in a drain, it hands out
+// what is still queued on the socket (a closed listening socket resets its
+// queue), then closes the socket and reports net.ErrClosed.
 func (a *acceptor) accept() (*net.TCPConn, error) {
 	var delay time.Duration
 	for {
@@ -40,16 +40,20 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			return c, nil
 		}
 		if a.m.acceptStopped() {
-			if !a.m.lastOwner.Load() {
+			until := a.m.emptyQueuesUntil.Load()
+			if until == 0 {
 				return nil, net.ErrClosed
 			}
-			if c := acceptQueued(a.s.ln); c != nil {
-				a.st.accepted()
-				return c, nil
+			if monotime() < until {
+				if c := acceptQueued(a.s.ln); c != nil {
+					a.st.accepted()
+					return c, nil
+				}
 			}
-			// The queue is empty: close at once, so that the moment in
-			// which a new connection could still be queued, and then
-			// reset by the close, is as short as it can be.
+			// The queue is empty (or the time is up): close at once, so
+			// that the moment in which a new connection could still be
+			// queued, and then reset by the close, is as short as it
+			// can be.
 			if a.s.acceptors.Add(-1) == 0 {
 				a.s.close()
 			}

@@ -121,7 +121,7 @@ func TestInheritedSockets(t *testing.T) {
 			m2.Start()
 			// The old generation goes; the sockets stay (the new one
 			// holds them) and every new connection reaches m2.
-			if err := m1.Drain(ctxTimeout(t, 5e9), DrainOptions{HandedOver: true}); err != nil {
+			if err := m1.Drain(ctxTimeout(t, 5e9), DrainOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			for range 20 {

@@ -80,9 +80,11 @@ type Manager struct {
 
 	// draining makes every HTTP response carry "Connection: close".
 	draining atomic.Bool
-	// lastOwner: once accepting stops, no other process accepts on these
+	// emptyQueuesUntil: once accepting stops, the accept loops take what
+	// is still queued on their sockets until this monotime (0: they do
+	// not, the Manager is being closed at once).
 	// sockets, so their queues are emptied before they close.
-	lastOwner atomic.Bool
+	emptyQueuesUntil atomic.Int64
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -424,18 +426,22 @@ func (m *Manager) acceptStopped() bool {
 }
 
 // stopAccepting stops every accept loop and then closes this generation's
-// listening sockets, once. When last is true no other process holds the
-// sockets, and each accept loop first takes what is still queued (closing
-// a listening socket resets its queue). When a successor holds them, the
-// queue is the successor's and closing our descriptors loses nothing.
-func (m *Manager) stopAccepting(last bool) {
+// descriptors of the listening sockets, once. With emptyQueues, each accept
+// loop first takes what is still queued on its socket (for at most
+// queueDrainMax): a socket that no successor holds — the last generation,
+// or a listener the successor dropped — resets its queue when it closes.
+// Where a successor holds the socket it accepts from the same queue, and
+// whatever this generation leaves is the successor's.
+func (m *Manager) stopAccepting(emptyQueues bool) {
 	m.mu.Lock()
 	if m.stopped {
 		m.mu.Unlock()
 		return
 	}
 	m.stopped = true
-	m.lastOwner.Store(last)
+	if emptyQueues {
+		m.emptyQueuesUntil.Store(monotime() + int64(queueDrainMax))
+	}
 	close(m.stopAccept)
 	m.mu.Unlock()
 	// A deadline in the past wakes every accept loop without touching
@@ -466,13 +472,13 @@ func (m *Manager) forceDrain(cause error) {
 	m.cancel()
 }
 
-// DrainOptions say how a generation drains. The zero value is a final
-// drain: no successor takes the sockets over.
+// queueDrainMax bounds how long a stopped accept loop keeps taking queued
+// connections, so that a generation racing its successor on a busy shared
+// queue stops at some point.
+const queueDrainMax = time.Second
+
+// DrainOptions say how a generation drains. The zero value is the default.
 type DrainOptions struct {
-	// HandedOver: a successor accepts on the same sockets now. This
-	// generation stops its own accept loops and leaves the queued
-	// connections to the successor.
-	HandedOver bool
 	// HTTPTimeout closes HTTP connections (upgraded ones included) still
 	// open this long after the drain began; zero leaves them to ctx.
 	// TCP-proxy connections run until ctx ends.
@@ -510,7 +516,7 @@ func (m *Manager) Drain(ctx context.Context, opts DrainOptions) error {
 func (m *Manager) drain(opts DrainOptions) {
 	defer close(m.drainDone)
 	m.draining.Store(true)
-	m.stopAccepting(!opts.HandedOver)
+	m.stopAccepting(true)
 
 	var httpDeadline <-chan time.Time
 	if opts.HTTPTimeout > 0 {
