@@ -83,6 +83,9 @@ func TestHotRestart50UnderLoad(t *testing.T) {
 			res := load.Stop()
 			probes := probe.stop()
 			t.Logf("admin /ready polled %d times across the restarts: %v", probes.total, probes.bad)
+			if len(probes.bad) != 0 || probes.total < 100 {
+				t.Errorf("the admin address must answer /ready 200 throughout the restarts (a health checker's view): %d polls, not 200: %v", probes.total, probes.bad)
+			}
 
 			t.Logf("%d restarts in %v; load: %v", restarts, elapsed.Round(time.Millisecond), res)
 			t.Logf("exec->READY p50 %v max %v; exec->old generation exited p50 %v max %v; %d /server_info answers came from the old generation",

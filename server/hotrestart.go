@@ -283,6 +283,7 @@ func (s *Server) beginHandoff(child hotrestart.Identity) {
 	if err != nil {
 		s.log.Error("cannot keep the admin socket for a rollback", "error", err)
 	}
+	s.handedOver.Store(true)
 	s.setState(StateDraining)
 	h := &handoff{
 		child:     child,
@@ -364,6 +365,7 @@ func (s *Server) rollback(h *handoff) error {
 	}
 	s.workers = m
 	m.Start()
+	s.handedOver.Store(false)
 	s.setState(StateLive)
 	go closeAdmin(s.admin)
 	s.adminLn = &adminListener{Listener: adminLn}

@@ -91,6 +91,9 @@ type Server struct {
 
 	state        atomic.Int32 // a State
 	healthFailed atomic.Bool  // POST /healthcheck/fail
+	// handedOver: this generation drains because a LIVE successor took
+	// over its sockets (read by the admin API).
+	handedOver atomic.Bool
 
 	snapshot *workers.Snapshot
 	workers  *workers.Manager
