@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 )
 
@@ -141,7 +142,7 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 	now := time.Now()
 	writeJSON(w, ServerInfo{
 		Version:            version.Version,
-		HotRestartVersion:  version.HotRestartProtocol,
+		HotRestartVersion:  hotrestart.ProtocolVersion,
 		State:              s.State().String(),
 		HealthcheckFailed:  s.healthFailed.Load(),
 		Epoch:              s.opts.Epoch,

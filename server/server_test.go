@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server/config"
 )
@@ -134,7 +135,7 @@ func TestServerInfo(t *testing.T) {
 		t.Fatalf("decoding %s: %v", body, err)
 	}
 	if info.State != "LIVE" || info.Concurrency != 2 || info.Epoch != 0 ||
-		info.Version != version.Version || info.HotRestartVersion != version.HotRestartProtocol || info.PID == 0 {
+		info.Version != version.Version || info.HotRestartVersion != hotrestart.ProtocolVersion || info.PID == 0 {
 		t.Fatalf("unexpected server_info: %+v", info)
 	}
 	if _, err := time.ParseDuration(info.UptimeCurrentEpoch); err != nil {

@@ -13,9 +13,11 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server"
 	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/shm"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -198,8 +200,8 @@ func printVersion(args []string, stdout, stderr io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	fmt.Fprintf(stdout, "hotproxy %s\nhot-restart protocol %s\n%s %s/%s\n",
-		version.Version, version.HotRestartProtocol, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(stdout, "hotproxy %s\nhot-restart protocol %s\nstats region layout %d.%d\n%s %s/%s\n",
+		version.Version, hotrestart.ProtocolVersion, shm.LayoutMajor, shm.LayoutMinor, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return 0
 }
 

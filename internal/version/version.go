@@ -7,6 +7,6 @@ package version
 //	go build -ldflags "-X github.com/hotproxy/hotproxy/internal/version.Version=v1.2.3"
 var Version = "dev"
 
-// HotRestartProtocol is the version of the protocol spoken between
-// generations. Builds with equal major versions hot restart into each other.
-const HotRestartProtocol = "1.0"
+// The versions of what builds share — the hot-restart protocol and the
+// stats region's layout — live with their code: hotrestart.ProtocolVersion
+// and shm.LayoutMajor/LayoutMinor.
