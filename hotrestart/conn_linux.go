@@ -164,9 +164,10 @@ func closeFiles(files []*os.File) {
 	}
 }
 
-// peerCred returns the uid and pid of the process at the other end, as the
-// kernel recorded them when it connected.
-func peerCred(uc *net.UnixConn) (uid, pid int, err error) {
+// PeerCred returns the uid and pid of the process at the other end of a
+// Unix socket, as the kernel recorded them when it connected: what the
+// restart socket and the supervisor's control socket authenticate by.
+func PeerCred(uc *net.UnixConn) (uid, pid int, err error) {
 	raw, err := uc.SyscallConn()
 	if err != nil {
 		return 0, 0, err

@@ -20,7 +20,8 @@ func (c *conn) recv(time.Duration) (*Message, []*os.File, error) { return nil, n
 
 func (c *conn) closeGracefully() { c.uc.Close() }
 
-func peerCred(*net.UnixConn) (int, int, error) { return 0, 0, ErrNotSupported }
+// PeerCred is Linux-only.
+func PeerCred(*net.UnixConn) (uid, pid int, err error) { return 0, 0, ErrNotSupported }
 
 func listen(addr string) (*net.UnixListener, error) {
 	return nil, fmt.Errorf("restart socket %s: %w", addr, ErrNotSupported)

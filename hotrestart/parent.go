@@ -177,7 +177,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 		c.closeGracefully()
 	}()
 
-	uid, pid, err := peerCred(uc)
+	uid, pid, err := PeerCred(uc)
 	if err != nil {
 		p.refuse(c, "cannot identify the peer: "+err.Error())
 		return

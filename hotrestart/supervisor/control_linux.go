@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+
+	"github.com/hotproxy/hotproxy/hotrestart"
 )
 
 // controlServer accepts control connections and hands their requests to
@@ -99,7 +101,7 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 			conn.Close()
 		}
 	}()
-	uid, pid, err := peerCred(conn)
+	uid, pid, err := hotrestart.PeerCred(conn)
 	if err != nil {
 		c.log.Warn("refused a control connection", "error", err)
 		return
@@ -160,23 +162,4 @@ func writeResponse(w interface {
 	b, _ := json.Marshal(resp)
 	w.SetWriteDeadline(time.Now().Add(ControlWriteTimeout))
 	w.Write(append(b, '\n'))
-}
-
-// peerCred returns the uid and pid of the connected peer.
-func peerCred(uc *net.UnixConn) (uid, pid int, err error) {
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return 0, 0, err
-	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, 0, err
-	}
-	if serr != nil {
-		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", serr)
-	}
-	return int(cred.Uid), int(cred.Pid), nil
 }
