@@ -46,6 +46,8 @@ parent_shutdown_time = "2s"
 address = "127.0.0.1:${admin_port}"
 [log]
 level = "warn"
+[stats]
+path = "${work}/hotproxy.stats"
 [[listeners]]
 name = "bench"
 address = "127.0.0.1:${proxy_port}"

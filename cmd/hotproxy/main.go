@@ -28,6 +28,7 @@ Usage:
   hotproxy supervise [-c FILE] [flags]  run the generations: reloads, systemd notify, PID 1
   hotproxy reload   [--supervisor]      start the next generation (or re-execute the supervisor)
   hotproxy status   [--json]            the supervisor's generations
+  hotproxy stats    [flags]             the stats, read from shared memory (never asks the proxy)
   hotproxy validate [-c FILE]           build a config fully, without binding anything
   hotproxy version                      build and protocol versions
   hotproxy help [VERB]                  this text, or a verb's flags
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return reloadCmd(rest, stdout, stderr)
 	case "status":
 		return statusCmd(rest, stdout, stderr)
+	case "stats":
+		return statsCmd(rest, stdout, stderr)
 	case "validate":
 		return validate(rest, stdout, stderr)
 	case "version":
