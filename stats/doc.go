@@ -1,7 +1,8 @@
 // Package stats is hotproxy's stats model: a Store of named counters,
 // gauges and histograms, scopes (name prefixes removable as a group),
 // lane handles for the hot path, per-worker caches for rare dynamic names,
-// the histogram flush, and exposition (text, JSON, Prometheus).
+// the histogram flush, and exposition (text, JSON, Prometheus, the owner
+// table, and Watch blocks with counter rates).
 //
 // # Lanes
 //

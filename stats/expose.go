@@ -47,22 +47,34 @@ var textQuantiles = []float64{0.5, 0.9, 0.99}
 // written as "name: count=N sum=S p50=... p90=... p99=...".
 func WriteText(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
 	bw := bufio.NewWriter(w)
+	var line []byte
 	for _, st := range o.selected(snap) {
-		switch st.Kind {
-		case shm.KindCounter:
-			fmt.Fprintf(bw, "%s: %d\n", st.Name, st.Counter)
-		case shm.KindGauge:
-			fmt.Fprintf(bw, "%s: %d\n", st.Name, st.Gauge)
-		case shm.KindHistogram:
-			h := st.Histogram
-			fmt.Fprintf(bw, "%s: count=%d sum=%g", st.Name, h.Count, h.Sum)
-			for _, q := range textQuantiles {
-				fmt.Fprintf(bw, " p%s=%.4g", strconv.FormatFloat(q*100, 'f', -1, 64), Quantile(h.Buckets, q))
-			}
-			bw.WriteByte('\n')
+		line = appendText(line[:0], st)
+		if len(line) == 0 {
+			continue // a kind this version does not know
 		}
+		line = append(line, '\n')
+		bw.Write(line)
 	}
 	return bw.Flush()
+}
+
+// appendText appends st's line of WriteText, without the newline, to b. It
+// appends nothing for a kind it does not know.
+func appendText(b []byte, st shm.Stat) []byte {
+	switch st.Kind {
+	case shm.KindCounter:
+		b = fmt.Appendf(b, "%s: %d", st.Name, st.Counter)
+	case shm.KindGauge:
+		b = fmt.Appendf(b, "%s: %d", st.Name, st.Gauge)
+	case shm.KindHistogram:
+		h := st.Histogram
+		b = fmt.Appendf(b, "%s: count=%d sum=%g", st.Name, h.Count, h.Sum)
+		for _, q := range textQuantiles {
+			b = fmt.Appendf(b, " p%s=%.4g", strconv.FormatFloat(q*100, 'f', -1, 64), Quantile(h.Buckets, q))
+		}
+	}
+	return b
 }
 
 type jsonOwner struct {

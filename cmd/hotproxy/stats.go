@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"sort"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hotproxy/hotproxy/server/config"
@@ -26,10 +22,6 @@ const (
 	statsFormatJSON       = "json"
 	statsFormatPrometheus = "prometheus"
 )
-
-// statsTimeFormat is how `hotproxy stats` prints instants: RFC 3339 with
-// milliseconds, in local time.
-const statsTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // statsCmd runs `hotproxy stats`: it maps the shared-memory stats region
 // read-only and prints it. It never talks to a proxy process and never
@@ -165,97 +157,39 @@ func (s statsRegion) read() (*shm.Snapshot, error) {
 	return r.Snapshot()
 }
 
-// writeStats writes one snapshot in format; now is when it was taken (for
-// heartbeat ages).
+// writeStats writes one snapshot in format, with the owner table first if
+// o asks for it; now is when it was taken (for heartbeat ages).
 func writeStats(w io.Writer, snap *shm.Snapshot, format string, o statsPrint, now time.Time) error {
 	switch format {
 	case statsFormatJSON:
 		return stats.WriteJSON(w, snap, o.expose)
 	case statsFormatPrometheus:
 		if o.owners {
-			if err := writeOwnerComments(w, snap.Owners, now); err != nil {
+			if err := stats.WriteOwnerComments(w, snap.Owners, now); err != nil {
 				return err
 			}
 		}
 		return stats.WritePrometheus(w, snap, o.expose)
 	}
 	if o.owners {
-		if err := writeOwners(w, snap.Owners, now); err != nil {
+		if err := stats.WriteOwners(w, snap.Owners, now); err != nil {
 			return err
 		}
 	}
 	return stats.WriteText(w, snap, o.expose)
 }
 
-// writeOwners writes the owner table, one line per owner after a header,
-// and a blank line.
-func writeOwners(w io.Writer, owners []shm.Owner, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SLOT\tPID\tEPOCH\tSTATE\tSTART\tHEARTBEAT\tLANES")
-	for _, ow := range owners {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%d\n", ow.Slot, ow.PID, ow.Epoch, ow.State,
-			formatInstant(ow.Start), heartbeatAge(ow.Heartbeat, now), ow.Lanes)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(owners) == 0 {
-		fmt.Fprintln(w, "(no owners: no generation is attached to this region)")
-	}
-	_, err := fmt.Fprintln(w)
-	return err
-}
-
-// writeOwnerComments writes the owner table as Prometheus comment lines,
-// which scrapers ignore.
-func writeOwnerComments(w io.Writer, owners []shm.Owner, now time.Time) error {
-	for _, ow := range owners {
-		_, err := fmt.Fprintf(w, "# hotproxy owner slot=%d pid=%d epoch=%d state=%s start=%s heartbeat_age=%s lanes=%d\n",
-			ow.Slot, ow.PID, ow.Epoch, ow.State, formatInstant(ow.Start), heartbeatAge(ow.Heartbeat, now), ow.Lanes)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func formatInstant(t time.Time) string {
-	if t.UnixNano() <= 0 {
-		return "-"
-	}
-	return t.Format(statsTimeFormat)
-}
-
-// heartbeatAge is how long ago the owner's last heartbeat was, "-" if it
-// never beat.
-func heartbeatAge(hb, now time.Time) string {
-	if hb.UnixNano() <= 0 {
-		return "-"
-	}
-	age := now.Sub(hb)
-	if age < 0 {
-		age = 0
-	}
-	return age.Round(time.Millisecond).String() + " ago"
-}
-
-// watchPoint is one snapshot of --watch and when it was taken.
-type watchPoint struct {
-	at   time.Time
-	snap *shm.Snapshot
-}
-
-// watchStats prints a block every interval until ctx is done. A first read
-// that fails is returned; later failures (a region being replaced, an
-// allocation in progress for too long) are reported on stderr and the
-// next interval tries again.
+// watchStats prints a block (stats.Watch) every interval until ctx is
+// done. A first read that fails is returned; later failures (a region
+// being replaced, an allocation in progress for too long) are reported on
+// stderr and the next interval tries again.
 func watchStats(ctx context.Context, stdout, stderr io.Writer, src statsRegion, interval time.Duration, o statsPrint) error {
+	watch := stats.Watch{Expose: o.expose, Owners: o.owners}
 	snap, err := src.read()
 	if err != nil {
 		return err
 	}
-	cur := &watchPoint{at: time.Now(), snap: snap}
-	if err := writeWatchBlock(stdout, cur, nil, o); err != nil {
+	if err := watch.WriteBlock(stdout, snap, time.Now()); err != nil {
 		return err
 	}
 	tick := time.NewTicker(interval)
@@ -268,108 +202,11 @@ func watchStats(ctx context.Context, stdout, stderr io.Writer, src statsRegion, 
 		}
 		snap, err := src.read()
 		if err != nil {
-			fmt.Fprintf(stderr, "hotproxy stats: %s: %v (retrying every %v)\n", time.Now().Format(statsTimeFormat), err, interval)
+			fmt.Fprintf(stderr, "hotproxy stats: %s: %v (retrying every %v)\n", time.Now().Format(stats.TimeFormat), err, interval)
 			continue
 		}
-		next := &watchPoint{at: time.Now(), snap: snap}
-		if err := writeWatchBlock(stdout, next, cur, o); err != nil {
-			return err
-		}
-		cur = next
-	}
-}
-
-// writeWatchBlock writes one --watch block: a header line with the time
-// and the interval, the owner table if asked, then every selected stat as
-// WriteText writes it; counters (and histogram counts) are followed by
-// their per-second rate since prev. prev nil is the first block: no rates.
-func writeWatchBlock(w io.Writer, cur, prev *watchPoint, o statsPrint) error {
-	var b bytes.Buffer
-	var dt time.Duration
-	if prev != nil {
-		dt = cur.at.Sub(prev.at)
-		fmt.Fprintf(&b, "--- %s %s (rates over the last %v) ---\n", cur.at.Format(statsTimeFormat), cur.snap.Path, dt.Round(time.Millisecond))
-	} else {
-		fmt.Fprintf(&b, "--- %s %s ---\n", cur.at.Format(statsTimeFormat), cur.snap.Path)
-	}
-	if o.owners {
-		if err := writeOwners(&b, cur.snap.Owners, cur.at); err != nil {
+		if err := watch.WriteBlock(stdout, snap, time.Now()); err != nil {
 			return err
 		}
 	}
-	var before map[string]shm.Stat
-	if prev != nil {
-		before = make(map[string]shm.Stat, len(prev.snap.Stats))
-		for _, st := range prev.snap.Stats {
-			before[st.Name] = st
-		}
-	}
-	one := &shm.Snapshot{Stats: make([]shm.Stat, 1)}
-	for _, st := range selectStats(cur.snap, o.expose) {
-		// The exposition's own line for this one stat, so the watch
-		// table reads exactly like `hotproxy stats`.
-		one.Stats[0] = st
-		var line bytes.Buffer
-		if err := stats.WriteText(&line, one, stats.ExposeOptions{}); err != nil {
-			return err
-		}
-		b.WriteString(strings.TrimSuffix(line.String(), "\n"))
-		if prev != nil && st.Kind != shm.KindGauge {
-			// A stat created during the interval counted from 0 (p is
-			// the zero Stat); one that changed kind is of a region
-			// created again.
-			p, seen := before[st.Name]
-			if r, ok := counterRate(countOf(p), countOf(st), dt); ok && (!seen || p.Kind == st.Kind) {
-				fmt.Fprintf(&b, " (+%.1f/s)", r)
-			} else {
-				b.WriteString(" (reset)")
-			}
-		}
-		b.WriteByte('\n')
-	}
-	b.WriteByte('\n')
-	_, err := w.Write(b.Bytes())
-	return err
-}
-
-// countOf is what a rate is taken of: a counter's value, a histogram's
-// sample count.
-func countOf(st shm.Stat) uint64 {
-	switch st.Kind {
-	case shm.KindCounter:
-		return st.Counter
-	case shm.KindHistogram:
-		if st.Histogram != nil {
-			return st.Histogram.Count
-		}
-	}
-	return 0
-}
-
-// counterRate is the per-second increase of a counter that went from prev
-// to cur over dt. ok is false when there is no rate to give: dt is not
-// positive, or the counter went down, which a counter of one region never
-// does (the region was deleted and created again).
-func counterRate(prev, cur uint64, dt time.Duration) (perSecond float64, ok bool) {
-	if dt <= 0 || cur < prev {
-		return 0, false
-	}
-	return float64(cur-prev) / dt.Seconds(), true
-}
-
-// selectStats is the stats o selects, sorted by name, as the exposition
-// functions select them.
-func selectStats(snap *shm.Snapshot, o stats.ExposeOptions) []shm.Stat {
-	out := make([]shm.Stat, 0, len(snap.Stats))
-	for _, st := range snap.Stats {
-		if o.Filter != nil && !o.Filter.MatchString(st.Name) {
-			continue
-		}
-		if o.UsedOnly && st.Value() == 0 {
-			continue
-		}
-		out = append(out, st)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
 }
