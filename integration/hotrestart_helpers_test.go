@@ -53,7 +53,7 @@ type chain struct {
 	t       testing.TB
 	cfgPath string
 	baseID  int
-	// statsPath is the stats region file when the binary has one.
+	// statsPath is the chain's stats region file.
 	statsPath string
 	gens      []*harness.Generation
 	// serving is the newest generation that became ready.
@@ -61,16 +61,15 @@ type chain struct {
 	maxLive int // most generations alive at once, seen at each launch
 }
 
-// startChain allocates ports for cfg, adds a stats region in a temporary
-// directory when the binary supports one, and starts epoch 0, retrying
+// startChain allocates ports for cfg, puts its stats region in a temporary
+// directory, and starts epoch 0, retrying
 // once with fresh ports if it lost a port race.
 func startChain(t testing.TB, cfg harness.Config) *chain {
 	t.Helper()
 	c := &chain{t: t, baseID: newBaseID()}
-	if tbl, path := statsTable(t); tbl != "" {
-		cfg.Extra += "\n" + tbl
-		c.statsPath = path
-	}
+	tbl, path := statsTable(t)
+	cfg.Extra += "\n" + tbl
+	c.statsPath = path
 	for attempt := 0; ; attempt++ {
 		c.cfgPath = writeConfigFile(t, cfg.Allocate(t).TOML())
 		g := c.launch(0, harness.LaunchOptions{})
@@ -197,35 +196,10 @@ func getPID(t *testing.T, c *http.Client, url string) int {
 	return pid
 }
 
-// Stats support: the binary under test has a shared-memory stats region
-// when its config accepts a [stats] table; its admin API then answers
-// GET /stats?format=json.
-var statsProbe struct {
-	once sync.Once
-	ok   bool
-	why  string
-}
-
-// statsTable returns a [stats] table putting the region in a temporary
-// directory, and the region's path, when the binary accepts one; "" when
-// it does not (logged once per test).
+// statsTable is a [stats] table putting the chain's region in a temporary
+// directory, and the region's path.
 func statsTable(t testing.TB) (table, path string) {
 	t.Helper()
-	statsProbe.once.Do(func() {
-		dir := t.TempDir()
-		cfg := harness.Config{
-			Admin:     "127.0.0.1:1",
-			Listeners: []harness.Listener{{Name: "web", Address: "127.0.0.1:2", Routes: []harness.Route{{Prefix: "/", Status: 200}}}},
-			Extra:     fmt.Sprintf("[stats]\npath = %q\n", filepath.Join(dir, "probe.stats")),
-		}
-		res := harness.Run(t, "validate", "-c", writeConfigFile(t, cfg.TOML()))
-		statsProbe.ok = res.Code == 0
-		statsProbe.why = strings.TrimSpace(res.Stderr)
-	})
-	if !statsProbe.ok {
-		t.Logf("stats: this binary has no [stats] table (validate: %s): the region assertions are skipped", statsProbe.why)
-		return "", ""
-	}
 	path = filepath.Join(t.TempDir(), "region.stats")
 	return fmt.Sprintf("[stats]\npath = %q\nflush_interval = \"100ms\"\n", path), path
 }
@@ -254,27 +228,25 @@ func (d *statsDoc) counter(name string) (uint64, bool) {
 	return 0, false
 }
 
-// adminStats GETs /stats?format=json from g. ok is false (and the reason
-// logged) when the binary's admin API has no /stats.
-func adminStats(t testing.TB, g *harness.Generation) (doc *statsDoc, ok bool) {
+// adminStats GETs /stats?format=json from g.
+func adminStats(t testing.TB, g *harness.Generation) *statsDoc {
 	t.Helper()
 	resp, body, err := g.AdminDo(http.MethodGet, "/stats?format=json")
 	if err != nil {
 		t.Fatalf("GET /stats?format=json: %v", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		t.Logf("stats: GET /stats?format=json answered %s: the stats assertions are skipped until the stats wiring lands", resp.Status)
-		return nil, false
+		t.Fatalf("GET /stats?format=json: %s: %.500s", resp.Status, body)
 	}
-	doc = new(statsDoc)
+	doc := new(statsDoc)
 	if err := json.Unmarshal(body, doc); err != nil {
 		t.Fatalf("GET /stats?format=json: %v: %.500s", err, body)
 	}
-	return doc, true
+	return doc
 }
 
 // checkRqTotal asserts that the region's listener.<name>.downstream_rq_total
-// equals want, when the binary has stats. Counters are flushed from lanes
+// equals want. Counters are flushed from lanes
 // the workers write directly, so the value is exact once the clients have
 // their responses; it is polled briefly in case a worker's add lands just
 // after the response bytes.
@@ -283,10 +255,7 @@ func checkRqTotal(t testing.TB, g *harness.Generation, listener string, want int
 	name := "listener." + listener + ".downstream_rq_total"
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		doc, ok := adminStats(t, g)
-		if !ok {
-			return
-		}
+		doc := adminStats(t, g)
 		got, found := doc.counter(name)
 		if found && int64(got) == want {
 			t.Logf("stats: %s = %d, as the clients counted", name, got)

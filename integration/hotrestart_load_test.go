@@ -208,10 +208,6 @@ func settledCounts(t *testing.T, g *harness.Generation) (fds, goroutines int) {
 // or lane leaked by the generations before it.
 func checkRegionOwners(t *testing.T, c *chain, newest *harness.Generation, lanes int) {
 	t.Helper()
-	if c.statsPath == "" {
-		t.Logf("stats: no region for this binary: owner and lane leak check skipped")
-		return
-	}
 	if _, err := os.Stat(c.statsPath); err != nil {
 		t.Errorf("stats: the config names %s but it is not there: %v", c.statsPath, err)
 		return
