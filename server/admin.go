@@ -149,7 +149,7 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		PID:                s.identity.PID,
 		Concurrency:        s.concurrency,
 		UptimeCurrentEpoch: now.Sub(s.started).Truncate(time.Second).String(),
-		UptimeAllEpochs:    now.Sub(s.opts.FirstEpochStart).Truncate(time.Second).String(),
+		UptimeAllEpochs:    now.Sub(s.firstStart).Truncate(time.Second).String(),
 		StartTime:          s.started.UTC().Format(time.RFC3339Nano),
 		ConfigSource:       s.cfg.Source,
 		BaseID:             s.opts.BaseID,

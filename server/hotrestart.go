@@ -92,7 +92,7 @@ func (s *Server) restartIdentity() hotrestart.Identity {
 		PID:           s.identity.PID,
 		Epoch:         s.opts.Epoch,
 		BinaryVersion: version.Version,
-		FirstStart:    s.opts.FirstEpochStart.UnixNano(),
+		FirstStart:    s.firstStart.UnixNano(),
 	}
 }
 
@@ -119,7 +119,7 @@ func (s *Server) takeOver() (inherited map[workers.SocketKey]*os.File, admin net
 	}
 	parent := ch.Parent()
 	if parent.FirstStart > 0 {
-		s.opts.FirstEpochStart = time.Unix(0, parent.FirstStart)
+		s.firstStart = time.Unix(0, parent.FirstStart)
 	}
 	inherited = make(map[workers.SocketKey]*os.File, len(sockets))
 	for i, sk := range sockets {

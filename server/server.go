@@ -67,14 +67,6 @@ type Options struct {
 	OnReady func()
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
-	// FirstEpochStart is when epoch 0 started; the zero value means now.
-	FirstEpochStart time.Time
-	// Inherited are listening sockets handed over by a previous
-	// generation (see workers.Options.Inherited).
-	Inherited map[workers.SocketKey]*os.File
-	// AdminListener, when set, is used instead of binding the admin
-	// address.
-	AdminListener net.Listener
 	// HandleSignals makes Run stop on SIGTERM and SIGINT. Off for
 	// embedding in tests, which cancel Run's context instead.
 	HandleSignals bool
@@ -87,7 +79,10 @@ type Server struct {
 	log         hclog.Logger
 	concurrency int
 	started     time.Time
-	identity    workers.Identity
+	// firstStart is when epoch 0 started: this generation's start, or
+	// what the generation it took over from said.
+	firstStart time.Time
+	identity   workers.Identity
 
 	state        atomic.Int32 // a State
 	healthFailed atomic.Bool  // POST /healthcheck/fail
@@ -143,9 +138,7 @@ func New(opts Options) (*Server, error) {
 		hr:          newHotRestart(),
 		statsKick:   make(chan struct{}, 1),
 	}
-	if s.opts.FirstEpochStart.IsZero() {
-		s.opts.FirstEpochStart = s.started
-	}
+	s.firstStart = s.started
 	hostname, _ := os.Hostname()
 	s.identity = workers.Identity{
 		Version:  version.Version,
@@ -163,8 +156,9 @@ func New(opts Options) (*Server, error) {
 	// The hand-over comes first (DESIGN §4): the previous generation
 	// checks who this is before anything of theirs is touched, the stats
 	// region included. Nothing is bound yet.
-	inherited, adminLn := opts.Inherited, opts.AdminListener
-	if opts.Epoch > 0 && inherited == nil {
+	var inherited map[workers.SocketKey]*os.File
+	var adminLn net.Listener
+	if opts.Epoch > 0 {
 		if inherited, adminLn, err = s.takeOver(); err != nil {
 			return nil, err
 		}
