@@ -21,6 +21,7 @@ const (
 	DefaultHTTPIdleTimeout    = 60 * time.Second
 	DefaultRequestTimeout     = 60 * time.Second
 	DefaultHeaderTimeout      = 10 * time.Second
+	DefaultWriteTimeout       = 60 * time.Second
 	DefaultMaxHeaderBytes     = 64 << 10
 	DefaultUpstreamIdle       = 90 * time.Second
 	DefaultMaxIdlePerEndpoint = 64
@@ -81,6 +82,11 @@ type Server struct {
 	// ReusePort gives every worker its own SO_REUSEPORT socket per listener
 	// (default true on Linux); false shares one socket among all workers.
 	ReusePort *bool `toml:"reuse_port" json:"reuse_port"`
+	// MaxConnections bounds the client connections of all listeners
+	// together; 0 derives it from the open-file limit, keeping a reserve
+	// of descriptors for the admin API, the restart socket and upstream
+	// connections.
+	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections,omitempty"`
 }
 
 // Admin is the admin API's listener.
@@ -165,7 +171,23 @@ type Listener struct {
 	HeaderTimeout Duration `toml:"header_timeout,omitzero" json:"header_timeout,omitempty"`
 	// MaxHeaderBytes bounds a request's header block; larger gets 431.
 	MaxHeaderBytes int `toml:"max_header_bytes,omitzero" json:"max_header_bytes,omitempty"`
+	// WriteTimeout closes an HTTP connection whose client has not taken
+	// any of a response's bytes for this long (a client that stops
+	// reading holds no buffers and no upstream connection forever).
+	WriteTimeout Duration `toml:"write_timeout,omitzero" json:"write_timeout,omitempty"`
+	// TrustForwardedFor keeps the client's X-Forwarded-For chain and
+	// appends the client's address; false replaces it with the client's
+	// address alone (a proxy at the edge). Default true.
+	TrustForwardedFor *bool `toml:"trust_forwarded_for" json:"trust_forwarded_for,omitempty"`
+	// MaxConnections bounds this listener's open client connections;
+	// past it, new connections are accepted and closed at once, and
+	// counted. 0: only the server-wide bound applies.
+	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections,omitempty"`
 }
+
+// TrustsForwardedFor reports whether the client's X-Forwarded-For chain is
+// kept (the default) or replaced.
+func (l Listener) TrustsForwardedFor() bool { return l.TrustForwardedFor == nil || *l.TrustForwardedFor }
 
 // Route matches HTTP requests by host and path and says what to do.
 type Route struct {
