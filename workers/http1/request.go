@@ -18,16 +18,28 @@ type Request struct {
 }
 
 // Parse parses a request head from the start of buf into r (every field of
-// r is overwritten; r may be reused). It returns ErrIncomplete when buf
+// r is overwritten; r may be reused; entries of Fields past NFields are
+// stale). It returns ErrIncomplete when buf
 // does not hold the whole head yet and no limit is exceeded, or an *Error
 // whose Status is the answer to send before closing the connection.
 func (r *Request) Parse(buf []byte, lim Limits) error {
 	lim = lim.withDefaults()
+	r.reset()
 	if code := r.parse(buf, lim); code != errNone {
-		*r = Request{}
+		r.reset()
 		return code.request()
 	}
 	return nil
+}
+
+// reset zeroes everything but Fields, which NFields bounds: clearing the
+// whole array would cost more than the parse of a small request.
+func (r *Request) reset() {
+	r.Method, r.Target, r.Minor = Span{}, Span{}, 0
+	r.NFields, r.HeadLen = 0, 0
+	r.Framing, r.ContentLength = FramingNone, 0
+	r.Host, r.Upgrade = Span{}, Span{}
+	r.Close, r.ExpectContinue, r.Connect = false, false, false
 }
 
 func (r *Request) parse(buf []byte, lim Limits) errCode {

@@ -21,11 +21,19 @@ type Response struct {
 // gets them wrong is not one to keep a connection to.
 func (r *Response) Parse(buf []byte, lim Limits, reqMethod []byte) error {
 	lim = lim.withDefaults()
+	r.reset()
 	if code := r.parse(buf, lim, reqMethod); code != errNone {
-		*r = Response{}
+		r.reset()
 		return code.response()
 	}
 	return nil
+}
+
+// reset zeroes everything but Fields, which NFields bounds.
+func (r *Response) reset() {
+	r.Minor, r.Status, r.Reason = 0, 0, Span{}
+	r.NFields, r.HeadLen = 0, 0
+	r.Framing, r.ContentLength, r.Close = FramingNone, 0, false
 }
 
 func (r *Response) parse(buf []byte, lim Limits, reqMethod []byte) errCode {
