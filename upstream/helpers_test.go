@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -69,6 +70,10 @@ func newWorkerCluster(tb testing.TB, spec config.Cluster, w int) *WorkerCluster 
 	if spec.Name == "" {
 		spec.Name = "backend"
 	}
+	if spec.MaxIdlePerEndpoint == 0 {
+		// As config fills it in; NewCluster takes 0 as "keep none".
+		spec.MaxIdlePerEndpoint = config.DefaultMaxIdlePerEndpoint
+	}
 	c, err := NewCluster(spec)
 	if err != nil {
 		tb.Fatalf("NewCluster: %v", err)
@@ -88,23 +93,32 @@ func addrs(bs ...*backend) []string {
 
 // get sends a GET through rt, reads the whole response and returns its
 // body (a backend's name).
-func get(tb testing.TB, rt http.RoundTripper) string {
+func get(tb testing.TB, wc *WorkerCluster) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://client.example/path", nil)
+	c, err := wc.Acquire(ctx)
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("Acquire: %v", err)
 	}
-	resp, err := rt.RoundTrip(req)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /path HTTP/1.1\r\nHost: client.example\r\n\r\n"); err != nil {
+		c.Discard()
+		tb.Fatalf("write: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		tb.Fatalf("RoundTrip: %v", err)
+		c.Discard()
+		tb.Fatalf("reading response: %v", err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
+		c.Discard()
 		tb.Fatalf("reading response: %v", err)
 	}
+	// bufio read exactly the response: the backend sends nothing more.
+	c.Release(!resp.Close)
 	if resp.StatusCode != http.StatusOK {
 		tb.Fatalf("status %d, body %q", resp.StatusCode, body)
 	}

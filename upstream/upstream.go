@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -130,9 +129,6 @@ func (c *Cluster) applyDefaults() {
 	if c.idleTimeout == 0 {
 		c.idleTimeout = config.DefaultUpstreamIdle
 	}
-	if c.maxIdle == 0 {
-		c.maxIdle = config.DefaultMaxIdlePerEndpoint
-	}
 }
 
 // resolveEndpoint turns "host:port" into "ip:port". Names are resolved once,
@@ -188,22 +184,26 @@ func (c *Cluster) ForWorker(w int) *WorkerCluster {
 		wc.addrs[i] = ep.Address
 	}
 	wc.bal = newBalancer(s.policy, len(wc.addrs), w)
-	wc.transport = newTransport(wc, s.idleTimeout, s.maxIdle)
-	wc.rt = &roundTripper{wc: wc}
+	wc.idleTimeout = s.idleTimeout
+	wc.maxIdle = s.maxIdle
 	return wc
 }
 
 // WorkerCluster is one worker's view of a cluster: its balancer state, its
 // keep-alive pool.
 type WorkerCluster struct {
-	name      string
-	addrs     []string // endpoint addresses, copied: the view owns them
-	timeout   time.Duration
-	dialer    net.Dialer
-	bal       balancer
-	transport *http.Transport
-	rt        *roundTripper
-	stats     atomic.Pointer[Stats] // nil: not counted
+	name    string
+	addrs   []string // endpoint addresses, copied: the view owns them
+	timeout time.Duration
+	dialer  net.Dialer
+	bal     balancer
+	stats   atomic.Pointer[Stats] // nil: not counted
+	// The keep-alive pool: idleTimeout ages pooled connections out,
+	// maxIdle bounds them per endpoint (0: none is kept, every request
+	// dials).
+	idleTimeout time.Duration
+	maxIdle     int
+	pool        pool
 }
 
 // DialTCP picks an endpoint with the balancer and connects within the
@@ -260,21 +260,6 @@ func (wc *WorkerCluster) doneFunc(i int) func() {
 	}
 }
 
-// RoundTripper sends HTTP requests to the cluster: balancer pick per
-// request, the next endpoint when a connect fails (the request body is not
-// lost: nothing of it was sent), keep-alive connections pooled per endpoint
-// for this worker.
-func (wc *WorkerCluster) RoundTripper() http.RoundTripper {
-	if wc.rt == nil {
-		return &roundTripper{wc: wc}
-	}
-	return wc.rt
-}
-
-// CloseIdle closes this worker's idle pooled connections (drain, or a
-// snapshot that no longer has this cluster).
-func (wc *WorkerCluster) CloseIdle() {
-	if wc.transport != nil {
-		wc.transport.CloseIdleConnections()
-	}
-}
+// CloseIdle closes this worker's pooled connections, and those given back
+// later: the view is retired (a newer snapshot, or a drain).
+func (wc *WorkerCluster) CloseIdle() { wc.closeIdle(true) }

@@ -1,16 +1,13 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,8 +76,10 @@ func TestNewClusterDefaultsAndResolution(t *testing.T) {
 			t.Errorf("endpoint %d: %q, want %q", i, c.Endpoints[i].Address, want[i].Address)
 		}
 	}
+	// max_idle_per_endpoint is taken as given: config fills in its
+	// default, and 0 means "keep none".
 	if c.policy != config.LBRoundRobin || c.connectTimeout != config.DefaultConnectTimeout ||
-		c.idleTimeout != config.DefaultUpstreamIdle || c.maxIdle != config.DefaultMaxIdlePerEndpoint {
+		c.idleTimeout != config.DefaultUpstreamIdle || c.maxIdle != 0 {
 		t.Errorf("defaults not applied: policy %q connect %v idle %v maxIdle %d",
 			c.policy, c.connectTimeout, c.idleTimeout, c.maxIdle)
 	}
@@ -101,19 +100,17 @@ func TestNewClusterDefaultsAndResolution(t *testing.T) {
 			c.policy, c.connectTimeout, c.idleTimeout, c.maxIdle)
 	}
 	wc := c.ForWorker(0)
-	if wc.transport.MaxIdleConnsPerHost != 3 || wc.transport.IdleConnTimeout != 2*time.Second ||
-		wc.transport.Proxy != nil || !wc.transport.DisableCompression {
-		t.Errorf("transport settings not from the spec: %+v", wc.transport)
+	if wc.maxIdle != 3 || wc.idleTimeout != 2*time.Second {
+		t.Errorf("pool settings not from the spec: maxIdle %d idle %v", wc.maxIdle, wc.idleTimeout)
 	}
 }
 
 func TestRoundRobinSpreadsEvenly(t *testing.T) {
 	bs := []*backend{newBackend(t, "a", nil), newBackend(t, "b", nil), newBackend(t, "c", nil)}
 	wc := newWorkerCluster(t, config.Cluster{Endpoints: addrs(bs...)}, 0)
-	rt := wc.RoundTripper()
 	got := map[string]int{}
 	for range 30 {
-		got[get(t, rt)]++
+		got[get(t, wc)]++
 	}
 	for _, b := range bs {
 		if got[b.name] != 10 {
@@ -134,11 +131,10 @@ func TestRoundRobinWorkerOffset(t *testing.T) {
 func TestRandomHitsAllEndpoints(t *testing.T) {
 	bs := []*backend{newBackend(t, "a", nil), newBackend(t, "b", nil), newBackend(t, "c", nil)}
 	wc := newWorkerCluster(t, config.Cluster{LBPolicy: config.LBRandom, Endpoints: addrs(bs...)}, 0)
-	rt := wc.RoundTripper()
 	got := map[string]int{}
 	// The chance that 300 draws miss one of three endpoints is 3*(2/3)^300.
 	for i := 0; i < 300 && len(got) < len(bs); i++ {
-		got[get(t, rt)]++
+		got[get(t, wc)]++
 	}
 	if len(got) != len(bs) {
 		t.Errorf("random reached %v, want all of a, b, c", got)
@@ -159,7 +155,6 @@ func TestLeastRequestPrefersIdleEndpoints(t *testing.T) {
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	b, c := newBackend(t, "b", nil), newBackend(t, "c", nil)
 	wc := newWorkerCluster(t, config.Cluster{LBPolicy: config.LBLeastRequest, Endpoints: addrs(slow, b, c)}, 0)
-	rt := wc.RoundTripper()
 
 	// Send requests one at a time until one is held open on slow. Ties
 	// are broken at random, so each request has a 1/3 chance.
@@ -169,7 +164,7 @@ func TestLeastRequestPrefersIdleEndpoints(t *testing.T) {
 			t.Fatal("no request reached the slow backend in 300 tries")
 		}
 		res := make(chan string, 1)
-		go func() { res <- get(t, rt) }()
+		go func() { res <- get(t, wc) }()
 		var isHeld bool
 		select {
 		case <-held:
@@ -191,7 +186,7 @@ func TestLeastRequestPrefersIdleEndpoints(t *testing.T) {
 	}
 	got := map[string]int{}
 	for range 30 {
-		got[get(t, rt)]++
+		got[get(t, wc)]++
 	}
 	if got["slow"] != 0 || got["b"]+got["c"] != 30 {
 		t.Errorf("with slow busy, requests went %v; want none to slow", got)
@@ -259,58 +254,6 @@ func TestDialTCPFallsThrough(t *testing.T) {
 	}
 }
 
-// closeCounter is a request body without GetBody, so a retry can only work
-// if upstream keeps the body; it counts Close calls.
-type closeCounter struct {
-	io.Reader
-	closes atomic.Int64
-}
-
-func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
-
-func TestRoundTripFallsThroughWithBody(t *testing.T) {
-	var gotBody []byte
-	var gotHost string
-	live := newBackend(t, "live", func(w http.ResponseWriter, r *http.Request) {
-		gotBody, _ = io.ReadAll(r.Body)
-		gotHost = r.Host
-		io.WriteString(w, "live")
-	})
-	down := closedAddr(t)
-	// Worker 0's round robin starts at endpoint 0: the dead one.
-	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{down, live.addr()}}, 0)
-
-	payload := bytes.Repeat([]byte("0123456789abcdef"), 16<<10) // 256 KiB
-	body := &closeCounter{Reader: bytes.NewReader(payload)}
-	req, err := http.NewRequest(http.MethodPost, "http://api.example/upload", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.ContentLength = int64(len(payload))
-	req.Host = "api.example"
-	origURL := *req.URL
-
-	resp, err := wc.RoundTripper().RoundTrip(req)
-	if err != nil {
-		t.Fatalf("RoundTrip: %v", err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-
-	if !bytes.Equal(gotBody, payload) {
-		t.Errorf("live endpoint got %d bytes, want the %d sent", len(gotBody), len(payload))
-	}
-	if gotHost != "api.example" {
-		t.Errorf("upstream saw Host %q, want the client's %q", gotHost, "api.example")
-	}
-	if *req.URL != origURL || req.Body != io.ReadCloser(body) {
-		t.Errorf("caller's request was modified: URL %v, body %T", req.URL, req.Body)
-	}
-	if n := body.closes.Load(); n != 1 {
-		t.Errorf("request body closed %d times, want 1", n)
-	}
-}
-
 func TestAllEndpointsDown(t *testing.T) {
 	down := []string{closedAddr(t), closedAddr(t)}
 	const timeout = 10 * time.Second
@@ -348,19 +291,23 @@ func TestAllEndpointsDown(t *testing.T) {
 		}
 		check(t, err, time.Since(start))
 	})
-	t.Run("RoundTrip", func(t *testing.T) {
-		body := &closeCounter{Reader: strings.NewReader("data")}
-		req, _ := http.NewRequest(http.MethodPost, "http://x/", body)
+	t.Run("Acquire", func(t *testing.T) {
 		start := time.Now()
-		resp, err := wc.RoundTripper().RoundTrip(req)
-		if resp != nil {
-			resp.Body.Close()
+		c, err := wc.Acquire(context.Background())
+		if c != nil {
+			c.Discard()
 		}
 		check(t, err, time.Since(start))
-		if n := body.closes.Load(); n != 1 {
-			t.Errorf("request body closed %d times, want 1", n)
-		}
 	})
+}
+
+func TestAcquireFallsThroughToALiveEndpoint(t *testing.T) {
+	live := newBackend(t, "live", nil)
+	// Worker 0's round robin starts at endpoint 0: the dead one.
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{closedAddr(t), live.addr()}}, 0)
+	if got := get(t, wc); got != "live" {
+		t.Fatalf("answered by %q, want live", got)
+	}
 }
 
 func TestNoEndpointIsAnError(t *testing.T) {
@@ -368,85 +315,80 @@ func TestNoEndpointIsAnError(t *testing.T) {
 	if _, _, _, err := wc.DialTCP(context.Background()); !errors.Is(err, ErrNoEndpoint) {
 		t.Errorf("DialTCP: %v, want ErrNoEndpoint", err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
-	if _, err := wc.RoundTripper().RoundTrip(req); !errors.Is(err, ErrNoEndpoint) {
-		t.Errorf("RoundTrip: %v, want ErrNoEndpoint", err)
+	if _, err := wc.Acquire(context.Background()); !errors.Is(err, ErrNoEndpoint) {
+		t.Errorf("Acquire: %v, want ErrNoEndpoint", err)
 	}
 	var zero WorkerCluster
-	if _, err := zero.RoundTripper().RoundTrip(req); !errors.Is(err, ErrNoEndpoint) {
-		t.Errorf("zero WorkerCluster RoundTrip: %v, want ErrNoEndpoint", err)
+	if _, err := zero.Acquire(context.Background()); !errors.Is(err, ErrNoEndpoint) {
+		t.Errorf("zero WorkerCluster Acquire: %v, want ErrNoEndpoint", err)
 	}
 	zero.CloseIdle()
 }
 
 func TestKeepAliveReuse(t *testing.T) {
 	bs := []*backend{newBackend(t, "a", nil), newBackend(t, "b", nil)}
-	wc := newWorkerCluster(t, config.Cluster{Endpoints: addrs(bs...)}, 0)
-	rt := wc.RoundTripper()
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: addrs(bs...), MaxIdlePerEndpoint: 4}, 0)
 	for range 20 {
-		get(t, rt)
+		get(t, wc)
 	}
 	for _, b := range bs {
 		if n, hits := b.newConns.Load(), b.hits.Load(); n != 1 || hits != 10 {
 			t.Errorf("backend %s: %d connections for %d requests, want 1 for 10", b.name, n, hits)
 		}
 	}
-}
-
-func TestRoundTripContextCanceled(t *testing.T) {
-	b := newBackend(t, "a", nil)
-	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{b.addr()}}, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://x/", nil)
-	_, err := wc.RoundTripper().RoundTrip(req)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("RoundTrip with a canceled context: %v, want context.Canceled", err)
+	if n := wc.IdleConns(); n != 2 {
+		t.Errorf("%d idle connections pooled, want 2", n)
+	}
+	wc.CloseIdle()
+	if n := wc.IdleConns(); n != 0 {
+		t.Errorf("%d idle connections after CloseIdle, want 0", n)
+	}
+	// A retired view pools nothing: a connection given back is closed.
+	get(t, wc)
+	if n := wc.IdleConns(); n != 0 {
+		t.Errorf("a retired view pooled %d connections", n)
 	}
 }
 
-func TestNoGoroutineLeakAfterCloseIdle(t *testing.T) {
+// max_idle_per_endpoint = 0 keeps no idle connection: every request dials.
+func TestMaxIdleZeroKeepsNone(t *testing.T) {
 	b := newBackend(t, "a", nil)
-	base := runtime.NumGoroutine()
-
-	c, err := NewCluster(config.Cluster{Name: "backend", Endpoints: []string{b.addr()}})
+	c, err := NewCluster(config.Cluster{Name: "backend", Endpoints: []string{b.addr()}, MaxIdlePerEndpoint: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wc := c.ForWorker(0)
-	rt := wc.RoundTripper()
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for range 5 {
-				get(t, rt)
-			}
-		})
+	for range 5 {
+		get(t, wc)
 	}
-	wg.Wait()
-	if poolGoroutines() == 0 {
-		t.Fatal("no pooled connection goroutines after requests; the test checks nothing")
+	if n := b.newConns.Load(); n != 5 {
+		t.Errorf("%d connections for 5 requests with max_idle_per_endpoint = 0, want 5", n)
 	}
-	wc.CloseIdle()
-
-	// The transport's read and write loops, and the backend's connection
-	// goroutines, exit once the closes are seen; wait for that, bounded.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base || poolGoroutines() > 0 {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after CloseIdle, %d before:\n%s",
-				runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
+	if n := wc.IdleConns(); n != 0 {
+		t.Errorf("%d idle connections kept, want 0", n)
 	}
 }
 
-// poolGoroutines counts the goroutines of pooled client connections (each
-// has a read loop and a write loop) in the whole test binary.
-func poolGoroutines() int {
-	buf := make([]byte, 1<<20)
-	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "net/http.(*persistConn).readLoop(")
+// A pooled connection idle longer than idle_timeout is not handed out.
+func TestIdleTimeoutAgesConnectionsOut(t *testing.T) {
+	b := newBackend(t, "a", nil)
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{b.addr()}, MaxIdlePerEndpoint: 4, IdleTimeout: config.Duration(time.Nanosecond)}, 0)
+	get(t, wc)
+	get(t, wc)
+	if n := b.newConns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the pooled one was older than idle_timeout", n)
+	}
+}
+
+func TestAcquireContextCanceled(t *testing.T) {
+	b := newBackend(t, "a", nil)
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{b.addr()}}, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := wc.Acquire(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire with a canceled context: %v, want context.Canceled", err)
+	}
 }
 
 func TestConnectErrorMessage(t *testing.T) {
@@ -454,78 +396,5 @@ func TestConnectErrorMessage(t *testing.T) {
 	want := `cluster "backend": could not connect to any endpoint (tried 10.0.0.1:80, 10.0.0.2:80): connection refused`
 	if err.Error() != want {
 		t.Errorf("got  %q\nwant %q", err.Error(), want)
-	}
-}
-
-// A request that may have reached an upstream is never sent to another.
-func TestRoundTripDoesNotRetryAfterConnect(t *testing.T) {
-	reset := newBackend(t, "reset", func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close()
-		}
-	})
-	other := newBackend(t, "other", nil)
-	wc := newWorkerCluster(t, config.Cluster{Endpoints: addrs(reset, other)}, 0)
-	req, _ := http.NewRequest(http.MethodPost, "http://x/", strings.NewReader("charge the card"))
-	resp, err := wc.RoundTripper().RoundTrip(req)
-	if err == nil {
-		resp.Body.Close()
-		t.Fatal("RoundTrip succeeded against a backend that hung up")
-	}
-	var ce *ConnectError
-	if errors.As(err, &ce) {
-		t.Errorf("got ConnectError %v for a request that was sent", err)
-	}
-	if n := other.hits.Load(); n != 0 {
-		t.Errorf("request was retried on another endpoint (%d hits)", n)
-	}
-}
-
-// An upgraded response's body is the raw connection; least_request's
-// counting wrapper must keep it writable.
-func TestLeastRequestKeepsUpgradeBodyWritable(t *testing.T) {
-	echo := newBackend(t, "echo", func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		brw.Flush()
-		buf := make([]byte, 4)
-		if _, err := io.ReadFull(brw, buf); err == nil {
-			conn.Write(buf)
-		}
-	})
-	wc := newWorkerCluster(t, config.Cluster{LBPolicy: config.LBLeastRequest, Endpoints: []string{echo.addr()}}, 0)
-	req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "echo")
-	resp, err := wc.RoundTripper().RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	rw, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok {
-		t.Fatalf("upgrade body %T is not an io.ReadWriteCloser", resp.Body)
-	}
-	if _, err := rw.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 4)
-	if _, err := io.ReadFull(rw, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("echo %q, %v", buf, err)
-	}
-	if n := wc.bal.(*leastRequest).active[0].n.Load(); n != 1 {
-		t.Errorf("upgraded connection counts %d active, want 1 until closed", n)
-	}
-	rw.Close()
-	if n := wc.bal.(*leastRequest).active[0].n.Load(); n != 0 {
-		t.Errorf("closed upgraded connection counts %d active, want 0", n)
 	}
 }

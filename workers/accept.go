@@ -3,8 +3,6 @@ package workers
 import (
 	"errors"
 	"net"
-	"net/http"
-	"sync/atomic"
 	"time"
 )
 
@@ -15,17 +13,14 @@ const (
 	acceptBackoffMax = time.Second
 )
 
-// acceptor is one worker's accept loop on one socket. As a net.Listener it
-// is what that worker's http.Server serves on.
+// acceptor is one worker's accept loop on one socket.
 type acceptor struct {
-	m    *Manager
-	s    *socket
-	wk   *worker
-	st   *listenerStats
-	http bool
+	m  *Manager
+	s  *socket
+	wk *worker
+	li int // the listener's index
+	st *listenerStats
 }
-
-var _ net.Listener = (*acceptor)(nil)
 
 // accept returns the next connection. A transient error is logged and
 // retried after a back-off. Once accepting stops in a drain, it hands out
@@ -73,94 +68,25 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 	}
 }
 
-// Accept implements net.Listener for http.Server. Every HTTP connection is
-// in its worker's connection set, so a drain can tell idle ones from busy
-// ones and close what is left at its deadline.
-func (a *acceptor) Accept() (net.Conn, error) {
+// acceptHTTP is an HTTP listener's accept loop for one worker: a goroutine
+// per connection, each in its worker's connection set, so that a drain can
+// tell idle connections from busy ones and close what is left at its
+// deadline.
+func (m *Manager) acceptHTTP(a *acceptor) {
+	defer m.acceptWG.Done()
 	for {
 		c, err := a.accept()
 		if err != nil {
-			return nil, err
+			return
 		}
-		tc := &trackedConn{Conn: c, st: a.st, set: &a.wk.conns}
-		if a.wk.conns.add(tc) {
-			return tc, nil
+		cc := m.newClientConn(a, c)
+		if !a.wk.conns.add(cc) {
+			c.Close()
+			a.st.closed()
+			continue
 		}
-		tc.Close()
+		go cc.serve()
 	}
-}
-
-// Close does not close the socket: http.Server closes its listener when
-// Serve returns, and whether the socket may close (and when) is the
-// Manager's decision, not the server's.
-func (a *acceptor) Close() error { return nil }
-
-func (a *acceptor) Addr() net.Addr { return a.s.ln.Addr() }
-
-// trackedConn is an HTTP client connection: it counts bytes, its end, and
-// knows whether it is idle between requests (for the drain).
-// It embeds the net.Conn interface, not *net.TCPConn, so that ReadFrom
-// and WriteTo cannot bypass the counting.
-type trackedConn struct {
-	net.Conn
-	st     *listenerStats
-	set    *connSet
-	closed atomic.Bool
-	// idleSince is when the connection last became idle between requests
-	// (monotime), or 0 while it is new, active or hijacked.
-	idleSince atomic.Int64
-}
-
-func (c *trackedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.st.rxBytes.Add(uint64(n))
-	}
-	return n, err
-}
-
-func (c *trackedConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	if n > 0 {
-		c.st.txBytes.Add(uint64(n))
-	}
-	return n, err
-}
-
-// CloseWrite lets net/http half-close after an early answer (400, 431) and
-// wait for the client to finish sending, so the client reads the answer
-// instead of a reset.
-func (c *trackedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-func (c *trackedConn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.st.closed()
-		c.set.remove(c)
-	}
-	return c.Conn.Close()
-}
-
-// setState is the http.Server ConnState hook's view of c.
-func (c *trackedConn) setState(st http.ConnState) {
-	if st == http.StateIdle {
-		c.idleSince.Store(max(monotime(), 1))
-	} else {
-		c.idleSince.Store(0)
-	}
-}
-
-// idleFor reports how long c has been idle between requests, or 0.
-func (c *trackedConn) idleFor(now int64) time.Duration {
-	since := c.idleSince.Load()
-	if since == 0 {
-		return 0
-	}
-	return time.Duration(now - since)
 }
 
 // acceptTCP is a TCP-proxy listener's accept loop for one worker.

@@ -45,6 +45,8 @@ func toCluster(prefix, cluster string) config.Route {
 // startManager builds, binds and starts cfg with n workers; Close at cleanup.
 func startManager(tb testing.TB, cfg *config.Config, n int) *Manager {
 	tb.Helper()
+	// As config.Load leaves it: the workers take every value as given.
+	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, n)
 	if err != nil {
 		tb.Fatalf("BuildSnapshotN: %v", err)

@@ -346,7 +346,7 @@ func TestHTTPNoEndpointBadResponse(t *testing.T) {
 	})
 	m := startManager(t, proxyConfig(be), 1)
 	resp, body := get(t, newClient(t), "http://"+addr(t, m, "web")+"/")
-	if resp.StatusCode != http.StatusBadGateway || body != "upstream error\n" {
+	if resp.StatusCode != http.StatusBadGateway || body != "upstream sent a malformed response\n" {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
 	}
 }

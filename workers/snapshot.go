@@ -295,16 +295,3 @@ func stripPort(host string) string {
 	}
 	return host
 }
-
-// write answers the request with the direct response.
-func (d *directResponse) write(w http.ResponseWriter) {
-	h := w.Header()
-	h["Content-Type"] = d.contentType
-	if d.contentLength != nil {
-		h["Content-Length"] = d.contentLength
-	}
-	w.WriteHeader(d.status)
-	if len(d.body) > 0 {
-		w.Write(d.body)
-	}
-}

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httputil"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -70,7 +68,6 @@ type Manager struct {
 	n         int
 	listeners []*mlistener
 	workers   []*worker
-	httpLog   *httpErrorLog
 	stats     *stats.Store
 
 	// ctx ends at Close or when a drain is forced; it aborts upstream
@@ -106,14 +103,14 @@ type Manager struct {
 }
 
 // mlistener is one configured listener with its sockets and, for HTTP,
-// one http.Server per worker.
+// its connection settings.
 type mlistener struct {
 	idx      int
 	name     string
 	addr     string
 	protocol string
 	sockets  []*socket
-	servers  []*http.Server // http: index worker
+	h1       *h1Settings // http
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -134,8 +131,8 @@ type workerView struct {
 
 type listenerView struct {
 	*listenerSnap
-	tcp     *upstream.WorkerCluster  // tcp listeners
-	proxies []*httputil.ReverseProxy // http: index route; nil for direct responses
+	tcp      *upstream.WorkerCluster   // tcp listeners
+	clusters []*upstream.WorkerCluster // http: index route; nil for direct responses
 }
 
 // New binds (or adopts) every listener socket for every worker and returns
@@ -191,7 +188,6 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		log:        log,
 		cfg:        cfg,
 		n:          n,
-		httpLog:    newHTTPErrorLog(log),
 		stats:      st,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -231,13 +227,8 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		m.workers[w] = wk
 	}
 	for i, ml := range m.listeners {
-		if ml.protocol != config.ProtocolHTTP {
-			continue
-		}
-		l := &cfg.Listeners[i]
-		ml.servers = make([]*http.Server, n)
-		for w, wk := range m.workers {
-			ml.servers[w] = m.newHTTPServer(l, wk, i)
+		if ml.protocol == config.ProtocolHTTP {
+			ml.h1 = newH1Settings(&cfg.Listeners[i])
 		}
 	}
 	m.Publish(snap)
@@ -278,11 +269,11 @@ func (m *Manager) Start() {
 				if s.owner >= 0 && s.owner%m.n != w {
 					continue
 				}
-				a := &acceptor{m: m, s: s, wk: wk, st: wk.stats[ml.idx], http: ml.protocol == config.ProtocolHTTP}
+				a := &acceptor{m: m, s: s, wk: wk, li: ml.idx, st: wk.stats[ml.idx]}
 				s.acceptors.Add(1)
 				m.acceptWG.Add(1)
-				if a.http {
-					go m.serveHTTP(ml.servers[w], a)
+				if ml.protocol == config.ProtocolHTTP {
+					go m.acceptHTTP(a)
 				} else {
 					go m.acceptTCP(a, ml.idx)
 				}
@@ -291,21 +282,13 @@ func (m *Manager) Start() {
 	}
 }
 
-func (m *Manager) serveHTTP(srv *http.Server, a *acceptor) {
-	defer m.acceptWG.Done()
-	err := srv.Serve(a)
-	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-		m.log.Error("accept loop stopped", "address", a.s.key.Address, "worker", a.wk.id, "error", err)
-	}
-}
-
 // Publish hands a new snapshot to every worker (RCU): new connections and
 // requests use it, those in flight keep theirs. The previous snapshot's
 // idle upstream connections are closed. A snapshot built for fewer
 // workers than the Manager has is refused (logged).
 //
-// Listener sockets and the HTTP server settings (header and idle
-// timeouts, header size) are fixed by New; a listener missing from snap,
+// Listener sockets and the HTTP connection settings (header, idle and
+// write timeouts, header size) are fixed by New; a listener missing from snap,
 // or with another protocol, answers 404 (http) or closes connections
 // (tcp) until a snapshot has it again.
 func (m *Manager) Publish(snap *Snapshot) {
@@ -338,7 +321,6 @@ func (m *Manager) Publish(snap *Snapshot) {
 
 func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 	v := &workerView{snap: snap, listeners: make([]*listenerView, len(m.listeners))}
-	proxies := make(map[string]*httputil.ReverseProxy)
 	for i, ml := range m.listeners {
 		ls := snap.listeners[ml.name]
 		if ls == nil || ls.protocol != ml.protocol {
@@ -352,17 +334,11 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 			lv.tcp = snap.views[w][ls.cluster]
 		}
 		if len(ls.routes) > 0 {
-			lv.proxies = make([]*httputil.ReverseProxy, len(ls.routes))
+			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))
 			for j, r := range ls.routes {
-				if r.cluster == "" {
-					continue
+				if r.cluster != "" {
+					lv.clusters[j] = snap.views[w][r.cluster]
 				}
-				p := proxies[r.cluster]
-				if p == nil {
-					p = m.newReverseProxy(snap.views[w][r.cluster])
-					proxies[r.cluster] = p
-				}
-				lv.proxies[j] = p
 			}
 		}
 		v.listeners[i] = lv
@@ -550,11 +526,6 @@ func (m *Manager) drain(opts DrainOptions) {
 		}
 	}
 	m.connWG.Wait()
-	for _, ml := range m.listeners {
-		for _, srv := range ml.servers {
-			srv.Close()
-		}
-	}
 	m.mu.Lock()
 	snap, cause := m.snap, m.forceErr
 	m.mu.Unlock()
@@ -579,9 +550,6 @@ func (m *Manager) Close() error {
 		m.stopAccepting(false)
 		var errs []error
 		for _, ml := range m.listeners {
-			for _, srv := range ml.servers {
-				srv.Close()
-			}
 			for _, s := range ml.sockets {
 				if err := s.close(); err != nil && !errors.Is(err, net.ErrClosed) {
 					errs = append(errs, fmt.Errorf("listener %q: %w", ml.name, err))
@@ -649,10 +617,10 @@ func (s *connSet) len() int {
 // closeIdle closes the HTTP connections idle between requests for at least
 // grace and returns how many connections remain.
 func (s *connSet) closeIdle(now int64, grace time.Duration) int {
-	var idle []*trackedConn
+	var idle []*clientConn
 	s.mu.Lock()
 	for c := range s.m {
-		if tc, ok := c.(*trackedConn); ok && tc.idleFor(now) >= grace {
+		if tc, ok := c.(*clientConn); ok && tc.idleFor(now) >= grace {
 			idle = append(idle, tc)
 		}
 	}
@@ -667,10 +635,10 @@ func (s *connSet) closeIdle(now int64, grace time.Duration) int {
 // closeHTTP closes every HTTP connection in the set, busy or not, and
 // returns how many.
 func (s *connSet) closeHTTP() int {
-	var cs []*trackedConn
+	var cs []*clientConn
 	s.mu.Lock()
 	for c := range s.m {
-		if tc, ok := c.(*trackedConn); ok {
+		if tc, ok := c.(*clientConn); ok {
 			cs = append(cs, tc)
 		}
 	}

@@ -1,0 +1,271 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Conn is one HTTP/1.1 connection to an endpoint of a cluster, owned by the
+// request that took it from its worker's pool until that request gives it
+// back with Release. No goroutine watches a pooled connection: a stale one
+// (closed by the upstream while idle) is found by the request that uses it
+// next, which may retry on a fresh connection (see Reused).
+type Conn struct {
+	*net.TCPConn
+	raw      syscall.RawConn // for the staleness peek, taken once
+	peek     func(fd uintptr)
+	stale    bool
+	wc       *WorkerCluster
+	endpoint int   // index into wc.addrs
+	reused   bool  // taken from the pool, not freshly dialed
+	idleAt   int64 // monotonic time it went back to the pool
+	counted  *Stats
+}
+
+// Endpoint is the address the connection goes to.
+func (c *Conn) Endpoint() string { return c.wc.addrs[c.endpoint] }
+
+// Reused reports whether the connection carried an earlier request. A
+// request that fails on a reused connection before any byte of a response
+// may have met a connection the upstream had already closed, and may be
+// retried on a fresh one when repeating it is safe.
+func (c *Conn) Reused() bool { return c.reused }
+
+// pool is one worker's idle connections to one cluster, by endpoint, most
+// recently used last (LIFO: the warmest connection goes first, and the
+// coldest age out).
+//
+// The goroutines of a worker's client connections share it, so a mutex
+// guards it; it is held for a slice push or pop only, and no two workers
+// ever touch the same pool.
+type pool struct {
+	mu     sync.Mutex // guards idle and closed
+	idle   [][]*Conn  // by endpoint
+	closed bool       // CloseIdle ran for good: nothing is pooled any more
+}
+
+var monoStart = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+// Acquire returns a connection for one request: the balancer picks the
+// endpoint, a pooled connection to it is reused when one is fresh enough,
+// otherwise one is dialed within the connect timeout, trying the next
+// endpoint when a connect fails. ctx aborts a dial (a forced drain). The
+// caller must Release the connection when the exchange is over.
+func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
+	n := len(wc.addrs)
+	if n == 0 {
+		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
+	}
+	first := wc.bal.pick()
+	if c := wc.takeIdle(first); c != nil {
+		wc.bal.start(first)
+		return c, nil
+	}
+	var tried []string
+	var last error
+	for k := range n {
+		i := (first + k) % n
+		c, err := wc.dial(ctx, i)
+		if err == nil {
+			wc.bal.start(i)
+			return c, nil
+		}
+		tried = append(tried, wc.addrs[i])
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
+}
+
+// AcquireFresh dials a new connection to the endpoint of c's cluster that c
+// went to, for the retry of a request that met a stale pooled connection.
+// c is not released by it.
+func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn, error) {
+	c, err := wc.dial(ctx, endpoint)
+	if err != nil {
+		return nil, &ConnectError{Cluster: wc.name, Tried: []string{wc.addrs[endpoint]}, Err: err}
+	}
+	wc.bal.start(endpoint)
+	return c, nil
+}
+
+// EndpointIndex is the index of c's endpoint, for AcquireFresh.
+func (c *Conn) EndpointIndex() int { return c.endpoint }
+
+func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
+	nc, err := wc.dialer.DialContext(ctx, "tcp", wc.addrs[i])
+	st := wc.stats.Load()
+	if err != nil {
+		if st != nil && ctx.Err() == nil {
+			// A connect abandoned by the caller is not the
+			// endpoint's failure.
+			st.CxConnectFail.Inc()
+		}
+		return nil, err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return nil, errors.New("upstream: dial returned a non-TCP connection")
+	}
+	if st != nil {
+		st.CxTotal.Inc()
+		st.CxActive.Inc()
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, counted: st}
+	c.peek = func(fd uintptr) { c.stale = peerClosed(fd) }
+	return c, nil
+}
+
+// takeIdle pops the most recently pooled connection to endpoint i that has
+// not been idle longer than the cluster's idle timeout; older ones are
+// closed on the way.
+func (wc *WorkerCluster) takeIdle(i int) *Conn {
+	if wc.maxIdle == 0 {
+		return nil
+	}
+	p := &wc.pool
+	now := monoNow()
+	var stale []*Conn
+	var c *Conn
+	p.mu.Lock()
+	if p.idle != nil {
+		q := p.idle[i]
+		for len(q) > 0 {
+			last := q[len(q)-1]
+			q[len(q)-1] = nil
+			q = q[:len(q)-1]
+			if time.Duration(now-last.idleAt) < wc.idleTimeout && !last.closedByPeer() {
+				c = last
+				break
+			}
+			stale = append(stale, last)
+		}
+		p.idle[i] = q
+	}
+	p.mu.Unlock()
+	for _, s := range stale {
+		s.close()
+	}
+	if c != nil {
+		c.reused = true
+	}
+	return c
+}
+
+// closedByPeer peeks at a pooled connection without waiting: an idle
+// HTTP/1.1 connection has nothing to read, so EOF, an error or stray bytes
+// all mean it must not carry a request. One syscall per reuse buys fewer
+// requests sent into a connection the upstream already closed (which a
+// non-idempotent request could not be retried from).
+func (c *Conn) closedByPeer() bool {
+	c.stale = true
+	c.raw.Control(c.peek)
+	return c.stale
+}
+
+func peerClosed(fd uintptr) bool {
+	var b [1]byte
+	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+}
+
+// Release ends the request's use of c. A connection whose last exchange
+// left its framing beyond doubt goes back to the pool (keepAlive); any
+// other is closed: after a 101, a body read until close, an exchange cut
+// short, or any doubt about where the next response would start.
+func (c *Conn) Release(keepAlive bool) {
+	wc := c.wc
+	wc.bal.finish(c.endpoint)
+	if !keepAlive || wc.maxIdle == 0 {
+		c.close()
+		return
+	}
+	p := &wc.pool
+	c.idleAt = monoNow()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	if p.idle == nil {
+		p.idle = make([][]*Conn, len(wc.addrs))
+	}
+	q := p.idle[c.endpoint]
+	if len(q) >= wc.maxIdle {
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	p.idle[c.endpoint] = append(q, c)
+	p.mu.Unlock()
+}
+
+// Discard closes c without pooling it (an exchange that failed).
+func (c *Conn) Discard() { c.Release(false) }
+
+func (c *Conn) close() {
+	if c.counted != nil {
+		c.counted.CxActive.Dec()
+		c.counted = nil
+	}
+	c.TCPConn.Close()
+}
+
+// closeIdle closes every pooled connection; with forGood, nothing is
+// pooled afterwards either (the view is retired).
+func (wc *WorkerCluster) closeIdle(forGood bool) {
+	p := &wc.pool
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	if forGood {
+		p.closed = true
+	}
+	p.mu.Unlock()
+	for _, q := range idle {
+		for _, c := range q {
+			c.close()
+		}
+	}
+}
+
+// IdleConns is the number of pooled connections (tests, admin).
+func (wc *WorkerCluster) IdleConns() int {
+	p := &wc.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, q := range p.idle {
+		n += len(q)
+	}
+	return n
+}
+
+// RecordRequest counts one request sent to the cluster and, once its
+// response head has arrived (ok), the time it took.
+func (wc *WorkerCluster) RecordRequest(start time.Time, ok bool) {
+	st := wc.stats.Load()
+	if st == nil {
+		return
+	}
+	st.RqTotal.Inc()
+	if ok {
+		st.RqTime.Record(msSince(start))
+	}
+}

@@ -1,0 +1,431 @@
+package workers
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/server/config"
+)
+
+// captureBackend is a raw HTTP/1.1 backend that records every byte it
+// receives and answers each request head with a fixed response (it reads
+// bodies by Content-Length only, which is all the proxy ever sends it
+// unless it re-chunks, and then it answers after the terminating chunk).
+type captureBackend struct {
+	addr string
+	mu   sync.Mutex
+	got  bytes.Buffer
+	n    int // requests answered
+}
+
+func newCaptureBackend(tb testing.TB, response string) *captureBackend {
+	tb.Helper()
+	cb := &captureBackend{}
+	cb.addr = rawBackend(tb, func(c net.Conn) {
+		br := bufio.NewReader(io.TeeReader(c, writerFunc(func(p []byte) {
+			cb.mu.Lock()
+			cb.got.Write(p)
+			cb.mu.Unlock()
+		})))
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			cb.mu.Lock()
+			cb.n++
+			cb.mu.Unlock()
+			if _, err := io.WriteString(c, response); err != nil {
+				return
+			}
+		}
+	})
+	return cb
+}
+
+func (cb *captureBackend) received() (string, int) {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.got.String(), cb.n
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// exchangeRaw sends raw bytes on a fresh connection and returns everything
+// the proxy sends back until it closes the connection (or 5 s pass).
+func exchangeRaw(tb testing.TB, addr, raw string) (string, bool) {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		tb.Fatal(err)
+	}
+	b, err := io.ReadAll(c)
+	closed := err == nil
+	return string(b), closed
+}
+
+const okResponse = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+// Every framing the proxy and a backend could disagree on is refused with
+// 400 (414, 431, 505), the connection closes, and nothing reaches the
+// backend.
+func TestSmugglingRefused(t *testing.T) {
+	cb := newCaptureBackend(t, okResponse)
+	m := startManager(t, proxyConfig(cb.addr, func(l *config.Listener) { l.MaxHeaderBytes = 4096 }), 1)
+	a := addr(t, m, "web")
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	cases := []struct {
+		name, raw string
+		status    string
+	}{
+		{"CL and TE", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled, "400"},
+		{"TE and CL", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n" + smuggled, "400"},
+		{"TE not final chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", "400"},
+		{"TE xchunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", "400"},
+		{"TE twice", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"},
+		{"TE in HTTP/1.0", "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "400"},
+		{"space before colon", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", "400"},
+		{"differing CL", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "400"},
+		{"CL list", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1, 2\r\n\r\nab", "400"},
+		{"CL sign", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +2\r\n\r\nab", "400"},
+		{"CL overflow", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\nab", "400"},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n", "400"},
+		{"bare LF", "GET / HTTP/1.1\nHost: x\n\n", "400"},
+		{"bare CR", "GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n", "400"},
+		{"NUL in value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", "400"},
+		{"two Host", "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "400"},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", "400"},
+		{"Host disagrees with target", "GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n", "400"},
+		{"chunk size junk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5g\r\nhello\r\n0\r\n\r\n" + smuggled, "400"},
+		{"chunk size negative", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n" + smuggled, "400"},
+		{"chunk size overflow", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff1\r\nhello\r\n0\r\n\r\n" + smuggled, "400"},
+		{"chunk data without CRLF", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n" + smuggled, "400"},
+		{"request line too long", "GET /" + strings.Repeat("a", 9000) + " HTTP/1.1\r\nHost: x\r\n\r\n", "414"},
+		{"head too large", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 5000) + "\r\n\r\n", "431"},
+		{"HTTP/2.0 line", "GET / HTTP/2.0\r\nHost: x\r\n\r\n", "505"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := cb.received()
+			resp, closed := exchangeRaw(t, a, tc.raw)
+			if !strings.HasPrefix(resp, "HTTP/1.1 "+tc.status+" ") {
+				t.Errorf("answer %q, want %s", firstLine(resp), tc.status)
+			}
+			if strings.Count("\n"+resp, "\nHTTP/1.1 ") != 1 {
+				t.Errorf("more than one response on the connection:\n%s", resp)
+			}
+			if !closed {
+				t.Error("the connection was not closed after the refusal")
+			}
+			if after, _ := cb.received(); after != before {
+				t.Errorf("the backend received %q", after[len(before):])
+			}
+		})
+	}
+}
+
+// A chunked body whose chunk size is junk after the upstream was chosen:
+// 400, the connection closed, and nothing after it parsed as a request
+// (the resynchronisation of issue 8, item 1).
+func TestMalformedChunkMidBody(t *testing.T) {
+	cb := newCaptureBackend(t, okResponse)
+	m := startManager(t, proxyConfig(cb.addr), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	// The head and the first chunk reach the backend before the junk.
+	waitFor(t, 5*time.Second, "the first chunk at the backend", func() bool { got, _ := cb.received(); return strings.Contains(got, "hello") })
+	io.WriteString(c, "5g\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") || strings.Count(string(b), "HTTP/1.1") != 1 {
+		t.Fatalf("got %q, want one 400", b)
+	}
+	got, _ := cb.received()
+	if strings.Contains(got, "smuggled") {
+		t.Fatalf("the bytes after the bad chunk size reached the backend:\n%s", got)
+	}
+}
+
+// A proxy never invents a Content-Type.
+func TestNoContentTypeSniffing(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n<html>hi</html>")
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	resp, _ := exchangeRaw(t, addr(t, m, "web"), "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	if strings.Contains(strings.ToLower(resp), "content-type") {
+		t.Fatalf("a Content-Type was added:\n%s", resp)
+	}
+}
+
+// Routes match the normalised path: dot segments, duplicate slashes, ';'
+// parameters and encoded dots do not get around a route.
+func TestPathConfusionMatchesTheRoute(t *testing.T) {
+	cfg := &config.Config{Listeners: []config.Listener{httpListener("web",
+		config.Route{Path: "/admin", DirectResponse: &config.DirectResponse{Status: 403, Body: "denied"}},
+		config.Route{Prefix: "/", DirectResponse: &config.DirectResponse{Status: 200, Body: "public"}})}}
+	m := startManager(t, cfg, 1)
+	a := addr(t, m, "web")
+	for _, p := range []string{"/admin", "/x/../admin", "//admin", "/admin;x", "/x/%2e%2e/admin", "/./admin", "/admin?q=1"} {
+		resp, _ := exchangeRaw(t, a, "GET "+p+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(resp, "HTTP/1.1 403 ") {
+			t.Errorf("GET %s: %q, want the /admin route (403)", p, firstLine(resp))
+		}
+	}
+}
+
+// Pipelined requests are answered in order, and a response is flushed
+// without waiting for the next request.
+func TestPipelining(t *testing.T) {
+	cb := newCaptureBackend(t, okResponse)
+	m := startManager(t, proxyConfig(cb.addr), 1)
+	raw := "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n" +
+		"POST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc" +
+		"GET /3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+	resp, closed := exchangeRaw(t, addr(t, m, "web"), raw)
+	if n := strings.Count(resp, "HTTP/1.1 200 OK"); n != 3 || !closed {
+		t.Fatalf("%d responses (closed %v), want 3:\n%s", n, closed, resp)
+	}
+	got, n := cb.received()
+	if n != 3 || strings.Index(got, "/1 ") > strings.Index(got, "/2 ") || strings.Index(got, "/2 ") > strings.Index(got, "/3 ") || !strings.Contains(got, "abc") {
+		t.Fatalf("backend got %d requests:\n%s", n, got)
+	}
+}
+
+// Chunked both ways, with trailers; sizes re-emitted by the proxy.
+func TestChunkedBothWaysWithTrailers(t *testing.T) {
+	var seen string
+	var mu sync.Mutex
+	be := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		mu.Lock()
+		seen = string(body) + "|" + req.Trailer.Get("X-Sum")
+		mu.Unlock()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Resp\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nX-Resp: done\r\n\r\n")
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	resp, _ := exchangeRaw(t, addr(t, m, "web"), "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\nConnection: close\r\n\r\n"+
+		"004\r\nwiki\r\n5;name=val\r\npedia\r\n0\r\nX-Sum: 9\r\n\r\n")
+	r, err := http.ReadResponse(bufio.NewReader(strings.NewReader(resp)), nil)
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, resp)
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil || string(body) != "abcde" || r.Trailer.Get("X-Resp") != "done" {
+		t.Fatalf("response body %q trailer %q err %v:\n%s", body, r.Trailer.Get("X-Resp"), err, resp)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen != "wikipedia|9" {
+		t.Fatalf("backend saw %q, want body wikipedia and trailer 9", seen)
+	}
+}
+
+// An HTTP/1.0 client gets a chunked response de-chunked, ending with the
+// connection.
+func TestHTTP10ClientDechunked(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	resp, closed := exchangeRaw(t, addr(t, m, "web"), "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	if !closed || !strings.HasSuffix(resp, "\r\n\r\nabc") || strings.Contains(strings.ToLower(resp), "chunked") {
+		t.Fatalf("closed %v, response:\n%q", closed, resp)
+	}
+}
+
+// Expect: 100-continue is forwarded: an upstream that refuses the upload
+// answers before the body is sent, and one that accepts gets the body
+// after the client sees 100 Continue.
+func TestExpectContinue(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.URL.Path == "/refuse" {
+			io.WriteString(c, "HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		body, _ := io.ReadAll(req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+string(body))
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	a := addr(t, m, "web")
+
+	c, err := net.Dial("tcp", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "PUT /accept HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("first line %q, %v; want 100 Continue before the body", line, err)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "hello")
+	r, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 200 || string(body) != "hello" {
+		t.Fatalf("got %d %q", r.StatusCode, body)
+	}
+
+	c2, err := net.Dial("tcp", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c2, "PUT /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n")
+	r, err = http.ReadResponse(bufio.NewReader(c2), nil)
+	if err != nil || r.StatusCode != 413 {
+		t.Fatalf("refused upload: %v %v, want 413 without sending the body", r, err)
+	}
+}
+
+// An upstream that answers early while a large upload is still arriving
+// gets its answer to the client at once; the client connection then
+// closes, never a stall until a timeout.
+func TestEarlyAnswerDuringUpload(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope")
+		// A lingering close, as servers do: a close with the upload
+		// unread would reset the connection, answer and all.
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, br)
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+	go func() {
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for range 50 {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	r, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 401 || string(body) != "nope" || !r.Close {
+		t.Fatalf("got %d %q close=%v", r.StatusCode, body, r.Close)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the early answer took %v", d)
+	}
+}
+
+// A client that stops reading a large response is cut by write_timeout,
+// and its upstream connection is given up.
+func TestSlowReaderCutByWriteTimeout(t *testing.T) {
+	big := strings.Repeat("z", 32<<20)
+	be := rawBackend(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(big))+"\r\n\r\n"+big)
+	})
+	m := startManager(t, proxyConfig(be, func(l *config.Listener) { l.WriteTimeout = dur(300 * time.Millisecond) }), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	// Read nothing: the proxy must give up on us.
+	waitFor(t, 10*time.Second, "the slow reader cut", func() bool { return m.workers[0].conns.len() == 0 })
+}
+
+// A client that sends its head slowly is cut by header_timeout
+// (slowloris) with 408.
+func TestSlowlorisCutByHeaderTimeout(t *testing.T) {
+	m := startManager(t, proxyConfig("127.0.0.1:1", func(l *config.Listener) { l.HeaderTimeout = dur(200 * time.Millisecond) }), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n")
+	start := time.Now()
+	b, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 408 ") {
+		t.Fatalf("got %q, want 408", b)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("cut after %v", d)
+	}
+}
+
+// A pooled connection the upstream closed while idle is found by the next
+// request, which is retried once on a fresh connection (it is a GET).
+func TestStalePooledConnectionRetried(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		// One request per connection, without saying so: the proxy
+		// pools the connection, and the next request meets its close.
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		io.WriteString(c, okResponse)
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	a := addr(t, m, "web")
+	for i := range 5 {
+		resp, _ := exchangeRaw(t, a, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(resp, "HTTP/1.1 200 ") {
+			t.Fatalf("request %d: %q", i, firstLine(resp))
+		}
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\r\n")
+	return line
+}

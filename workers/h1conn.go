@@ -1,0 +1,419 @@
+package workers
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// The HTTP/1.1 data path: one goroutine per client connection, the request
+// head parsed in place in the connection's read buffer (workers/http1), one
+// write per upstream request and per response head, upstream connections
+// from the worker's pool (upstream.Conn). net/http stays off this path: it
+// costs three goroutines, ~90 allocations and five reads per exchange.
+
+// h1Settings are an HTTP listener's connection settings, fixed when the
+// Manager is built (the socket outlives snapshots; routes do not).
+type h1Settings struct {
+	limits        http1.Limits
+	headerTimeout time.Duration
+	idleTimeout   time.Duration
+	writeTimeout  time.Duration // 0: none
+	trustXFF      bool
+}
+
+func newH1Settings(l *config.Listener) *h1Settings {
+	return &h1Settings{
+		limits:        http1.Limits{MaxHeadBytes: l.MaxHeaderBytes},
+		headerTimeout: l.HeaderTimeout.D(),
+		idleTimeout:   l.IdleTimeout.D(),
+		writeTimeout:  l.WriteTimeout.D(),
+		trustXFF:      l.TrustsForwardedFor(),
+	}
+}
+
+// Buffers. A connection holds a read buffer only while a request is in
+// progress or pipelined bytes wait in it; an idle keep-alive connection
+// holds none (it waits for readability first).
+const (
+	ioBufSize = 32 << 10
+	// deadlineSlack: a deadline is moved only when it is this far from
+	// where it should be, so that a busy keep-alive connection resets its
+	// timers about once a second rather than on every request.
+	deadlineSlack = time.Second
+)
+
+var ioBufs = sync.Pool{New: func() any { return new([ioBufSize]byte) }}
+
+func getBuf() []byte { return ioBufs.Get().(*[ioBufSize]byte)[:] }
+
+func putBuf(b []byte) {
+	if cap(b) == ioBufSize {
+		ioBufs.Put((*[ioBufSize]byte)(b[:ioBufSize]))
+	}
+}
+
+// h1State is what a connection needs only while it has a request in hand:
+// parsed heads, write scratch. Pooled, so an idle connection holds none.
+type h1State struct {
+	req     http1.Request
+	resp    http1.Response
+	wbuf    []byte // request head to upstream, response head to client
+	path    []byte // the request path, cleaned for routing
+	// The request body's decoder belongs to the body pump, the
+	// response's to the connection's goroutine: both run at once.
+	reqChunks  http1.ChunkedDecoder
+	respChunks http1.ChunkedDecoder
+	xchg       exchange
+}
+
+var h1States = sync.Pool{New: func() any {
+	return &h1State{wbuf: make([]byte, 0, 4<<10), path: make([]byte, 0, 256)}
+}}
+
+// clientConn is one HTTP client connection. Its goroutine owns every
+// field but the atomics, which the drain reads.
+type clientConn struct {
+	c   *net.TCPConn
+	raw syscall.RawConn
+	m   *Manager
+	wk  *worker
+	li  int
+	st  *listenerStats
+	set *connSet
+	cfg *h1Settings
+
+	clientIP []byte // for X-Forwarded-For, formatted once
+
+	closed atomic.Bool
+	// idleSince is when the connection last became idle between requests
+	// (monotime), or 0 while it is new, busy or tunnelling.
+	idleSince atomic.Int64
+
+	// peek is the staleness peek as a RawConn.Control callback, made
+	// once: a closure made per call would be an allocation per request.
+	peek   func(fd uintptr)
+	peeked bool
+
+	rbuf []byte // nil while idle
+	r, w int    // rbuf[r:w] is read and not yet consumed
+	ex   *h1State
+
+	readDeadline  time.Time
+	writeDeadline time.Time
+}
+
+var _ io.Closer = (*clientConn)(nil)
+
+func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
+	cc := &clientConn{c: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, cfg: m.listeners[a.li].h1}
+	cc.raw, _ = c.SyscallConn()
+	cc.peek = func(fd uintptr) { cc.peeked = peekFD(fd) }
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		cc.clientIP = ap.Addr().Unmap().AppendTo(nil)
+	}
+	return cc
+}
+
+// Close closes the client connection (a drain, or the connection's end).
+// Safe to call from any goroutine, more than once.
+func (cc *clientConn) Close() error {
+	if cc.closed.CompareAndSwap(false, true) {
+		cc.st.closed()
+		cc.set.remove(cc)
+	}
+	return cc.c.Close()
+}
+
+// idleFor reports how long the connection has been idle between
+// requests, or 0.
+func (cc *clientConn) idleFor(now int64) time.Duration {
+	since := cc.idleSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Duration(now - since)
+}
+
+// serve runs the connection until it closes.
+func (cc *clientConn) serve() {
+	defer func() {
+		cc.releaseState()
+		cc.Close()
+	}()
+	for {
+		if cc.r == cc.w {
+			cc.releaseState()
+			if !cc.waitReadable() {
+				return
+			}
+		}
+		cc.takeState()
+		if !cc.readHead() {
+			return
+		}
+		if !cc.handle() {
+			return
+		}
+	}
+}
+
+func (cc *clientConn) takeState() {
+	if cc.rbuf == nil {
+		cc.rbuf = getBuf()
+		cc.r, cc.w = 0, 0
+	}
+	if cc.ex == nil {
+		cc.ex = h1States.Get().(*h1State)
+	}
+}
+
+// releaseState gives the buffers back; only when nothing is buffered.
+func (cc *clientConn) releaseState() {
+	if cc.rbuf != nil && cc.r == cc.w {
+		putBuf(cc.rbuf)
+		cc.rbuf = nil
+		cc.r, cc.w = 0, 0
+	}
+	if cc.ex != nil {
+		cc.ex.wbuf = cc.ex.wbuf[:0]
+		cc.ex.xchg = exchange{}
+		h1States.Put(cc.ex)
+		cc.ex = nil
+	}
+}
+
+// waitReadable waits, holding no buffer, until the client sends something
+// or the idle timeout passes. false: the connection is over.
+func (cc *clientConn) waitReadable() bool {
+	// A peek first: a client that has already sent its next request costs
+	// no deadline change and no wait.
+	if cc.peekReadable() {
+		return true
+	}
+	cc.idleSince.Store(max(monotime(), 1))
+	defer cc.idleSince.Store(0)
+	cc.setReadDeadline(cc.cfg.idleTimeout)
+	// The poller is edge-triggered and RawConn.Read resets its readiness
+	// before the first call: bytes that arrived between the peek above
+	// and that reset would never wake us. So every call peeks again, and
+	// only a wait that began after a peek found nothing is trusted.
+	err := cc.raw.Read(peekFD)
+	// EOF or an error shows itself to the read that follows.
+	return err == nil
+}
+
+// peekReadable reports whether a byte (or EOF, or an error) waits.
+func (cc *clientConn) peekReadable() bool {
+	cc.peeked = false
+	cc.raw.Control(cc.peek)
+	return cc.peeked
+}
+
+// peekFD peeks at one byte without waiting: ready when there is a byte,
+// EOF or an error to read.
+func peekFD(fd uintptr) bool {
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err != syscall.EAGAIN && err != syscall.EINTR
+}
+
+// setReadDeadline makes the read deadline now+d, lazily: it moves only if
+// the current one is later than that (too lax) or more than deadlineSlack
+// earlier (too soon).
+func (cc *clientConn) setReadDeadline(d time.Duration) {
+	if d <= 0 {
+		if !cc.readDeadline.IsZero() {
+			cc.readDeadline = time.Time{}
+			cc.c.SetReadDeadline(cc.readDeadline)
+		}
+		return
+	}
+	want := time.Now().Add(d)
+	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlack {
+		cc.readDeadline = want
+		cc.c.SetReadDeadline(want)
+	}
+}
+
+func (cc *clientConn) setWriteDeadline() {
+	d := cc.cfg.writeTimeout
+	if d <= 0 {
+		return
+	}
+	want := time.Now().Add(d)
+	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlack {
+		cc.writeDeadline = want
+		cc.c.SetWriteDeadline(want)
+	}
+}
+
+// read reads more from the client into rbuf[w:]; rbuf must have room.
+func (cc *clientConn) read() error {
+	n, err := cc.c.Read(cc.rbuf[cc.w:])
+	if n > 0 {
+		cc.w += n
+		cc.st.rxBytes.Add(uint64(n))
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// compact moves the unconsumed bytes to the front of rbuf.
+func (cc *clientConn) compact() {
+	if cc.r > 0 {
+		cc.w = copy(cc.rbuf, cc.rbuf[cc.r:cc.w])
+		cc.r = 0
+	}
+}
+
+// write writes b to the client, within the write timeout.
+func (cc *clientConn) write(b []byte) error {
+	cc.setWriteDeadline()
+	n, err := cc.c.Write(b)
+	if n > 0 {
+		cc.st.txBytes.Add(uint64(n))
+	}
+	return err
+}
+
+// writev writes several buffers in one syscall where it can.
+func (cc *clientConn) writev(bufs *net.Buffers) error {
+	cc.setWriteDeadline()
+	n, err := bufs.WriteTo(cc.c)
+	if n > 0 {
+		cc.st.txBytes.Add(uint64(n))
+	}
+	return err
+}
+
+// readHead reads until cc.ex.req holds a whole request head at rbuf[r:].
+// A malformed or oversized head is answered (400, 414, 431, 505) and the
+// connection ends: false.
+func (cc *clientConn) readHead() bool {
+	req := &cc.ex.req
+	first := true
+	for {
+		err := http1.ErrIncomplete
+		if cc.r < cc.w {
+			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.cfg.limits)
+		}
+		if err == nil {
+			return true
+		}
+		if perr, ok := err.(*http1.Error); ok {
+			cc.refuse(perr.Status, perr.Reason)
+			return false
+		}
+		// Incomplete: make room and read more, within the header timeout
+		// from the first byte of this head.
+		if first {
+			cc.setReadDeadline(cc.cfg.headerTimeout)
+			first = false
+		}
+		if cc.w == len(cc.rbuf) {
+			if cc.r == 0 && !cc.growForHead() {
+				// Parse reports 431 before this can happen; a limit
+				// larger than the biggest buffer ends here.
+				cc.refuse(431, "request head too large")
+				return false
+			}
+			cc.compact()
+		}
+		if err := cc.read(); err != nil {
+			if cc.r < cc.w && isTimeout(err) {
+				cc.refuse(408, "request head not received in time")
+			}
+			return false
+		}
+	}
+}
+
+// growForHead swaps rbuf for one big enough for the largest allowed head.
+// The rare large head pays for its own buffer; it is not pooled.
+func (cc *clientConn) growForHead() bool {
+	limit := cc.cfg.limits.MaxHeadBytes
+	if limit == 0 {
+		limit = http1.DefaultMaxHeadBytes
+	}
+	if len(cc.rbuf) >= limit+1 {
+		return false
+	}
+	nb := make([]byte, limit+1)
+	cc.w = copy(nb, cc.rbuf[cc.r:cc.w])
+	cc.r = 0
+	putBuf(cc.rbuf)
+	cc.rbuf = nb
+	return true
+}
+
+// refuse answers a request that cannot be processed and ends the
+// connection gracefully: the answer, a FIN, then what the client still
+// sends is read and dropped for a moment, so that it reads the answer
+// rather than a reset.
+func (cc *clientConn) refuse(status int, reason string) {
+	cc.st.status(status)
+	b := cc.ex.wbuf[:0]
+	b = appendSimpleResponse(b, status, reason, true)
+	cc.ex.wbuf = b
+	if cc.write(b) != nil {
+		return
+	}
+	cc.lingerClose()
+}
+
+// lingerClose half-closes and drains what the client still sends for at
+// most lingerTime or lingerBytes.
+func (cc *clientConn) lingerClose() {
+	const (
+		lingerTime  = 500 * time.Millisecond
+		lingerBytes = 256 << 10
+	)
+	cc.c.CloseWrite()
+	cc.c.SetReadDeadline(time.Now().Add(lingerTime))
+	cc.readDeadline = time.Time{}
+	buf := cc.rbuf
+	if buf == nil {
+		buf = getBuf()
+		defer putBuf(buf)
+	}
+	for n := 0; n < lingerBytes; {
+		k, err := cc.c.Read(buf[:min(len(buf), ioBufSize)])
+		n += k
+		if err != nil {
+			break
+		}
+	}
+	cc.r, cc.w = 0, 0
+}
+
+// appendSimpleResponse is a plain-text answer of the proxy's own: body and
+// a newline.
+func appendSimpleResponse(b []byte, status int, body string, closeConn bool) []byte {
+	b = appendStatusLine(b, status, "")
+	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
+	b = appendInt(b, int64(len(body)+1))
+	if closeConn {
+		b = append(b, "\r\nConnection: close"...)
+	}
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, body...)
+	return append(b, '\n')
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}

@@ -1,0 +1,142 @@
+package workers
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// handle serves the request whose head is parsed at rbuf[r:]. It consumes
+// the head (and the body, for a proxied request) from rbuf and reports
+// whether the connection may carry another request. Each path counts the
+// response status just before writing the response head, so that a client
+// that has read a response finds it counted.
+func (cc *clientConn) handle() bool {
+	ex := cc.ex
+	req := &ex.req
+	buf := cc.rbuf[cc.r:cc.w]
+	start := time.Now()
+	st := cc.st
+	st.rqTotal.Inc()
+	st.rqActive.Inc()
+
+	keep := !req.Close && !cc.m.draining.Load()
+	lv := cc.wk.view.Load().listeners[cc.li]
+	var rt *route
+	if lv != nil {
+		ex.path = http1.CleanPath(ex.path[:0], req.Target.Bytes(buf))
+		rt = lv.match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path))
+	}
+	switch {
+	case req.Connect:
+		// No route proxies CONNECT: refusing it here keeps a tunnel
+		// from being opened by a route meant for requests.
+		keep = cc.answer(http.StatusMethodNotAllowed, "CONNECT is not supported", false)
+	case rt == nil:
+		keep = cc.answer(http.StatusNotFound, noRouteBody, keep)
+	case rt.direct != nil:
+		keep = cc.answerDirect(rt.direct, keep)
+	default:
+		keep = cc.proxy(lv, rt, start, keep)
+	}
+	st.requestDone(start)
+	st.rqActive.Dec()
+	return keep
+}
+
+const noRouteBody = "no route matched"
+
+// answer sends one of the proxy's own plain-text responses. A request body
+// is not read: the connection closes after the answer instead.
+func (cc *clientConn) answer(status int, body string, keep bool) bool {
+	req := &cc.ex.req
+	cc.r += req.HeadLen
+	keep = keep && req.Framing == http1.FramingNone
+	if req.Minor == 0 && keep {
+		keep = false // an HTTP/1.0 answer without "keep-alive" closes
+	}
+	b := appendSimpleResponse(cc.ex.wbuf[:0], status, body, !keep)
+	cc.ex.wbuf = b
+	cc.st.status(status)
+	if cc.write(b) != nil {
+		return false
+	}
+	return keep
+}
+
+func (cc *clientConn) answerDirect(d *directResponse, keep bool) bool {
+	req := &cc.ex.req
+	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
+	isHead := http1.EqualFold(req.Method.Bytes(head), "HEAD")
+	cc.r += req.HeadLen
+	keep = keep && req.Framing == http1.FramingNone
+	b := appendStatusLine(cc.ex.wbuf[:0], d.status, "")
+	b = append(b, "Content-Type: "...)
+	b = append(b, d.contentType[0]...)
+	b = append(b, "\r\n"...)
+	if d.contentLength != nil {
+		b = append(b, "Content-Length: "...)
+		b = append(b, d.contentLength[0]...)
+		b = append(b, "\r\n"...)
+	}
+	b = appendConnection(b, req.Minor, keep)
+	b = append(b, "\r\n"...)
+	if !isHead {
+		b = append(b, d.body...)
+	}
+	cc.ex.wbuf = b
+	cc.st.status(d.status)
+	if cc.write(b) != nil {
+		return false
+	}
+	return keep
+}
+
+// appendConnection says whether the connection stays open, where the
+// version's default does not already say it.
+func appendConnection(b []byte, minor uint8, keep bool) []byte {
+	switch {
+	case !keep:
+		return append(b, "Connection: close\r\n"...)
+	case minor == 0:
+		return append(b, "Connection: keep-alive\r\n"...)
+	}
+	return b
+}
+
+// appendStatusLine appends "HTTP/1.1 <status> <reason>\r\n"; an empty
+// reason is the standard one.
+func appendStatusLine(b []byte, status int, reason string) []byte {
+	b = append(b, "HTTP/1.1 "...)
+	b = appendInt(b, int64(status))
+	b = append(b, ' ')
+	if reason == "" {
+		reason = http.StatusText(status)
+	}
+	b = append(b, reason...)
+	return append(b, "\r\n"...)
+}
+
+func appendInt(b []byte, v int64) []byte { return strconv.AppendInt(b, v, 10) }
+
+// bytesString views b as a string without copying, for lookups that do
+// not keep it.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// appendRequestID appends 32 random hex digits. Not a secret: math/rand
+// is enough and does not lock.
+func appendRequestID(b []byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	for range 2 {
+		v := rand.Uint64()
+		for range 16 {
+			b = append(b, hexDigits[v&15])
+			v >>= 4
+		}
+	}
+	return b
+}

@@ -1,0 +1,349 @@
+package workers
+
+import (
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// appendResponseHead writes the upstream's response head as the client gets
+// it: hop-by-hop fields removed, framing of the proxy's own (bodyLen: -1
+// none, -2 chunked, -3 until close, else a Content-Length), and whether
+// the connection stays open. Content-Type is never added.
+func (cc *clientConn) appendResponseHead(b, head []byte, keep bool, bodyLen int64) []byte {
+	resp := &cc.ex.resp
+	b = appendStatusLine(b, resp.Status, bytesString(resp.Reason.Bytes(head)))
+	for i := range resp.NFields {
+		f := &resp.Fields[i]
+		name := f.Name.Bytes(head)
+		if f.Hop {
+			// A HEAD or 304 response's Content-Length describes the
+			// representation, not this message: it passes.
+			if bodyLen == -1 && resp.Status != 204 && resp.Status >= 200 && http1.EqualFold(name, "content-length") {
+				b = appendField(b, name, f.Value.Bytes(head))
+			}
+			continue
+		}
+		if isProxyAuth(name) {
+			continue
+		}
+		b = appendField(b, name, f.Value.Bytes(head))
+	}
+	switch {
+	case bodyLen >= 0:
+		b = append(b, "Content-Length: "...)
+		b = appendInt(b, bodyLen)
+		b = append(b, "\r\n"...)
+	case bodyLen == -2:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	if resp.Status >= 200 {
+		b = appendConnection(b, cc.ex.req.Minor, keep)
+	}
+	return append(b, "\r\n"...)
+}
+
+func appendField(b, name, value []byte) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// forwardResponse sends the parsed final response and its body to the
+// client and settles the upstream connection. It returns the status and
+// whether the client connection may carry another request.
+func (x *exchange) forwardResponse(keep bool) bool {
+	cc := x.cc
+	ex := cc.ex
+	resp := &ex.resp
+	req := &ex.req
+	status := resp.Status
+	defer func() {
+		if x.ub != nil {
+			putBuf(x.ub)
+			x.ub = nil
+		}
+	}()
+
+	if status == 101 {
+		if req.Upgrade.Len() == 0 || !x.bodyDone {
+			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
+		}
+		x.tunnel()
+		return false
+	}
+
+	// The request body may still be coming: an early answer. The client
+	// connection then closes after it, and the upstream one is not reused.
+	if x.pump != nil {
+		select {
+		case err := <-x.pump:
+			x.pump = nil
+			if err != nil {
+				return cc.failBeforeResponse(x, err)
+			}
+		default:
+			keep = false
+		}
+	}
+	head := x.ub[x.ur : x.ur+resp.HeadLen]
+	x.ur += resp.HeadLen
+	var bodyLen int64
+	switch resp.Framing {
+	case http1.FramingNone:
+		bodyLen = -1
+	case http1.FramingLength:
+		bodyLen = resp.ContentLength
+	case http1.FramingChunked:
+		bodyLen = -2
+		if req.Minor == 0 {
+			// HTTP/1.0 has no chunks: the body is de-chunked and ends
+			// with the connection.
+			bodyLen, keep = -3, false
+		}
+	case http1.FramingUntilClose:
+		bodyLen, keep = -3, false
+	}
+	if cc.m.draining.Load() {
+		keep = false
+	}
+	h := cc.appendResponseHead(ex.wbuf[:0], head, keep, bodyLen)
+	ex.wbuf = h
+	cc.st.status(status)
+
+	upClean := !resp.Close
+	var err error
+	switch resp.Framing {
+	case http1.FramingNone:
+		err = cc.write(h)
+	case http1.FramingLength:
+		err = x.copyLength(h, resp.ContentLength)
+	case http1.FramingChunked:
+		err = x.copyChunked(h, req.Minor > 0)
+	case http1.FramingUntilClose:
+		err = x.copyUntilClose(h)
+		upClean = false
+	}
+	if err != nil {
+		keep, upClean = false, false
+	}
+	if x.ur != x.uw {
+		// Bytes after the response: the upstream's framing is in
+		// doubt.
+		upClean = false
+	}
+	x.up.Release(upClean && x.pump == nil)
+	if x.pump != nil {
+		// The response is complete and the body is not: stop reading
+		// it; the connection cannot carry another request. The client
+		// may still be sending: a lingering close lets it read the
+		// answer rather than a reset.
+		x.waitPump(true)
+		if err == nil {
+			cc.lingerClose()
+		}
+		return false
+	}
+	return keep
+}
+
+// setUpstreamReadDeadline bounds the wait for the next body bytes from the
+// upstream by the listener's idle timeout.
+func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
+	d := x.cc.cfg.idleTimeout
+	now := time.Now()
+	if last.IsZero() || now.Add(d).Sub(*last) > deadlineSlack {
+		*last = now.Add(d)
+		x.up.SetReadDeadline(*last)
+	}
+}
+
+// readUpstream reads more of the response into ub, after compacting.
+func (x *exchange) readUpstream(deadline *time.Time) error {
+	if x.ur == x.uw {
+		x.ur, x.uw = 0, 0
+	} else if x.uw == len(x.ub) {
+		x.uw = copy(x.ub, x.ub[x.ur:x.uw])
+		x.ur = 0
+	}
+	x.setUpstreamReadDeadline(deadline)
+	n, err := x.up.Read(x.ub[x.uw:])
+	x.uw += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// copyLength sends head and a body of n bytes: head and what is buffered
+// in one write, then the rest as it comes.
+func (x *exchange) copyLength(head []byte, n int64) error {
+	cc := x.cc
+	k := min(n, int64(x.uw-x.ur))
+	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.ur+int(k)]); err != nil {
+		return err
+	}
+	x.ur += int(k)
+	n -= k
+	var deadline time.Time
+	for n > 0 {
+		if err := x.readUpstream(&deadline); err != nil {
+			return err
+		}
+		k := min(n, int64(x.uw-x.ur))
+		if err := cc.write(x.ub[x.ur : x.ur+int(k)]); err != nil {
+			return err
+		}
+		x.ur += int(k)
+		n -= k
+	}
+	return nil
+}
+
+// writeHeadAnd writes head and body, in one write when small.
+func (cc *clientConn) writeHeadAnd(head, body []byte) error {
+	if len(body) == 0 {
+		return cc.write(head)
+	}
+	if len(head)+len(body) <= cap(head) || len(body) <= inlineBodyMax {
+		b := append(head, body...)
+		cc.ex.wbuf = b
+		return cc.write(b)
+	}
+	bufs := net.Buffers{head, body}
+	return cc.writev(&bufs)
+}
+
+// copyChunked sends head and a chunked body, re-encoded (rechunk) or
+// de-chunked for an HTTP/1.0 client.
+func (x *exchange) copyChunked(head []byte, rechunk bool) error {
+	cc := x.cc
+	d := &cc.ex.respChunks
+	d.Reset()
+	out := append(cc.ex.wbuf[:0], head...)
+	var deadline time.Time
+	for {
+		for x.ur < x.uw {
+			n, data, trailer, done, err := d.Next(x.ub[x.ur:x.uw])
+			if err != nil {
+				return &http1.Error{Status: 502, Reason: "upstream sent a malformed chunked body"}
+			}
+			if n == 0 {
+				break
+			}
+			x.ur += n
+			if rechunk {
+				out = appendChunk(out, data, trailer, done)
+			} else {
+				out = append(out, data...)
+			}
+			if len(out) >= ioBufSize {
+				if err := cc.write(out); err != nil {
+					return err
+				}
+				out = out[:0]
+			}
+			if done {
+				cc.ex.wbuf = out
+				if len(out) > 0 {
+					return cc.write(out)
+				}
+				return nil
+			}
+		}
+		if len(out) > 0 {
+			if err := cc.write(out); err != nil {
+				return err
+			}
+			out = out[:0]
+		}
+		cc.ex.wbuf = out
+		if err := x.readUpstream(&deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// copyUntilClose sends head and the body up to the upstream's EOF.
+func (x *exchange) copyUntilClose(head []byte) error {
+	cc := x.cc
+	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.uw]); err != nil {
+		return err
+	}
+	x.ur = x.uw
+	var deadline time.Time
+	for {
+		err := x.readUpstream(&deadline)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := cc.write(x.ub[x.ur:x.uw]); err != nil {
+			return err
+		}
+		x.ur = x.uw
+	}
+}
+
+// tunnel relays bytes both ways after a 101 (WebSocket and other
+// upgrades), until both directions end or the connection is closed by a
+// drain. The connection's buffers go back to their pools first: a tunnel
+// can live for hours.
+func (x *exchange) tunnel() {
+	cc := x.cc
+	resp := &cc.ex.resp
+	head := x.ub[x.ur : x.ur+resp.HeadLen]
+	x.ur += resp.HeadLen
+	h := cc.appendResponseHead(cc.ex.wbuf[:0], head, true, -1)
+	h = append(h[:len(h)-2], "Connection: upgrade\r\nUpgrade: "...)
+	for i := range resp.NFields {
+		f := &resp.Fields[i]
+		if http1.EqualFold(f.Name.Bytes(head), "upgrade") {
+			h = append(h, f.Value.Bytes(head)...)
+			break
+		}
+	}
+	h = append(h, "\r\n\r\n"...)
+	cc.ex.wbuf = h
+	err := cc.writeHeadAnd(h, x.ub[x.ur:x.uw])
+	x.ur = x.uw
+	if err == nil && cc.r < cc.w {
+		_, err = x.up.Write(cc.rbuf[cc.r:cc.w])
+		cc.r = cc.w
+	}
+	if err != nil {
+		x.up.Discard()
+		return
+	}
+	up := x.up
+	cc.c.SetDeadline(time.Time{})
+	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
+	up.SetDeadline(time.Time{})
+	// x lives in the state released here: only locals from now on.
+	putBuf(x.ub)
+	x.ub = nil
+	cc.releaseState()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n, _ := io.Copy(up.TCPConn, cc.c)
+		cc.st.rxBytes.Add(uint64(n))
+		up.CloseWrite()
+	}()
+	n, _ := io.Copy(cc.c, up.TCPConn)
+	cc.st.txBytes.Add(uint64(n))
+	cc.c.CloseWrite()
+	wg.Wait()
+	up.Discard()
+}
