@@ -65,10 +65,10 @@ func putBuf(b []byte) {
 // h1State is what a connection needs only while it has a request in hand:
 // parsed heads, write scratch. Pooled, so an idle connection holds none.
 type h1State struct {
-	req     http1.Request
-	resp    http1.Response
-	wbuf    []byte // request head to upstream, response head to client
-	path    []byte // the request path, cleaned for routing
+	req  http1.Request
+	resp http1.Response
+	wbuf []byte // request head to upstream, response head to client
+	path []byte // the request path, cleaned for routing
 	// The request body's decoder belongs to the body pump, the
 	// response's to the connection's goroutine: both run at once.
 	reqChunks  http1.ChunkedDecoder
