@@ -90,6 +90,13 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// TCPConn is the socket under the counting, for splice(2): a copy between
+// two *net.TCPConn never enters user space.
+func (c *countedConn) TCPConn() *net.TCPConn {
+	tc, _ := c.Conn.(*net.TCPConn)
+	return tc
+}
+
 // CloseWrite half-closes the connection (TCP proxying forwards an EOF).
 func (c *countedConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {

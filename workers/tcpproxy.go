@@ -39,6 +39,9 @@ type tcpSession struct {
 	idle   time.Duration
 	last   atomic.Int64 // monotime of the last read, either direction
 	done   atomic.Bool
+	// progress is the client socket's byte count at the idle timer's
+	// last look (touched by the timer only).
+	progress uint64
 
 	mu     sync.Mutex // guards up, closed, timer
 	up     net.Conn
@@ -79,8 +82,16 @@ func (s *tcpSession) checkIdle() {
 	}
 	since := time.Duration(monotime() - s.last.Load())
 	if since >= s.idle {
-		s.Close()
-		return
+		// splice(2) moves bytes without telling us: ask the kernel
+		// whether the connection moved since the last look.
+		if p, ok := tcpProgress(s.client); ok && p != s.progress {
+			s.progress = p
+			s.last.Store(monotime())
+			since = 0
+		} else {
+			s.Close()
+			return
+		}
 	}
 	s.mu.Lock()
 	s.timer.Reset(s.idle - since)
@@ -137,8 +148,56 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 
 // pipe copies src to dst until src ends. At EOF it half-closes dst and
 // returns, leaving the other direction running; on an error it closes
-// the whole session.
+// the whole session. Between two TCP sockets the copy is splice(2): the
+// bytes never enter user space. It goes in chunks so that the byte count
+// and the idle clock advance while a long transfer runs.
 func (s *tcpSession) pipe(dst, src net.Conn, n stats.CounterLane) {
+	dtc, dok := unwrapTCP(dst)
+	stc, sok := unwrapTCP(src)
+	if !dok || !sok {
+		s.pipeCopy(dst, src, n)
+		return
+	}
+	lr := &io.LimitedReader{R: stc}
+	for {
+		lr.N = spliceChunk
+		nr, err := dtc.ReadFrom(lr)
+		if nr > 0 {
+			s.last.Store(monotime())
+			n.Add(uint64(nr))
+		}
+		if err != nil {
+			s.Close()
+			return
+		}
+		if lr.N > 0 {
+			// Short of the chunk without an error: src is at EOF.
+			if dtc.CloseWrite() != nil {
+				s.Close()
+			}
+			return
+		}
+	}
+}
+
+// spliceChunk is how much one splice loop moves before the counters and
+// the idle clock are updated.
+const spliceChunk = 1 << 20
+
+// unwrapTCP finds the *net.TCPConn under a counted upstream connection.
+func unwrapTCP(c net.Conn) (*net.TCPConn, bool) {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c, true
+	case interface{ TCPConn() *net.TCPConn }:
+		return c.TCPConn(), c.TCPConn() != nil
+	}
+	return nil, false
+}
+
+// pipeCopy is pipe through a user-space buffer, for connections that are
+// not plain TCP sockets.
+func (s *tcpSession) pipeCopy(dst, src net.Conn, n stats.CounterLane) {
 	b := bufs.Get().(*[bufSize]byte)
 	defer bufs.Put(b)
 	for {
