@@ -23,21 +23,30 @@ type acceptor struct {
 	wk   *worker
 	st   *listenerStats
 	http bool
+	// slots bounds the listener's open connections (connlimit.go): every
+	// connection accept returns holds one, which its close gives back.
+	slots *connSlots
 }
 
 var _ net.Listener = (*acceptor)(nil)
 
-// accept returns the next connection. A transient error is logged and
-// retried after a back-off. Once accepting stops in a drain, it hands out
-// what is still queued on the socket (a closed listening socket resets its
-// queue), then closes the socket and reports net.ErrClosed.
+// accept returns the next connection, holding a connection slot that the
+// connection's close must give back (connSlots.release). A connection over
+// a max_connections bound is closed at once and counted, and the loop goes
+// on. A transient error is logged (throttled) and retried after a
+// back-off; out of descriptors, queued connections are first shed with the
+// spare one (connBudget.shedOne). Once accepting stops in a drain, it
+// hands out what is still queued on the socket (a closed listening socket
+// resets its queue), then closes the socket and reports net.ErrClosed.
 func (a *acceptor) accept() (*net.TCPConn, error) {
 	var delay time.Duration
 	for {
 		c, err := a.s.ln.AcceptTCP()
 		if err == nil {
-			a.st.accepted()
-			return c, nil
+			if a.admit(c) {
+				return c, nil
+			}
+			continue
 		}
 		if a.m.acceptStopped() {
 			until := a.m.emptyQueuesUntil.Load()
@@ -46,8 +55,10 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			}
 			if monotime() < until {
 				if c := acceptQueued(a.s.ln); c != nil {
-					a.st.accepted()
-					return c, nil
+					if a.admit(c) {
+						return c, nil
+					}
+					continue
 				}
 			}
 			// The queue is empty (or the time is up): close at once, so
@@ -62,8 +73,17 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 		if errors.Is(err, net.ErrClosed) {
 			return nil, err
 		}
+		budget := a.m.budget
+		if outOfDescriptors(err) && budget.shedOne(a.s.ln) {
+			a.st.cxOverflow.Inc()
+			budget.acceptErrors.Warn("out of file descriptors: new connections are closed at once",
+				"address", a.s.key.Address, "error", err,
+				"hint", "raise the open-file limit (ulimit -n, systemd LimitNOFILE=) or lower server.max_connections")
+			delay = 0
+			continue
+		}
 		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
-		a.m.log.Warn("accept failed; retrying", "address", a.s.key.Address, "worker", a.wk.id, "retry_in", delay, "error", err)
+		budget.acceptErrors.Warn("accept failed; retrying", "address", a.s.key.Address, "worker", a.wk.id, "retry_in", delay, "error", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -71,6 +91,17 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			t.Stop()
 		}
 	}
+}
+
+// admit takes a connection slot for c and counts it, or closes c at once
+// if a bound refuses it.
+func (a *acceptor) admit(c *net.TCPConn) bool {
+	if why := a.slots.take(); why != admitted {
+		a.slots.refused(c, why, a.st)
+		return false
+	}
+	a.st.accepted()
+	return true
 }
 
 // Accept implements net.Listener for http.Server. Every HTTP connection is
@@ -82,7 +113,7 @@ func (a *acceptor) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		tc := &trackedConn{Conn: c, st: a.st, set: &a.wk.conns}
+		tc := &trackedConn{Conn: c, st: a.st, set: &a.wk.conns, slots: a.slots}
 		if a.wk.conns.add(tc) {
 			return tc, nil
 		}
@@ -105,6 +136,7 @@ type trackedConn struct {
 	net.Conn
 	st     *listenerStats
 	set    *connSet
+	slots  *connSlots // the slot accept took; Close gives it back
 	closed atomic.Bool
 	// idleSince is when the connection last became idle between requests
 	// (monotime), or 0 while it is new, active or hijacked.
@@ -141,6 +173,7 @@ func (c *trackedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.st.closed()
 		c.set.remove(c)
+		c.slots.release() // connection slot (connlimit.go): once, here
 	}
 	return c.Conn.Close()
 }
@@ -171,10 +204,11 @@ func (m *Manager) acceptTCP(a *acceptor, li int) {
 		if err != nil {
 			return
 		}
-		s := &tcpSession{client: c}
+		s := &tcpSession{client: c, slots: a.slots}
 		if !a.wk.conns.add(s) {
 			c.Close()
 			a.st.closed()
+			a.slots.release()
 			continue
 		}
 		m.connWG.Add(1)

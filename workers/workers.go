@@ -72,6 +72,8 @@ type Manager struct {
 	workers   []*worker
 	httpLog   *httpErrorLog
 	stats     *stats.Store
+	// budget bounds the open client connections (connlimit.go).
+	budget *connBudget
 
 	// ctx ends at Close or when a drain is forced; it aborts upstream
 	// dials of TCP-proxy connections.
@@ -114,6 +116,7 @@ type mlistener struct {
 	protocol string
 	sockets  []*socket
 	servers  []*http.Server // http: index worker
+	slots    *connSlots     // the listener's connection bound, shared by its workers
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -222,6 +225,10 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		}
 	}
 	m.unused = inh
+	m.budget = newConnBudget(cfg, log)
+	for i, ml := range m.listeners {
+		ml.slots = newConnSlots(m.budget, i, &cfg.Listeners[i], log)
+	}
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
 		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners))}
@@ -278,7 +285,7 @@ func (m *Manager) Start() {
 				if s.owner >= 0 && s.owner%m.n != w {
 					continue
 				}
-				a := &acceptor{m: m, s: s, wk: wk, st: wk.stats[ml.idx], http: ml.protocol == config.ProtocolHTTP}
+				a := &acceptor{m: m, s: s, wk: wk, st: wk.stats[ml.idx], http: ml.protocol == config.ProtocolHTTP, slots: ml.slots}
 				s.acceptors.Add(1)
 				m.acceptWG.Add(1)
 				if a.http {
@@ -592,6 +599,7 @@ func (m *Manager) Close() error {
 			wk.conns.killAll()
 		}
 		m.acceptWG.Wait()
+		m.budget.close() // no accept loop uses the spare any more
 		m.connWG.Wait()
 		m.mu.Lock()
 		unused, snap := m.unused, m.snap
