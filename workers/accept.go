@@ -74,16 +74,21 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			return nil, err
 		}
 		budget := a.m.budget
-		if outOfDescriptors(err) && budget.shedOne(a.s.ln) {
-			a.st.cxOverflow.Inc()
-			budget.acceptErrors.Warn("out of file descriptors: new connections are closed at once",
+		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+		if outOfDescriptors(err) {
+			shed := budget.shedOne(a.s.ln)
+			budget.outOfDescriptors.Warn("out of file descriptors: new connections are closed at once",
 				"address", a.s.key.Address, "error", err,
 				"hint", "raise the open-file limit (ulimit -n, systemd LimitNOFILE=) or lower server.max_connections")
-			delay = 0
-			continue
+			if shed {
+				// More may be queued: shed them too, without waiting.
+				a.st.cxOverflow.Inc()
+				delay = 0
+				continue
+			}
+		} else {
+			budget.acceptErrors.Warn("accept failed; retrying", "address", a.s.key.Address, "worker", a.wk.id, "retry_in", delay, "error", err)
 		}
-		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
-		budget.acceptErrors.Warn("accept failed; retrying", "address", a.s.key.Address, "worker", a.wk.id, "retry_in", delay, "error", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -94,8 +99,14 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 }
 
 // admit takes a connection slot for c and counts it, or closes c at once
-// if a bound refuses it.
+// if a bound refuses it or the process is out of descriptors.
 func (a *acceptor) admit(c *net.TCPConn) bool {
+	if budget := a.m.budget; budget.spareMissing() {
+		c.Close()
+		budget.reopenSpare()
+		a.st.cxOverflow.Inc()
+		return false
+	}
 	if why := a.slots.take(); why != admitted {
 		a.slots.refused(c, why, a.st)
 		return false

@@ -62,9 +62,14 @@ type connBudget struct {
 	// and the loop does not spin on the same error. nil while an accept
 	// loop is using it (or if it could not be opened).
 	spare atomic.Pointer[os.File]
+	// spareOpened: the spare was opened at start, so a missing one means
+	// an accept loop ran out of descriptors (see spareMissing).
+	spareOpened bool
 
-	// acceptErrors throttles the warning of failed accepts.
-	acceptErrors ratelog.Limiter
+	// outOfDescriptors and acceptErrors throttle the warnings of accepts
+	// that failed for want of descriptors, and for any other reason.
+	outOfDescriptors ratelog.Limiter
+	acceptErrors     ratelog.Limiter
 }
 
 // paddedCount keeps each listener's count on its own cache line: workers
@@ -78,8 +83,9 @@ type paddedCount struct {
 // or the bound derived from the open-file limit.
 func newConnBudget(cfg *config.Config, log hclog.Logger) *connBudget {
 	b := &connBudget{
-		open:         make([]paddedCount, len(cfg.Listeners)),
-		acceptErrors: ratelog.Limiter{Log: log},
+		open:             make([]paddedCount, len(cfg.Listeners)),
+		outOfDescriptors: ratelog.Limiter{Log: log},
+		acceptErrors:     ratelog.Limiter{Log: log},
 	}
 	limit, limitErr := openFileLimit()
 	switch {
@@ -102,6 +108,7 @@ func newConnBudget(cfg *config.Config, log hclog.Logger) *connBudget {
 		log.Warn("no spare descriptor: out of file descriptors, accept loops back off instead of closing new connections at once", "error", err)
 	} else {
 		b.spare.Store(f)
+		b.spareOpened = true
 	}
 	return b
 }
@@ -125,21 +132,43 @@ func (b *connBudget) openTotal() int64 {
 // shedOne takes one connection off ln's queue and closes it, using the
 // spare descriptor, after an accept failed for want of descriptors. It
 // reports whether it closed one; false (queue empty, spare in use by
-// another loop, or the descriptor taken by someone else in between) means
+// another loop, or the freed slot taken by someone else in between) means
 // the caller backs off.
 func (b *connBudget) shedOne(ln *net.TCPListener) bool {
 	f := b.spare.Swap(nil)
 	if f == nil {
+		// Another loop is using it, or it was lost: a freed slot was
+		// taken before it could be re-opened. Get one back if a slot is
+		// free now.
+		b.reopenSpare()
 		return false
 	}
 	f.Close()
 	shed := acceptAndClose(ln)
-	if f, err := os.Open(os.DevNull); err == nil {
-		b.spare.Store(f)
-	}
-	// else: the slot was taken meanwhile; the next shedOne finds no
-	// spare and the loop backs off, as it would without one.
+	b.reopenSpare()
 	return shed
+}
+
+// spareMissing reports whether the spare descriptor is out: an accept loop
+// ran out of descriptors and is shedding with it, or the slot it freed was
+// taken before it could be re-opened. A connection accepted meanwhile most
+// likely took that very slot; closing it at once (and re-opening the spare
+// in its place) keeps the spare, and so the shedding, alive. One load of
+// a pointer that is only written when out of descriptors.
+func (b *connBudget) spareMissing() bool {
+	return b.spareOpened && b.spare.Load() == nil
+}
+
+// reopenSpare opens the spare descriptor unless there is one. Failing (no
+// slot free), it stays missing until a later shedOne gets it back.
+func (b *connBudget) reopenSpare() {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return
+	}
+	if !b.spare.CompareAndSwap(nil, f) {
+		f.Close() // another loop put one back first
+	}
 }
 
 // outOfDescriptors reports whether an accept failed for want of file
