@@ -34,6 +34,9 @@ max_connections = %d
 [admin]
 address = %q
 
+[hot_restart]
+commit_window = "100ms"
+
 [[listeners]]
 name = "web"
 address = %q
@@ -49,15 +52,15 @@ max_connections = %d
 // startConnLimited starts a proxy of connLimitConfig, under an open-file
 // limit of nofile unless it is 0, and waits until it is ready. A start
 // that lost a race for its free ports is retried once with new ones.
-func startConnLimited(t *testing.T, serverMax, listenerMax, nofile int) *harness.Proxy {
+func startConnLimited(t *testing.T, serverMax, listenerMax, nofile int, args ...string) *harness.Proxy {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		cfg := connLimitConfig(t, serverMax, listenerMax)
 		var p *harness.Proxy
 		if nofile > 0 {
-			p = harness.LaunchWithOpenFileLimit(t, cfg, nofile)
+			p = harness.LaunchWithOpenFileLimit(t, cfg, nofile, args...)
 		} else {
-			p = harness.Launch(t, cfg)
+			p = harness.Launch(t, cfg, args...)
 		}
 		err := p.WaitReady(harness.DefaultReadyTimeout)
 		if err == nil {
@@ -173,10 +176,12 @@ const (
 // whose server.max_connections is 0 serves connections up to the bound
 // derived from that limit and closes the rest at once; its admin API keeps
 // answering; the warning is logged a few times at most, and no accept ever
-// fails for want of descriptors.
+// fails for want of descriptors. At the bound it still hands over to a new
+// generation (the restart socket and the passed fds come from the reserve).
 func TestConnLimitOpenFileLimit(t *testing.T) {
 	t.Parallel()
-	p := startConnLimited(t, 0, 0, lowFileLimit)
+	baseID := newBaseID()
+	p := startConnLimited(t, 0, 0, lowFileLimit, "--base-id", strconv.Itoa(baseID))
 	addr := p.Addr("web")
 	held := holdUntilRefused(t, addr, 4*lowFileLimit)
 	if len(held) != derivedAt128 {
@@ -219,6 +224,22 @@ func TestConnLimitOpenFileLimit(t *testing.T) {
 		if holdConn(t, addr) == nil {
 			t.Fatalf("new connection %d after three closed: refused, want served", i+1)
 		}
+	}
+
+	// Back at the bound, a new generation takes over; the old one drains
+	// its idle connections and exits 0.
+	if holdConn(t, addr) != nil {
+		t.Fatal("a connection over the bound was served")
+	}
+	g1 := harness.StartGeneration(t, p.ConfigPath, baseID, 1, harness.LaunchOptions{})
+	if err := g1.WaitReadyFD(readyFDTimeout); err != nil {
+		t.Fatalf("hand-over at the connection bound: %v\n%s", err, g1.Output())
+	}
+	if code, err := p.Wait(30 * time.Second); err != nil || code != 0 {
+		t.Fatalf("epoch 0 after the hand-over: exit %d, %v", code, err)
+	}
+	if holdConn(t, addr) == nil {
+		t.Fatal("epoch 1 did not serve a new connection")
 	}
 }
 
