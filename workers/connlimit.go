@@ -29,7 +29,7 @@ const (
 // descriptors: what is left after the reserve, halved, because a proxied
 // connection holds two descriptors (client and upstream; HAProxy sizes
 // maxconn from ulimit-n the same way). A limit too small for the reserve
-// still gets a quarter of it, so the proxy serves something.
+// still allows a quarter of it, so the proxy serves something.
 func derivedMaxConnections(limit uint64) int64 {
 	const ceiling = 1 << 40 // RLIM_INFINITY and friends: no practical bound
 	limit = min(limit, ceiling)
@@ -194,16 +194,26 @@ type connSlots struct {
 	idx    int   // the listener's index in budget.open
 	max    int64 // the listener's max_connections; 0: no bound
 	name   string
+	maxKey string // names max for the refusal warning
 	// refusals throttles the warning of connections closed over a bound.
 	refusals ratelog.Limiter
 }
 
 func newConnSlots(b *connBudget, idx int, l *config.Listener, log hclog.Logger) *connSlots {
-	return &connSlots{budget: b, idx: idx, max: int64(l.MaxConnections), name: l.Name, refusals: ratelog.Limiter{Log: log}}
+	return &connSlots{
+		budget:   b,
+		idx:      idx,
+		max:      int64(l.MaxConnections),
+		name:     l.Name,
+		maxKey:   fmt.Sprintf("listeners %q max_connections = %d", l.Name, l.MaxConnections),
+		refusals: ratelog.Limiter{Log: log},
+	}
 }
 
 // take counts a new connection and reports whether a bound refuses it; a
-// refused one holds no slot.
+// refused one holds no slot. Counting first and checking after makes the
+// bound exact: accepts racing at the bound may all be refused where one
+// would have fit (each sees the others' counts), never admitted past it.
 func (s *connSlots) take() refusal {
 	open := &s.budget.open[s.idx].n
 	n := open.Add(1)
@@ -222,9 +232,6 @@ func (s *connSlots) take() refusal {
 // closes. Call it exactly once per admitted connection.
 func (s *connSlots) release() { s.budget.open[s.idx].n.Add(-1) }
 
-// open is the number of this listener's connections holding a slot.
-func (s *connSlots) open() int64 { return s.budget.open[s.idx].n.Load() }
-
 // refused closes c, which a bound refused, at once (so the kernel's queue
 // does not fill and the client learns now, not after a timeout), counts
 // it and warns, at most once per ratelog interval.
@@ -233,7 +240,7 @@ func (s *connSlots) refused(c *net.TCPConn, why refusal, st *listenerStats) {
 	st.cxOverflow.Inc()
 	key := s.budget.maxKey
 	if why == overListener {
-		key = fmt.Sprintf("listeners %q max_connections = %d", s.name, s.max)
+		key = s.maxKey
 	}
 	s.refusals.Warn("connection limit reached: new connections are closed at once",
 		"listener", s.name, "limit", key,
