@@ -20,19 +20,28 @@ type acceptor struct {
 	wk *worker
 	li int // the listener's index
 	st *listenerStats
+	// slots bounds the listener's open connections (connlimit.go): every
+	// connection accept returns holds one, which its close gives back.
+	slots *connSlots
 }
 
-// accept returns the next connection. A transient error is logged and
-// retried after a back-off. Once accepting stops in a drain, it hands out
-// what is still queued on the socket (a closed listening socket resets its
-// queue), then closes the socket and reports net.ErrClosed.
+// accept returns the next connection, holding a connection slot that the
+// connection's close must give back (connSlots.release). A connection over
+// a max_connections bound is closed at once and counted, and the loop goes
+// on. A transient error is logged (throttled) and retried after a
+// back-off; out of descriptors, queued connections are first shed with the
+// spare one (connBudget.shedOne). Once accepting stops in a drain, it
+// hands out what is still queued on the socket (a closed listening socket
+// resets its queue), then closes the socket and reports net.ErrClosed.
 func (a *acceptor) accept() (*net.TCPConn, error) {
 	var delay time.Duration
 	for {
 		c, err := a.s.ln.AcceptTCP()
 		if err == nil {
-			a.st.accepted()
-			return c, nil
+			if a.admit(c) {
+				return c, nil
+			}
+			continue
 		}
 		if a.m.acceptStopped() {
 			until := a.m.emptyQueuesUntil.Load()
@@ -41,8 +50,10 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			}
 			if monotime() < until {
 				if c := acceptQueued(a.s.ln); c != nil {
-					a.st.accepted()
-					return c, nil
+					if a.admit(c) {
+						return c, nil
+					}
+					continue
 				}
 			}
 			// The queue is empty (or the time is up): close at once, so
@@ -57,8 +68,22 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 		if errors.Is(err, net.ErrClosed) {
 			return nil, err
 		}
+		budget := a.m.budget
 		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
-		a.m.log.Warn("accept failed; retrying", "address", a.s.key.Address, "worker", a.wk.id, "retry_in", delay, "error", err)
+		if outOfDescriptors(err) {
+			shed := budget.shedOne(a.s.ln)
+			budget.outOfDescriptors.Warn("out of file descriptors: new connections are closed at once",
+				"address", a.s.key.Address, "error", err,
+				"hint", "raise the open-file limit (ulimit -n, systemd LimitNOFILE=) or lower server.max_connections")
+			if shed {
+				// More may be queued: shed them too, without waiting.
+				a.st.cxOverflow.Inc()
+				delay = 0
+				continue
+			}
+		} else {
+			budget.acceptErrors.Warn("accept failed; retrying", "address", a.s.key.Address, "worker", a.wk.id, "retry_in", delay, "error", err)
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -66,6 +91,23 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			t.Stop()
 		}
 	}
+}
+
+// admit takes a connection slot for c and counts it, or closes c at once
+// if a bound refuses it or the process is out of descriptors.
+func (a *acceptor) admit(c *net.TCPConn) bool {
+	if budget := a.m.budget; budget.spareMissing() {
+		c.Close()
+		budget.reopenSpare()
+		a.st.cxOverflow.Inc()
+		return false
+	}
+	if why := a.slots.take(); why != admitted {
+		a.slots.refused(c, why, a.st)
+		return false
+	}
+	a.st.accepted()
+	return true
 }
 
 // acceptHTTP is an HTTP listener's accept loop for one worker: a goroutine
@@ -81,8 +123,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 		}
 		cc := m.newClientConn(a, c)
 		if !a.wk.conns.add(cc) {
-			c.Close()
-			a.st.closed()
+			cc.Close() // gives the slot back and counts the close
 			continue
 		}
 		go cc.serve()
@@ -97,10 +138,11 @@ func (m *Manager) acceptTCP(a *acceptor, li int) {
 		if err != nil {
 			return
 		}
-		s := &tcpSession{client: c}
+		s := &tcpSession{client: c, slots: a.slots}
 		if !a.wk.conns.add(s) {
 			c.Close()
 			a.st.closed()
+			a.slots.release()
 			continue
 		}
 		m.connWG.Add(1)

@@ -91,6 +91,9 @@ type clientConn struct {
 	st  *listenerStats
 	set *connSet
 	cfg *h1Settings
+	// slots is the connection slot accept took (connlimit.go); Close
+	// gives it back, once.
+	slots *connSlots
 
 	clientIP []byte // for X-Forwarded-For, formatted once
 
@@ -115,7 +118,7 @@ type clientConn struct {
 var _ io.Closer = (*clientConn)(nil)
 
 func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
-	cc := &clientConn{c: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, cfg: m.listeners[a.li].h1}
+	cc := &clientConn{c: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, cfg: m.listeners[a.li].h1, slots: a.slots}
 	cc.raw, _ = c.SyscallConn()
 	cc.peek = func(fd uintptr) { cc.peeked = peekFD(fd) }
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
@@ -130,6 +133,7 @@ func (cc *clientConn) Close() error {
 	if cc.closed.CompareAndSwap(false, true) {
 		cc.st.closed()
 		cc.set.remove(cc)
+		cc.slots.release() // connection slot (connlimit.go): once, here
 	}
 	return cc.c.Close()
 }

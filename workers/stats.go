@@ -20,6 +20,11 @@ const (
 	statTxBytes   = "downstream_cx_tx_bytes_total" // counter: bytes written to clients
 )
 
+// statCxOverflow counts connections closed at once, never served: over a
+// max_connections bound, or shed when out of file descriptors. They are in
+// no other downstream_cx_* stat.
+const statCxOverflow = "downstream_cx_overflow"
+
 // statRq are the response-class counters, by status/100 - 2.
 var statRq = [4]string{"downstream_rq_2xx", "downstream_rq_3xx", "downstream_rq_4xx", "downstream_rq_5xx"}
 
@@ -39,6 +44,8 @@ type listenerStats struct {
 	// workerCx is worker.<i>.downstream_cx_total: the spread of
 	// connections over workers.
 	workerCx stats.CounterLane
+
+	cxOverflow stats.CounterLane // connections refused (statCxOverflow)
 }
 
 func newListenerStats(st *stats.Store, listener string, worker int) *listenerStats {
@@ -55,6 +62,7 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 		txBytes:   st.Counter(p + statTxBytes).Lane(lane),
 		workerCx:  st.Counter("worker." + strconv.Itoa(worker) + "." + statCxTotal).Lane(lane),
 	}
+	ls.cxOverflow = st.Counter(p + statCxOverflow).Lane(lane)
 	for i, n := range statRq {
 		ls.rq[i] = st.Counter(p + n).Lane(lane)
 	}

@@ -44,6 +44,9 @@ func TestStatsHTTPProxy(t *testing.T) {
 	if got := m.Stats().Gauge("cluster.backend.membership_total", stats.GaugeNewest).Value(); got != 1 {
 		t.Errorf("membership_total %d, want 1", got)
 	}
+	// A request's time is recorded once its last byte is written, which
+	// the client may read first.
+	waitFor(t, 5*time.Second, "requests to finish", func() bool { return gauge(m, "listener.web.downstream_rq_active") == 0 })
 	if err := m.Stats().Flush(); err != nil {
 		t.Fatal(err)
 	}

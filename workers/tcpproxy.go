@@ -36,6 +36,7 @@ func monotime() int64 { return int64(time.Since(procStart)) }
 // the idle timer that watches both directions.
 type tcpSession struct {
 	client *net.TCPConn
+	slots  *connSlots // the slot accept took; serveTCP's end gives it back
 	idle   time.Duration
 	last   atomic.Int64 // monotime of the last read, either direction
 	done   atomic.Bool
@@ -106,6 +107,7 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 		s.Close()
 		wk.conns.remove(s)
 		st.closed()
+		s.slots.release() // connection slot (connlimit.go): once, here
 	}()
 	lv := wk.view.Load().listeners[li]
 	if lv == nil || lv.tcp == nil {

@@ -69,6 +69,8 @@ type Manager struct {
 	listeners []*mlistener
 	workers   []*worker
 	stats     *stats.Store
+	// budget bounds the open client connections (connlimit.go).
+	budget *connBudget
 
 	// ctx ends at Close or when a drain is forced; it aborts upstream
 	// dials of TCP-proxy connections.
@@ -111,6 +113,7 @@ type mlistener struct {
 	protocol string
 	sockets  []*socket
 	h1       *h1Settings // http
+	slots    *connSlots  // the listener's connection bound, shared by its workers
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -218,6 +221,10 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		}
 	}
 	m.unused = inh
+	m.budget = newConnBudget(cfg, log)
+	for i, ml := range m.listeners {
+		ml.slots = newConnSlots(m.budget, i, &cfg.Listeners[i], log)
+	}
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
 		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners))}
@@ -269,7 +276,7 @@ func (m *Manager) Start() {
 				if s.owner >= 0 && s.owner%m.n != w {
 					continue
 				}
-				a := &acceptor{m: m, s: s, wk: wk, li: ml.idx, st: wk.stats[ml.idx]}
+				a := &acceptor{m: m, s: s, wk: wk, li: ml.idx, st: wk.stats[ml.idx], slots: ml.slots}
 				s.acceptors.Add(1)
 				m.acceptWG.Add(1)
 				if ml.protocol == config.ProtocolHTTP {
@@ -560,6 +567,7 @@ func (m *Manager) Close() error {
 			wk.conns.killAll()
 		}
 		m.acceptWG.Wait()
+		m.budget.close() // no accept loop uses the spare any more
 		m.connWG.Wait()
 		m.mu.Lock()
 		unused, snap := m.unused, m.snap

@@ -53,6 +53,7 @@ type Proxy struct {
 	Listeners map[string]string
 
 	cmd    *exec.Cmd
+	wrap   []string // a command that execs hotproxy in its place (see LaunchWithOpenFileLimit)
 	stdout syncBuffer
 	stderr syncBuffer
 	admin  *http.Client
@@ -143,7 +144,8 @@ func newProxy(tb testing.TB, path string) *Proxy {
 func (p *Proxy) start(args []string) {
 	p.tb.Helper()
 	bin := Binary(p.tb)
-	p.cmd = exec.Command(bin, args...)
+	argv := append(append(append([]string(nil), p.wrap...), bin), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
 	p.cmd.SysProcAttr = sysProcAttr()
