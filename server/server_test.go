@@ -21,6 +21,12 @@ import (
 // done is closed when Run has returned; *runErr is its result then.
 func startServer(tb testing.TB) (srv *Server, adminURL, webURL string, done <-chan struct{}, runErr *error) {
 	tb.Helper()
+	return startServerWith(tb, "")
+}
+
+// startServerWith is startServer with adminKeys added to [admin].
+func startServerWith(tb testing.TB, adminKeys string) (srv *Server, adminURL, webURL string, done <-chan struct{}, runErr *error) {
+	tb.Helper()
 	webAddr := freeAddr(tb)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 [server]
@@ -29,6 +35,7 @@ drain_time = "5s"
 parent_shutdown_time = "5s"
 [admin]
 address = "127.0.0.1:0"
+%s
 [[listeners]]
 name = "web"
 address = %q
@@ -36,7 +43,7 @@ protocol = "http"
   [[listeners.routes]]
   prefix = "/"
   direct_response = { status = 200, body = "hello from %%PID%% epoch %%EPOCH%%" }
-`, webAddr)), "test.toml")
+`, adminKeys, webAddr)), "test.toml")
 	if err != nil {
 		tb.Fatalf("config: %v", err)
 	}
@@ -105,9 +112,14 @@ func get(tb testing.TB, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// post POSTs to url as curl -X POST does: no body, no Content-Type.
 func post(tb testing.TB, url string) int {
 	tb.Helper()
-	resp, err := http.Post(url, "text/plain", nil)
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tb.Fatalf("POST %s: %v", url, err)
 	}
