@@ -176,6 +176,25 @@ func TestConfigDumpIsEffectiveConfig(t *testing.T) {
 	if len(listeners) != 1 {
 		t.Fatalf("want 1 listener in dump, got %v", dump["listeners"])
 	}
+	// Keys left out show their effective values, 0 included where 0
+	// means something.
+	web, _ := listeners[0].(map[string]any)
+	adminSection, _ := dump["admin"].(map[string]any)
+	for _, c := range []struct {
+		key       string
+		got, want any
+	}{
+		{"listeners[0].write_timeout", web["write_timeout"], "1m0s"},
+		{"listeners[0].trust_forwarded_for", web["trust_forwarded_for"], true},
+		{"listeners[0].max_connections", web["max_connections"], float64(0)},
+		{"server.max_connections", srvSection["max_connections"], float64(0)},
+		{"server.reuse_port", srvSection["reuse_port"], true},
+		{"admin.allow_remote", adminSection["allow_remote"], false},
+	} {
+		if c.got != c.want {
+			t.Errorf("config_dump %s = %#v, want %#v", c.key, c.got, c.want)
+		}
+	}
 }
 
 func TestMutatingEndpointsRefuseGET(t *testing.T) {
