@@ -86,6 +86,10 @@ func (s *Server) adminHandler() http.Handler {
 	// most once per interval.
 	refused := &ratelog.Limiter{Log: s.log.Named("admin")}
 	guard := crossSiteGuard{loopbackOnly: !s.cfg.Admin.AllowRemote}
+	if !s.cfg.Admin.Loopback() {
+		s.log.Warn("the admin API listens beyond loopback ([admin] allow_remote = true); it has no authentication and can drain and stop the proxy: restrict who can reach it",
+			"address", s.cfg.Admin.Address)
+	}
 	for _, e := range adminEndpoints {
 		h := handlers[e.pattern]
 		if strings.HasPrefix(e.pattern, "POST ") {

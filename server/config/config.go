@@ -98,6 +98,10 @@ type Admin struct {
 	AllowRemote bool `toml:"allow_remote" json:"allow_remote"`
 }
 
+// Loopback reports whether Address binds loopback only: a loopback IP
+// address, or the name localhost.
+func (a Admin) Loopback() bool { return loopbackAddress(a.Address) }
+
 // HotRestart configures how the next generation takes over from this one.
 type HotRestart struct {
 	// SocketDir, when set, puts the restart socket in this directory

@@ -125,7 +125,7 @@ func (v *validator) admin() {
 		v.ps.add("admin.address", "%s", msg)
 		return
 	}
-	if !v.c.Admin.AllowRemote && !loopbackAddress(a) {
+	if !v.c.Admin.AllowRemote && !v.c.Admin.Loopback() {
 		v.ps.add("admin.address", "%s: not a loopback address, and the admin API has no authentication and can drain and stop the proxy; bind it to 127.0.0.1 or [::1] (default %q), or set [admin] allow_remote = true to expose it on purpose (and firewall it)", quote(a), DefaultAdminAddress)
 		return
 	}
