@@ -77,6 +77,16 @@ func TestAdminRefusesCrossSiteMutations(t *testing.T) {
 		{adminRequest{name: "GET a mutating endpoint (an <img> tag)", method: "GET", path: "/healthcheck/fail"}, 405, ""},
 		{adminRequest{name: "GET quitquitquit (a link)", method: "GET", path: "/quitquitquit"}, 405, ""},
 	}
+	// Every mutating endpoint, present and future, is guarded.
+	for _, e := range adminEndpoints {
+		if method, path, _ := strings.Cut(e.pattern, " "); method == "POST" {
+			tests = append(tests, struct {
+				req  adminRequest
+				code int
+				want string
+			}{adminRequest{name: "cross-origin text/plain to " + path, method: "POST", path: path, headers: evil, body: "x"}, 403, "403 Forbidden"})
+		}
+	}
 	for _, tc := range tests {
 		t.Run(tc.req.name, func(t *testing.T) {
 			code, body := tc.req.do(t, admin)
