@@ -35,6 +35,7 @@ USER hotproxy
 # `docker run --stop-timeout 60`, or terminationGracePeriodSeconds: 60.
 STOPSIGNAL SIGTERM
 EXPOSE 8080 9901
-# /ready answers 200 while a generation serves (through the admin API;
-# bind [admin] address to 0.0.0.0 to probe it from outside the container).
+# /ready answers 200 while a generation serves (through the admin API; to
+# probe it from outside the container, set [admin] address = "0.0.0.0:9901"
+# and allow_remote = true, and keep port 9901 unpublished or firewalled).
 ENTRYPOINT ["/usr/local/bin/hotproxy", "supervise", "-c", "/etc/hotproxy/hotproxy.toml"]

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -107,6 +108,57 @@ func TestAdmin(t *testing.T) {
 			t.Errorf("GET /ready after /healthcheck/ok: %d, want 200", code)
 		}
 	})
+}
+
+// TestAdminRefusesCrossSite is issue 8, item 13 against the real binary:
+// what a web page on another site can make a browser send to the admin
+// API is refused and changes nothing; curl -X POST still works.
+func TestAdminRefusesCrossSite(t *testing.T) {
+	t.Parallel()
+	p := harness.Start(t, directConfig())
+	client := newClient(5 * time.Second)
+	for _, tc := range []struct {
+		name, path string
+		headers    map[string]string
+		body       string
+	}{
+		{"cross-origin text/plain", "/quitquitquit", map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}, "x"},
+		{"text/plain without Origin", "/healthcheck/fail", map[string]string{"Content-Type": "text/plain"}, "x"},
+		{"Origin of another site", "/healthcheck/fail", map[string]string{"Origin": "http://evil.example"}, ""},
+	} {
+		var body io.Reader
+		if tc.body != "" {
+			body = strings.NewReader(tc.body)
+		}
+		req, err := http.NewRequest(http.MethodPost, "http://"+p.AdminAddr+tc.path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range tc.headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: POST %s: %s %q, want 403", tc.name, tc.path, resp.Status, msg)
+		}
+		if code, body := p.AdminGet("/ready"); code != http.StatusOK {
+			t.Fatalf("%s: /ready %d %q after a refused request, want 200", tc.name, code, body)
+		}
+		if p.Exited() {
+			t.Fatalf("%s: the proxy exited after a refused request", tc.name)
+		}
+	}
+	if code, body := p.AdminPost("/healthcheck/fail"); code != http.StatusOK {
+		t.Fatalf("curl-style POST /healthcheck/fail: %d %s", code, body)
+	}
+	if code, _ := p.AdminGet("/ready"); code != http.StatusServiceUnavailable {
+		t.Errorf("/ready after a curl-style POST /healthcheck/fail: %d, want 503", code)
+	}
 }
 
 // TestQuitQuitQuit checks that POST /quitquitquit drains and exits 0.

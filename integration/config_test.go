@@ -76,6 +76,19 @@ func TestBadConfigRejected(t *testing.T) {
 			i := strings.Index(s, "endpoints = [")
 			return s[:i] + "endpoints = []\n"
 		}, []string{`clusters[0] ("backend").endpoints`}},
+		// Issue 8, item 10: values that validated and broke at run time.
+		{"admin on all addresses", func(s string) string {
+			return strings.Replace(s, `address = "ADMIN"`, `address = "0.0.0.0:1"`, 1)
+		}, []string{"admin.address", `"0.0.0.0:1"`, "allow_remote = true"}},
+		{"flush_interval of a nanosecond", func(s string) string {
+			return s + "\n[stats]\nflush_interval = \"1ns\"\n"
+		}, []string{"stats.flush_interval", `"1ns"`, "between 10ms and 5m"}},
+		{"max_header_bytes near 2^63", func(s string) string {
+			return strings.Replace(s, `protocol = "http"`, "protocol = \"http\"\nmax_header_bytes = 9223372036854775000", 1)
+		}, []string{`listeners[0] ("web").max_header_bytes`, "9223372036854775000", "between 1024 and 1048576"}},
+		{"write_timeout of a nanosecond", func(s string) string {
+			return strings.Replace(s, `protocol = "http"`, "protocol = \"http\"\nwrite_timeout = \"1ns\"", 1)
+		}, []string{`listeners[0] ("web").write_timeout`, `"1ns"`, "between 10ms and 24h"}},
 		{"unresolvable endpoint", func(s string) string {
 			i := strings.Index(s, "endpoints = [")
 			return s[:i] + "endpoints = [\"nosuch.onion:80\"]\n"

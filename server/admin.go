@@ -4,14 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hotproxy/hotproxy/hotrestart"
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 	"github.com/hotproxy/hotproxy/internal/version"
 )
 
@@ -76,8 +82,20 @@ func (s *Server) adminHandler() http.Handler {
 		"POST /healthcheck/ok":   s.handleHealthcheck(false),
 		"POST /quitquitquit":     s.handleQuit,
 	}
+	// Refusals are what a hostile web page can cause at will: logged at
+	// most once per interval.
+	refused := &ratelog.Limiter{Log: s.log.Named("admin")}
+	guard := crossSiteGuard{loopbackOnly: !s.cfg.Admin.AllowRemote}
+	if !s.cfg.Admin.Loopback() {
+		s.log.Warn("the admin API listens beyond loopback ([admin] allow_remote = true); it has no authentication and can drain and stop the proxy: restrict who can reach it",
+			"address", s.cfg.Admin.Address)
+	}
 	for _, e := range adminEndpoints {
-		mux.HandleFunc(e.pattern, handlers[e.pattern])
+		h := handlers[e.pattern]
+		if strings.HasPrefix(e.pattern, "POST ") {
+			h = guard.mutating(h, refused)
+		}
+		mux.HandleFunc(e.pattern, h)
 	}
 	mux.HandleFunc("GET /{$}", handleIndex)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -86,8 +104,122 @@ func (s *Server) adminHandler() http.Handler {
 			// request goes to whoever accepts then.
 			w.Header().Set("Connection", "close")
 		}
+		if msg := guard.checkHost(r); msg != "" {
+			refuse(w, r, msg, refused)
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// crossSiteGuard keeps web pages off the admin API (issue 8, item 13). A
+// browser sends a "simple" cross-origin request (a POST of a form or of
+// text/plain, or with no body at all) without asking the server first,
+// so any page a user of this host visits could POST /quitquitquit to
+// 127.0.0.1:9901. Mutating endpoints are POST only (the mux answers 405
+// to anything else) and refuse what only a browser sends cross-site; the
+// tools that operate the proxy (curl -X POST, the harness, scripts) send
+// no Origin, no Sec-Fetch-Site and no body, and pass.
+type crossSiteGuard struct {
+	// loopbackOnly: the admin API listens on loopback only (no
+	// [admin] allow_remote), so a request naming it by a DNS name is a
+	// page that rebound its own name to 127.0.0.1.
+	loopbackOnly bool
+}
+
+// simpleContentTypes are the media types a page may POST cross-origin
+// without a CORS preflight (Fetch standard, "CORS-safelisted request-header").
+var simpleContentTypes = []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"}
+
+// mutating wraps the handler of a mutating endpoint with the checks that
+// refuse a request a web page could have sent from another site.
+func (g crossSiteGuard) mutating(h http.HandlerFunc, refused *ratelog.Limiter) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if msg := g.checkMutation(r); msg != "" {
+			refuse(w, r, msg, refused)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// checkMutation returns why r must be refused, or "".
+func (g crossSiteGuard) checkMutation(r *http.Request) string {
+	// Sec-Fetch-Site is set by browsers only, and cannot be forged by a
+	// page: "none" is a user's own action (typed URL, bookmark).
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return fmt.Sprintf("Sec-Fetch-Site %q: a web page from another site sent this request; the admin API takes mutating requests only from tools such as curl", site)
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
+		return fmt.Sprintf("Origin %q is not this admin API (http://%s): a web page from another site sent this request; send it without an Origin header, as curl does", origin, r.Host)
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil {
+			mt, _, _ = strings.Cut(ct, ";")
+			mt = strings.ToLower(strings.TrimSpace(mt))
+		}
+		if slices.Contains(simpleContentTypes, mt) {
+			return fmt.Sprintf("Content-Type %q is what a web page on another site can send without asking; send no body (curl -X POST http://%s%s) or Content-Type: application/json", mt, r.Host, r.URL.Path)
+		}
+	} else if r.ContentLength != 0 {
+		// fetch() sends a Blob without a type with no Content-Type.
+		return fmt.Sprintf("a body without Content-Type; send no body (curl -X POST http://%s%s) or Content-Type: application/json", r.Host, r.URL.Path)
+	}
+	return ""
+}
+
+// checkHost returns why r must be refused for the Host it names, or "".
+// Only when the admin API listens on loopback: then the only hosts that
+// reach it are IP literals and localhost, and any other name is a web
+// page that pointed its own name at 127.0.0.1 (DNS rebinding), to which
+// Origin and Sec-Fetch-Site look same-origin.
+func (g crossSiteGuard) checkHost(r *http.Request) string {
+	if !g.loopbackOnly {
+		return ""
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(host, ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return ""
+	}
+	// No Host at all is HTTP/1.0 from a health checker; a browser always
+	// sends one.
+	if host == "" || strings.EqualFold(host, "localhost") {
+		return ""
+	}
+	return fmt.Sprintf("Host %q: the admin API listens on loopback and answers only to an IP address or localhost (a name that resolves to 127.0.0.1 may be a web page rebinding its own name); use http://127.0.0.1:PORT, or set [admin] allow_remote = true", r.Host)
+}
+
+// sameOrigin reports whether origin (scheme://host[:port]) is the admin
+// API itself, reached as host (the request's Host).
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Scheme != "http" || u.Host == "" || u.Path != "" {
+		return false // "null", https:, or not an origin at all
+	}
+	return strings.EqualFold(withPort(u.Host), withPort(host))
+}
+
+// withPort adds HTTP's default port to a host that has none.
+func withPort(host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
+}
+
+// refuse answers 403 with msg, and logs it, rate-limited.
+func refuse(w http.ResponseWriter, r *http.Request, msg string, refused *ratelog.Limiter) {
+	refused.Warn("admin: refused a request that may come from a web page", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", msg)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprintf(w, "403 Forbidden: %s\n", msg)
 }
 
 func handleIndex(w http.ResponseWriter, _ *http.Request) {
@@ -96,6 +228,9 @@ func handleIndex(w http.ResponseWriter, _ *http.Request) {
 	for _, e := range adminEndpoints {
 		fmt.Fprintf(w, "  %-24s %s\n", e.pattern, e.help)
 	}
+	fmt.Fprint(w, "\nPOST with no body (curl -X POST URL) or with Content-Type: application/json;\n"+
+		"what a web page on another site could send (a form or text/plain body, an\n"+
+		"Origin or Sec-Fetch-Site of another site) is refused with 403.\n")
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {

@@ -21,6 +21,12 @@ import (
 // done is closed when Run has returned; *runErr is its result then.
 func startServer(tb testing.TB) (srv *Server, adminURL, webURL string, done <-chan struct{}, runErr *error) {
 	tb.Helper()
+	return startServerWith(tb, "")
+}
+
+// startServerWith is startServer with adminKeys added to [admin].
+func startServerWith(tb testing.TB, adminKeys string) (srv *Server, adminURL, webURL string, done <-chan struct{}, runErr *error) {
+	tb.Helper()
 	webAddr := freeAddr(tb)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 [server]
@@ -29,6 +35,7 @@ drain_time = "5s"
 parent_shutdown_time = "5s"
 [admin]
 address = "127.0.0.1:0"
+%s
 [[listeners]]
 name = "web"
 address = %q
@@ -36,7 +43,7 @@ protocol = "http"
   [[listeners.routes]]
   prefix = "/"
   direct_response = { status = 200, body = "hello from %%PID%% epoch %%EPOCH%%" }
-`, webAddr)), "test.toml")
+`, adminKeys, webAddr)), "test.toml")
 	if err != nil {
 		tb.Fatalf("config: %v", err)
 	}
@@ -105,9 +112,14 @@ func get(tb testing.TB, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// post POSTs to url as curl -X POST does: no body, no Content-Type.
 func post(tb testing.TB, url string) int {
 	tb.Helper()
-	resp, err := http.Post(url, "text/plain", nil)
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tb.Fatalf("POST %s: %v", url, err)
 	}
@@ -163,6 +175,25 @@ func TestConfigDumpIsEffectiveConfig(t *testing.T) {
 	listeners, _ := dump["listeners"].([]any)
 	if len(listeners) != 1 {
 		t.Fatalf("want 1 listener in dump, got %v", dump["listeners"])
+	}
+	// Keys left out show their effective values, 0 included where 0
+	// means something.
+	web, _ := listeners[0].(map[string]any)
+	adminSection, _ := dump["admin"].(map[string]any)
+	for _, c := range []struct {
+		key       string
+		got, want any
+	}{
+		{"listeners[0].write_timeout", web["write_timeout"], "1m0s"},
+		{"listeners[0].trust_forwarded_for", web["trust_forwarded_for"], true},
+		{"listeners[0].max_connections", web["max_connections"], float64(0)},
+		{"server.max_connections", srvSection["max_connections"], float64(0)},
+		{"server.reuse_port", srvSection["reuse_port"], true},
+		{"admin.allow_remote", adminSection["allow_remote"], false},
+	} {
+		if c.got != c.want {
+			t.Errorf("config_dump %s = %#v, want %#v", c.key, c.got, c.want)
+		}
 	}
 }
 

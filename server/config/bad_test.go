@@ -41,7 +41,7 @@ func TestBadConfigs(t *testing.T) {
 		{"stats file mode decimal-looking", "[stats]\nfile_mode = \"rw-r-----\"\n" + webOK + clusterC, []string{`stats.file_mode`, `"rw-r-----"`, `"0640"`}, 1},
 		{"stats file mode too large", "[stats]\nfile_mode = \"01777\"\n" + webOK + clusterC, []string{`stats.file_mode`, `"01777"`, "0000-0777"}, 1},
 		{"stats file mode empty", "[stats]\nfile_mode = \"\"\n" + webOK + clusterC, []string{`stats.file_mode`, `""`}, 1},
-		{"zero flush interval", "[stats]\nflush_interval = \"0s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"0s"`, "greater than 0"}, 1},
+		{"zero flush interval", "[stats]\nflush_interval = \"0s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"0s"`, "between 10ms and 5m", "default, 1s"}, 1},
 		{"negative flush interval", "[stats]\nflush_interval = \"-1s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"-1s"`}, 1},
 		{"file mode as integer", "[stats]\nfile_mode = 416\n" + webOK + clusterC, []string{`stats.file_mode`, "integer"}, 0},
 		// Syntax, unknown keys and types.
@@ -67,15 +67,21 @@ func TestBadConfigs(t *testing.T) {
 		{"type errors all reported", "[server]\nconcurrency = \"two\"\ndrain_time = 5\n[log]\nlevel = 1\n", []string{"log.level", "integer 1"}, 3},
 
 		// [server], [admin], [log].
-		{"concurrency negative", "[server]\nconcurrency = -1\n", []string{"server.concurrency", "-1", "0-1024"}, 0},
-		{"concurrency too big", "[server]\nconcurrency = 2000\n", []string{"server.concurrency", "2000", "0-1024"}, 0},
-		{"drain_time zero", "[server]\ndrain_time = \"0s\"\nparent_shutdown_time = \"1s\"\n", []string{"server.drain_time", `"0s"`, "greater than 0"}, 0},
-		{"drain_time negative", "[server]\ndrain_time = \"-5s\"\n", []string{"server.drain_time", `"-5s"`, "greater than 0"}, 0},
+		{"concurrency negative", "[server]\nconcurrency = -1\n", []string{"server.concurrency", "-1", "between 0 and 1024"}, 0},
+		{"concurrency too big", "[server]\nconcurrency = 2000\n", []string{"server.concurrency", "2000", "between 0 and 1024"}, 0},
+		{"drain_time zero", "[server]\ndrain_time = \"0s\"\nparent_shutdown_time = \"1s\"\n", []string{"server.drain_time", `"0s"`, "between 100ms and 24h", "default, 30s"}, 0},
+		{"drain_time negative", "[server]\ndrain_time = \"-5s\"\n", []string{"server.drain_time", `"-5s"`, "between 100ms and 24h"}, 0},
 		{"parent_shutdown_time negative", "[server]\nparent_shutdown_time = \"-1s\"\n", []string{"server.parent_shutdown_time", `"-1s"`}, 0},
 		{"parent shorter than drain", "[server]\ndrain_time = \"30s\"\nparent_shutdown_time = \"20s\"\n", []string{"server.parent_shutdown_time", `"20s"`, `drain_time ("30s")`, "cut off"}, 0},
 		{"admin bad address", "[admin]\naddress = \"localhost\"\n", []string{"admin.address", `"localhost"`, "host:port"}, 0},
 		{"admin empty", "[admin]\naddress = \"\"\n", []string{"admin.address", "missing"}, 0},
 		{"admin on a listener", webOK + clusterC + "[admin]\naddress = \"127.0.0.1:8080\"\n", []string{"admin.address", `"127.0.0.1:8080"`, `listeners[0] ("web")`}, 0},
+		{"admin on all addresses", "[admin]\naddress = \"0.0.0.0:9901\"\n", []string{"admin.address", `"0.0.0.0:9901"`, "not a loopback address", "allow_remote = true", `"127.0.0.1:9901"`}, 0},
+		{"admin empty host", "[admin]\naddress = \":9901\"\n", []string{"admin.address", `":9901"`, "not a loopback address"}, 0},
+		{"admin IPv6 any", "[admin]\naddress = \"[::]:9901\"\n", []string{"admin.address", `"[::]:9901"`, "not a loopback address"}, 0},
+		{"admin private address", "[admin]\naddress = \"10.0.0.1:9901\"\n", []string{"admin.address", `"10.0.0.1:9901"`, "allow_remote"}, 0},
+		{"admin hostname", "[admin]\naddress = \"admin.example.com:9901\"\n", []string{"admin.address", `"admin.example.com:9901"`, "allow_remote"}, 0},
+		{"admin allow_remote not a bool", "[admin]\naddress = \"0.0.0.0:9901\"\nallow_remote = \"yes\"\n", []string{"admin.allow_remote", `string "yes"`}, 0},
 		{"log level", "[log]\nlevel = \"verbose\"\n", []string{"log.level", `"verbose"`, "trace, debug, info, warn or error"}, 0},
 		{"log format", "[log]\nformat = \"xml\"\n", []string{"log.format", `"xml"`, "text or json"}, 0},
 
@@ -100,7 +106,12 @@ func TestBadConfigs(t *testing.T) {
 		{"tcp cluster but none defined", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"pg\""), []string{`listeners[0] ("web").cluster`, `"pg"`, "[[clusters]]"}, 0},
 		{"tcp with routes", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nroutes = [{ prefix = \"/\", cluster = \"c\" }]") + clusterC, []string{`listeners[0] ("web").routes`, "tcp listener has no routes"}, 0},
 		{"tcp with http settings", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nrequest_timeout = \"5s\"\nmax_header_bytes = 100") + clusterC, []string{`listeners[0] ("web").request_timeout`, `"5s"`, "only to http"}, 2},
-		{"tcp idle_timeout zero", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nidle_timeout = \"0s\"") + clusterC, []string{`listeners[0] ("web").idle_timeout`, `"0s"`, "greater than 0"}, 0},
+		{"tcp with write_timeout", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nwrite_timeout = \"5s\"") + clusterC, []string{`listeners[0] ("web").write_timeout`, `"5s"`, "only to http"}, 0},
+		{"tcp with trust_forwarded_for", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\ntrust_forwarded_for = false") + clusterC, []string{`listeners[0] ("web").trust_forwarded_for`, "false", "only to http"}, 0},
+		{"write_timeout zero", webOK + "write_timeout = \"0s\"\n" + clusterC, []string{`listeners[0] ("web").write_timeout`, `"0s"`, "between 10ms and 24h", "default, 1m"}, 0},
+		{"listener max_connections negative", webOK + "max_connections = -1\n" + clusterC, []string{`listeners[0] ("web").max_connections`, "-1", "between 0 and 16777216"}, 0},
+		{"server max_connections negative", "[server]\nmax_connections = -1\n", []string{"server.max_connections", "-1", "between 0 and 16777216", "open-file limit"}, 0},
+		{"tcp idle_timeout zero", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nidle_timeout = \"0s\"") + clusterC, []string{`listeners[0] ("web").idle_timeout`, `"0s"`, "between 100ms and 168h", "default, 1h"}, 0},
 		{"http without routes", listener("address = \":80\"\nprotocol = \"http\""), []string{`listeners[0] ("web").routes`, "at least one route"}, 0},
 		{"http with cluster", listener("address = \":80\"\nprotocol = \"http\"\ncluster = \"c\"\nroutes = [{ prefix = \"/\", cluster = \"c\" }]") + clusterC, []string{`listeners[0] ("web").cluster`, `"c"`, "routes"}, 0},
 		{"http timeouts negative", listener("address = \":80\"\nprotocol = \"http\"\nroutes = [{ prefix = \"/\", cluster = \"c\" }]\nrequest_timeout = \"-1s\"\nheader_timeout = \"0s\"\nidle_timeout = \"-2m\"") + clusterC, []string{`listeners[0] ("web").request_timeout`, `"-1s"`}, 3},
@@ -120,9 +131,11 @@ func TestBadConfigs(t *testing.T) {
 		{"route with two actions", httpWith(`{ prefix = "/", cluster = "c", direct_response = { status = 200 } }`), []string{`listeners[0] ("web").routes[0]`, `"c"`, "both cluster"}, 0},
 		{"route unknown cluster", listener("address = \":80\"\nprotocol = \"http\"\nroutes = [{ prefix = \"/a\", cluster = \"c\" }, { prefix = \"/\", cluster = \"backnd\" }]") + clusterC + "[[clusters]]\nname = \"backend\"\nendpoints = [\"127.0.0.1:9001\"]\n", []string{`listeners[0] ("web").routes[1].cluster`, `"backnd"`, `did you mean "backend"?`}, 0},
 		{"route unknown cluster, nothing close", httpWith(`{ prefix = "/", cluster = "zzz" }`), []string{`listeners[0] ("web").routes[0].cluster`, `"zzz"`, "clusters: c"}, 0},
-		{"status too low", httpWith(`{ prefix = "/", direct_response = { status = 99 } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "99", "100-599"}, 0},
-		{"status too high", httpWith(`{ prefix = "/", direct_response = { status = 600 } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "600", "100-599"}, 0},
-		{"status missing", httpWith(`{ prefix = "/", direct_response = { body = "hi" } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "0", "100-599"}, 0},
+		{"status too low", httpWith(`{ prefix = "/", direct_response = { status = 99 } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "99", "between 200 and 599"}, 0},
+		{"status too high", httpWith(`{ prefix = "/", direct_response = { status = 600 } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "600", "between 200 and 599"}, 0},
+		{"status missing", httpWith(`{ prefix = "/", direct_response = { body = "hi" } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "0", "between 200 and 599"}, 0},
+		{"status informational", httpWith(`{ prefix = "/", direct_response = { status = 101 } }`), []string{`listeners[0] ("web").routes[0].direct_response.status`, "101", "final HTTP status"}, 0},
+		{"status 204 with body", httpWith(`{ prefix = "/", direct_response = { status = 204, body = "x" } }`), []string{`listeners[0] ("web").routes[0].direct_response.body`, `"x"`, "204", "no body"}, 0},
 		{"content_type bad", httpWith(`{ prefix = "/", direct_response = { status = 200, content_type = "text plain" } }`), []string{`listeners[0] ("web").routes[0].direct_response.content_type`, `"text plain"`}, 0},
 
 		// Clusters.
@@ -135,8 +148,8 @@ func TestBadConfigs(t *testing.T) {
 		{"endpoint port too big", "[[clusters]]\nname = \"c\"\nendpoints = [\"db.internal:70000\"]\n", []string{`clusters[0] ("c").endpoints[0]`, `"db.internal:70000"`, "1-65535"}, 0},
 		{"endpoint without host", "[[clusters]]\nname = \"c\"\nendpoints = [\":5432\"]\n", []string{`clusters[0] ("c").endpoints[0]`, `":5432"`, "missing host"}, 0},
 		{"lb_policy unknown", clusterC + "[[clusters]]\nname = \"pg\"\nendpoints = [\"a:1\"]\nlb_policy = \"fastest\"\n", []string{`clusters[1] ("pg").lb_policy: "fastest": unknown policy (use round_robin, least_request or random)`}, 0},
-		{"connect_timeout zero", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nconnect_timeout = \"0s\"\n", []string{`clusters[0] ("c").connect_timeout`, `"0s"`, "greater than 0"}, 0},
-		{"idle_timeout negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nidle_timeout = \"-1m\"\n", []string{`clusters[0] ("c").idle_timeout`, `"-1m0s"`, "greater than 0"}, 0},
+		{"connect_timeout zero", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nconnect_timeout = \"0s\"\n", []string{`clusters[0] ("c").connect_timeout`, `"0s"`, "between 10ms and 5m", "default, 5s"}, 0},
+		{"idle_timeout negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nidle_timeout = \"-1m\"\n", []string{`clusters[0] ("c").idle_timeout`, `"-1m0s"`, "between 100ms and 24h", "default, 1m30s"}, 0},
 		{"max_idle negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nmax_idle_per_endpoint = -3\n", []string{`clusters[0] ("c").max_idle_per_endpoint`, "-3"}, 0},
 	}
 	seen := map[string]bool{}
@@ -195,6 +208,12 @@ func TestGoodConfigs(t *testing.T) {
 		"reuse_port false":     "[server]\nreuse_port = false\n",
 		"log json debug":       "[log]\nlevel = \"debug\"\nformat = \"json\"\n",
 		"max concurrency":      "[server]\nconcurrency = 1024\n",
+		"admin remote allowed": "[admin]\naddress = \"0.0.0.0:9901\"\nallow_remote = true\n",
+		"admin IPv6 loopback":  "[admin]\naddress = \"[::1]:9901\"\n",
+		"admin localhost":      "[admin]\naddress = \"localhost:9901\"\n",
+		"admin 127.0.0.2":      "[admin]\naddress = \"127.0.0.2:0\"\n",
+		"status 304 no body":   httpWith(`{ prefix = "/", direct_response = { status = 304 } }`),
+		"http keys written":    webOK + "write_timeout = \"1s\"\ntrust_forwarded_for = false\nmax_connections = 10\n" + clusterC,
 	} {
 		if _, err := Parse([]byte(data), name+".toml"); err != nil {
 			t.Errorf("%s: %v", name, err)

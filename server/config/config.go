@@ -86,13 +86,21 @@ type Server struct {
 	// together; 0 derives it from the open-file limit, keeping a reserve
 	// of descriptors for the admin API, the restart socket and upstream
 	// connections.
-	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections,omitempty"`
+	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections"`
 }
 
 // Admin is the admin API's listener.
 type Admin struct {
 	Address string `toml:"address" json:"address"`
+	// AllowRemote lets Address be other than a loopback address. The
+	// admin API has no authentication and can drain and stop the proxy,
+	// so exposing it beyond this host must be a decision, not a typo.
+	AllowRemote bool `toml:"allow_remote" json:"allow_remote"`
 }
+
+// Loopback reports whether Address binds loopback only: a loopback IP
+// address, or the name localhost.
+func (a Admin) Loopback() bool { return loopbackAddress(a.Address) }
 
 // HotRestart configures how the next generation takes over from this one.
 type HotRestart struct {
@@ -182,12 +190,14 @@ type Listener struct {
 	// MaxConnections bounds this listener's open client connections;
 	// past it, new connections are accepted and closed at once, and
 	// counted. 0: only the server-wide bound applies.
-	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections,omitempty"`
+	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections"`
 }
 
 // TrustsForwardedFor reports whether the client's X-Forwarded-For chain is
 // kept (the default) or replaced.
-func (l Listener) TrustsForwardedFor() bool { return l.TrustForwardedFor == nil || *l.TrustForwardedFor }
+func (l Listener) TrustsForwardedFor() bool {
+	return l.TrustForwardedFor == nil || *l.TrustForwardedFor
+}
 
 // Route matches HTTP requests by host and path and says what to do.
 type Route struct {

@@ -67,7 +67,7 @@ func mustParse(tb testing.TB, data, source string) *Config {
 func TestIssueConfig(t *testing.T) {
 	c := mustParse(t, issueConfig, "hotproxy.toml")
 	want := &Config{
-		Server:     Server{Concurrency: 2, DrainTime: Duration(30 * time.Second), ParentShutdownTime: Duration(45 * time.Second)},
+		Server:     Server{Concurrency: 2, DrainTime: Duration(30 * time.Second), ParentShutdownTime: Duration(45 * time.Second), ReusePort: ptr(true)},
 		Admin:      Admin{Address: "127.0.0.1:9901"},
 		Log:        Log{Level: "info", Format: "text"},
 		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout)},
@@ -79,10 +79,12 @@ func TestIssueConfig(t *testing.T) {
 					{Prefix: "/healthz", DirectResponse: &DirectResponse{Status: 200, Body: "ok"}},
 					{Prefix: "/", Cluster: "backend"},
 				},
-				IdleTimeout:    Duration(DefaultHTTPIdleTimeout),
-				RequestTimeout: Duration(DefaultRequestTimeout),
-				HeaderTimeout:  Duration(DefaultHeaderTimeout),
-				MaxHeaderBytes: DefaultMaxHeaderBytes,
+				IdleTimeout:       Duration(DefaultHTTPIdleTimeout),
+				RequestTimeout:    Duration(DefaultRequestTimeout),
+				HeaderTimeout:     Duration(DefaultHeaderTimeout),
+				MaxHeaderBytes:    DefaultMaxHeaderBytes,
+				WriteTimeout:      Duration(DefaultWriteTimeout),
+				TrustForwardedFor: ptr(true),
 			},
 			{
 				Name: "db", Address: "127.0.0.1:15432", Protocol: ProtocolTCP, Cluster: "pg",
@@ -260,6 +262,7 @@ endpoints = ["backend.internal:9000"]
 		{"parent_shutdown_time", c.Server.ParentShutdownTime.D(), DefaultParentShutdownTime},
 		{"concurrency", c.Server.Concurrency, 0},
 		{"reuse_port", c.Server.ReusePortEnabled(), true},
+		{"reuse_port filled in", c.Server.ReusePort != nil && *c.Server.ReusePort, true},
 		{"admin.address", c.Admin.Address, DefaultAdminAddress},
 		{"log.level", c.Log.Level, DefaultLogLevel},
 		{"log.format", c.Log.Format, DefaultLogFormat},
@@ -271,10 +274,19 @@ endpoints = ["backend.internal:9000"]
 		{"http request_timeout", c.Listeners[0].RequestTimeout.D(), DefaultRequestTimeout},
 		{"http header_timeout", c.Listeners[0].HeaderTimeout.D(), DefaultHeaderTimeout},
 		{"http max_header_bytes", c.Listeners[0].MaxHeaderBytes, DefaultMaxHeaderBytes},
+		{"http write_timeout", c.Listeners[0].WriteTimeout.D(), DefaultWriteTimeout},
+		{"http trust_forwarded_for set", c.Listeners[0].TrustForwardedFor != nil, true},
+		{"http trust_forwarded_for", c.Listeners[0].TrustsForwardedFor(), true},
+		{"http max_connections", c.Listeners[0].MaxConnections, 0},
+		{"tcp max_connections", c.Listeners[1].MaxConnections, 0},
+		{"server max_connections", c.Server.MaxConnections, 0},
+		{"admin allow_remote", c.Admin.AllowRemote, false},
 		{"tcp idle_timeout", c.Listeners[1].IdleTimeout.D(), DefaultTCPIdleTimeout},
 		{"tcp request_timeout", c.Listeners[1].RequestTimeout.D(), time.Duration(0)},
 		{"tcp header_timeout", c.Listeners[1].HeaderTimeout.D(), time.Duration(0)},
 		{"tcp max_header_bytes", c.Listeners[1].MaxHeaderBytes, 0},
+		{"tcp write_timeout", c.Listeners[1].WriteTimeout.D(), time.Duration(0)},
+		{"tcp trust_forwarded_for left unset", c.Listeners[1].TrustForwardedFor == nil, true},
 		{"lb_policy", c.Clusters[0].LBPolicy, LBRoundRobin},
 		{"connect_timeout", c.Clusters[0].ConnectTimeout.D(), DefaultConnectTimeout},
 		{"cluster idle_timeout", c.Clusters[0].IdleTimeout.D(), DefaultUpstreamIdle},
@@ -285,7 +297,7 @@ endpoints = ["backend.internal:9000"]
 			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
 		}
 	}
-	if DefaultDrainTime != 30*time.Second || DefaultParentShutdownTime != 45*time.Second || DefaultAdminAddress != "127.0.0.1:9901" {
+	if DefaultDrainTime != 30*time.Second || DefaultParentShutdownTime != 45*time.Second || DefaultAdminAddress != "127.0.0.1:9901" || DefaultWriteTimeout != 60*time.Second {
 		t.Error("the documented defaults changed; update examples/hotproxy.toml too")
 	}
 
@@ -298,6 +310,15 @@ endpoints = ["backend.internal:9000"]
 	c = mustParse(t, "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nmax_idle_per_endpoint = 0\n", "d.toml")
 	if got := c.Clusters[0].MaxIdlePerEndpoint; got != 0 {
 		t.Errorf("max_idle_per_endpoint = 0 became %d", got)
+	}
+	// Written values are kept, an explicit false among them.
+	c = mustParse(t, webOK+"trust_forwarded_for = false\nwrite_timeout = \"5s\"\nmax_connections = 100\n"+clusterC+
+		"[server]\nmax_connections = 5000\n", "d.toml")
+	if l := c.Listeners[0]; l.TrustsForwardedFor() || l.TrustForwardedFor == nil || l.WriteTimeout.D() != 5*time.Second || l.MaxConnections != 100 {
+		t.Errorf("written values changed: trust_forwarded_for %v, write_timeout %v, max_connections %d", l.TrustForwardedFor, l.WriteTimeout.D(), l.MaxConnections)
+	}
+	if c.Server.MaxConnections != 5000 {
+		t.Errorf("server.max_connections = 5000 became %d", c.Server.MaxConnections)
 	}
 
 	// SetDefaults, for configs built in code, gives the same result.
@@ -374,3 +395,5 @@ func TestErrorType(t *testing.T) {
 }
 
 func asError(err error, target **Error) bool { return errors.As(err, target) }
+
+func ptr[T any](v T) *T { return &v }

@@ -171,6 +171,10 @@ func (c *Config) setDefaults(raw map[string]any) {
 	if !given(server, "parent_shutdown_time", s.ParentShutdownTime == 0) {
 		s.ParentShutdownTime = defaultParentShutdown(s.DrainTime)
 	}
+	if !given(server, "reuse_port", s.ReusePort == nil) {
+		reuse := true
+		s.ReusePort = &reuse
+	}
 	if !given(hotRestart, "commit_window", c.HotRestart.CommitWindow == 0) {
 		c.HotRestart.CommitWindow = Duration(DefaultCommitWindow)
 	}
@@ -218,7 +222,16 @@ func (c *Config) setDefaults(raw map[string]any) {
 			if !given(m, "max_header_bytes", l.MaxHeaderBytes == 0) {
 				l.MaxHeaderBytes = DefaultMaxHeaderBytes
 			}
+			if !given(m, "write_timeout", l.WriteTimeout == 0) {
+				l.WriteTimeout = Duration(DefaultWriteTimeout)
+			}
+			if !given(m, "trust_forwarded_for", l.TrustForwardedFor == nil) {
+				trust := true
+				l.TrustForwardedFor = &trust
+			}
 		}
+		// max_connections stays 0 when left out: 0 is the default and
+		// means "no bound of this listener's own".
 	}
 
 	rawClusters := tables(raw, "clusters")
@@ -247,13 +260,15 @@ func (c *Config) setDefaults(raw map[string]any) {
 
 // defaultParentShutdown is DefaultParentShutdownTime, or one and a half
 // times drain when that is longer, so that raising drain_time alone does
-// not make the config invalid.
+// not make the config invalid. It stays within the bounds of
+// parent_shutdown_time, so that a drain_time out of range is the one
+// problem reported, not two.
 func defaultParentShutdown(drain Duration) Duration {
 	p := Duration(DefaultParentShutdownTime)
 	if drain > p {
 		p = drain + min(drain/2, math.MaxInt64-drain)
 	}
-	return p
+	return min(p, Duration(durationBounds["server.parent_shutdown_time"].max))
 }
 
 // durationString is d as written back: "1m30s".

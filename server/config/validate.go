@@ -9,10 +9,74 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxConcurrency bounds server.concurrency.
 const MaxConcurrency = 1024
+
+// MaxConnectionsLimit bounds server.max_connections and a listener's
+// max_connections: 16 Mi connections, past what a process can hold (each
+// is a descriptor and kernel buffers; fs.nr_open is 1 Mi by default).
+const MaxConnectionsLimit = 1 << 24
+
+// A durationBound is the range a duration key accepts: what the code that
+// consumes it can honour. Minimums keep a timer from firing so often that
+// it burns a core (a ticker at "1ns") or from cutting every connection
+// before it can do anything; maximums keep values where sums of them (the
+// supervisor adds commit_window, parent_shutdown_time and a margin) cannot
+// overflow, and catch a unit typed wrong ("30000h").
+type durationBound struct{ min, max time.Duration }
+
+// durationBounds maps every duration key, by its path in the schema
+// (indices left out), to its range. A test checks that every duration of
+// the schema has one.
+var durationBounds = map[string]durationBound{
+	// One timer per drain; the default parent_shutdown_time is 1.5 x
+	// drain_time, which stays within its own maximum.
+	"server.drain_time": {100 * time.Millisecond, 24 * time.Hour},
+	// Long-lived TCP-proxy connections may be given days, not more: every
+	// reload in that time leaves a draining process behind.
+	"server.parent_shutdown_time": {100 * time.Millisecond, 7 * 24 * time.Hour},
+	// One timer per hand-over; the parent keeps its sockets that long.
+	"hot_restart.commit_window": {10 * time.Millisecond, time.Hour},
+	// Each step of a hand-over, and the child's start-up, must fit in it.
+	"hot_restart.handoff_timeout": {100 * time.Millisecond, time.Hour},
+	// A ticker on the main goroutine: each tick merges every histogram.
+	"stats.flush_interval": {10 * time.Millisecond, 5 * time.Minute},
+	// A TCP session's idle timer re-arms itself while bytes flow: at
+	// 100ms that is at most ten wake-ups a second per connection.
+	"listeners.idle_timeout":    {100 * time.Millisecond, 7 * 24 * time.Hour},
+	"listeners.request_timeout": {10 * time.Millisecond, 24 * time.Hour},
+	"listeners.header_timeout":  {10 * time.Millisecond, time.Hour},
+	"listeners.write_timeout":   {10 * time.Millisecond, 24 * time.Hour},
+	// The kernel gives up on a connect after its SYN retries (about two
+	// minutes with the default net.ipv4.tcp_syn_retries = 6) anyway.
+	"clusters.connect_timeout": {10 * time.Millisecond, 5 * time.Minute},
+	"clusters.idle_timeout":    {100 * time.Millisecond, 24 * time.Hour},
+}
+
+// An intBound is the range an integer key accepts.
+type intBound struct{ min, max int }
+
+// intBounds maps every integer key, by its path in the schema, to its
+// range. A test checks that every integer of the schema has one.
+var intBounds = map[string]intBound{
+	"server.concurrency":        {0, MaxConcurrency},
+	"server.max_connections":    {0, MaxConnectionsLimit},
+	"listeners.max_connections": {0, MaxConnectionsLimit},
+	// The request head is read into memory whole: up to 1 MiB (Envoy's
+	// hard limit is 8 MiB, nginx and HAProxy default to 8-16 KiB); at
+	// least a request line with a short URL and a Host. Near 2^63 the
+	// HTTP server's read limit (this plus 4096) overflowed and every
+	// request got a 431.
+	"listeners.max_header_bytes": {1024, 1 << 20},
+	// A direct response is a final response: 1xx are not.
+	"listeners.routes.direct_response.status": {200, 599},
+	// Connections from one address to one endpoint are bounded by the
+	// ephemeral port range.
+	"clusters.max_idle_per_endpoint": {0, 65535},
+}
 
 var (
 	lbPolicies = []string{LBRoundRobin, LBLeastRequest, LBRandom}
@@ -44,24 +108,25 @@ type validator struct {
 
 func (v *validator) server() {
 	s := v.c.Server
-	if s.Concurrency < 0 || s.Concurrency > MaxConcurrency {
-		v.ps.add("server.concurrency", "%d: out of range 0-%d (0 means one worker per CPU this process may run on)", s.Concurrency, MaxConcurrency)
-	}
-	if s.DrainTime <= 0 {
-		v.ps.add("server.drain_time", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(s.DrainTime), DefaultDrainTime)
-	}
-	if s.ParentShutdownTime <= 0 {
-		v.ps.add("server.parent_shutdown_time", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(s.ParentShutdownTime), DefaultParentShutdownTime)
-	} else if s.DrainTime > 0 && s.ParentShutdownTime < s.DrainTime {
+	v.number("server.concurrency", "server.concurrency", s.Concurrency, "0, the default, means one worker per CPU this process may run on")
+	drainOK := v.duration("server.drain_time", "server.drain_time", s.DrainTime, DefaultDrainTime)
+	if v.duration("server.parent_shutdown_time", "server.parent_shutdown_time", s.ParentShutdownTime, DefaultParentShutdownTime) &&
+		drainOK && s.ParentShutdownTime < s.DrainTime {
 		v.ps.add("server.parent_shutdown_time", "%q: must be at least drain_time (%q): a draining generation exits at parent_shutdown_time, which would cut off requests that drain_time still gives time to finish; raise parent_shutdown_time or lower drain_time",
 			durationString(s.ParentShutdownTime), durationString(s.DrainTime))
 	}
+	v.number("server.max_connections", "server.max_connections", s.MaxConnections,
+		"0, the default, derives the bound from the open-file limit")
 }
 
 func (v *validator) admin() {
 	a := v.c.Admin.Address
 	if msg := checkAddress(a, true, 0); msg != "" {
 		v.ps.add("admin.address", "%s", msg)
+		return
+	}
+	if !v.c.Admin.AllowRemote && !v.c.Admin.Loopback() {
+		v.ps.add("admin.address", "%s: not a loopback address, and the admin API has no authentication and can drain and stop the proxy; bind it to 127.0.0.1 or [::1] (default %q), or set [admin] allow_remote = true to expose it on purpose (and firewall it)", quote(a), DefaultAdminAddress)
 		return
 	}
 	// The admin listener must not collide with a proxy listener.
@@ -79,12 +144,8 @@ func (v *validator) hotRestart() {
 	if h.SocketDir != "" && !filepath.IsAbs(h.SocketDir) {
 		v.ps.add("hot_restart.socket_dir", "%s: must be an absolute path (a relative one would depend on the directory each generation starts in)", quote(h.SocketDir))
 	}
-	if h.CommitWindow <= 0 {
-		v.ps.add("hot_restart.commit_window", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(h.CommitWindow), DefaultCommitWindow)
-	}
-	if h.HandoffTimeout <= 0 {
-		v.ps.add("hot_restart.handoff_timeout", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(h.HandoffTimeout), DefaultHandoffTimeout)
-	}
+	v.duration("hot_restart.commit_window", "hot_restart.commit_window", h.CommitWindow, DefaultCommitWindow)
+	v.duration("hot_restart.handoff_timeout", "hot_restart.handoff_timeout", h.HandoffTimeout, DefaultHandoffTimeout)
 }
 
 func (v *validator) stats() {
@@ -95,9 +156,7 @@ func (v *validator) stats() {
 	if _, err := parseFileMode(st.FileMode); err != nil {
 		v.ps.add("stats.file_mode", "%s: %v", quote(st.FileMode), err)
 	}
-	if st.FlushInterval <= 0 {
-		v.ps.add("stats.flush_interval", "%q: must be greater than 0 (leave it out for the default, %s)", durationString(st.FlushInterval), DefaultStatsFlushInterval)
-	}
+	v.duration("stats.flush_interval", "stats.flush_interval", st.FlushInterval, DefaultStatsFlushInterval)
 }
 
 func (v *validator) log() {
@@ -138,8 +197,9 @@ func (v *validator) listeners() {
 		default:
 			v.ps.add(key+".protocol", "%s: unknown protocol (use %s)", quote(l.Protocol), orList(protocols))
 		}
+		v.number(key+".max_connections", "listeners.max_connections", l.MaxConnections,
+			"0, the default, leaves only [server] max_connections")
 	}
-
 }
 
 func (v *validator) tcpListener(key string, l *Listener) {
@@ -151,7 +211,7 @@ func (v *validator) tcpListener(key string, l *Listener) {
 	if len(l.Routes) > 0 {
 		v.ps.add(key+".routes", "a tcp listener has no routes (routes are for protocol = %q); remove them, or make it an http listener", ProtocolHTTP)
 	}
-	v.positive(key+".idle_timeout", l.IdleTimeout, DefaultTCPIdleTimeout)
+	v.duration(key+".idle_timeout", "listeners.idle_timeout", l.IdleTimeout, DefaultTCPIdleTimeout)
 	for _, d := range []struct {
 		name string
 		set  bool
@@ -160,6 +220,8 @@ func (v *validator) tcpListener(key string, l *Listener) {
 		{"request_timeout", l.RequestTimeout != 0, quote(durationString(l.RequestTimeout))},
 		{"header_timeout", l.HeaderTimeout != 0, quote(durationString(l.HeaderTimeout))},
 		{"max_header_bytes", l.MaxHeaderBytes != 0, strconv.Itoa(l.MaxHeaderBytes)},
+		{"write_timeout", l.WriteTimeout != 0, quote(durationString(l.WriteTimeout))},
+		{"trust_forwarded_for", l.TrustForwardedFor != nil, strconv.FormatBool(l.TrustsForwardedFor())},
 	} {
 		if d.set {
 			v.ps.add(key+"."+d.name, "%s: applies only to http listeners; remove it", d.val)
@@ -174,12 +236,12 @@ func (v *validator) httpListener(key string, l *Listener) {
 	if len(l.Routes) == 0 {
 		v.ps.add(key+".routes", "an http listener needs at least one route; add a [[listeners.routes]] with prefix = \"/\"")
 	}
-	v.positive(key+".idle_timeout", l.IdleTimeout, DefaultHTTPIdleTimeout)
-	v.positive(key+".request_timeout", l.RequestTimeout, DefaultRequestTimeout)
-	v.positive(key+".header_timeout", l.HeaderTimeout, DefaultHeaderTimeout)
-	if l.MaxHeaderBytes <= 0 {
-		v.ps.add(key+".max_header_bytes", "%d: must be greater than 0 (leave it out for the default, %d)", l.MaxHeaderBytes, DefaultMaxHeaderBytes)
-	}
+	v.duration(key+".idle_timeout", "listeners.idle_timeout", l.IdleTimeout, DefaultHTTPIdleTimeout)
+	v.duration(key+".request_timeout", "listeners.request_timeout", l.RequestTimeout, DefaultRequestTimeout)
+	v.duration(key+".header_timeout", "listeners.header_timeout", l.HeaderTimeout, DefaultHeaderTimeout)
+	v.duration(key+".write_timeout", "listeners.write_timeout", l.WriteTimeout, DefaultWriteTimeout)
+	v.number(key+".max_header_bytes", "listeners.max_header_bytes", l.MaxHeaderBytes,
+		fmt.Sprintf("leave it out for the default, %d", DefaultMaxHeaderBytes))
 	for j := range l.Routes {
 		v.route(fmt.Sprintf("%s.routes[%d]", key, j), &l.Routes[j])
 	}
@@ -210,8 +272,10 @@ func (v *validator) route(key string, r *Route) {
 		v.clusterRef(key+".cluster", r.Cluster)
 	default:
 		dr := r.DirectResponse
-		if dr.Status < 100 || dr.Status > 599 {
-			v.ps.add(key+".direct_response.status", "%d: out of range 100-599", dr.Status)
+		if v.number(key+".direct_response.status", "listeners.routes.direct_response.status", dr.Status,
+			"a final HTTP status; there is no default") &&
+			(dr.Status == 204 || dr.Status == 304) && dr.Body != "" {
+			v.ps.add(key+".direct_response.body", "%s: a %d response has no body; remove body, or choose another status", quote(dr.Body), dr.Status)
 		}
 		if dr.ContentType != "" {
 			if _, _, err := mime.ParseMediaType(dr.ContentType); err != nil {
@@ -238,11 +302,10 @@ func (v *validator) clusters() {
 				v.ps.add(fmt.Sprintf("%s.endpoints[%d]", key, j), "%s", msg)
 			}
 		}
-		v.positive(key+".connect_timeout", c.ConnectTimeout, DefaultConnectTimeout)
-		v.positive(key+".idle_timeout", c.IdleTimeout, DefaultUpstreamIdle)
-		if c.MaxIdlePerEndpoint < 0 {
-			v.ps.add(key+".max_idle_per_endpoint", "%d: must not be negative (0 keeps no idle connections; leave it out for the default, %d)", c.MaxIdlePerEndpoint, DefaultMaxIdlePerEndpoint)
-		}
+		v.duration(key+".connect_timeout", "clusters.connect_timeout", c.ConnectTimeout, DefaultConnectTimeout)
+		v.duration(key+".idle_timeout", "clusters.idle_timeout", c.IdleTimeout, DefaultUpstreamIdle)
+		v.number(key+".max_idle_per_endpoint", "clusters.max_idle_per_endpoint", c.MaxIdlePerEndpoint,
+			fmt.Sprintf("0 keeps no idle connections; leave it out for the default, %d", DefaultMaxIdlePerEndpoint))
 	}
 }
 
@@ -284,10 +347,60 @@ func (v *validator) clusterRef(key, name string) {
 	}
 }
 
-func (v *validator) positive(key string, d Duration, def interface{ String() string }) {
-	if d <= 0 {
-		v.ps.add(key, "%q: must be greater than 0 (leave it out for the default, %s)", durationString(d), def)
+// duration checks d, the value of key, against the bound of path, its key
+// in the schema, and reports whether it is within.
+func (v *validator) duration(key, path string, d Duration, def time.Duration) bool {
+	b, ok := durationBounds[path]
+	if !ok {
+		panic("config: no bound for duration " + path)
 	}
+	if d.D() < b.min || d.D() > b.max {
+		v.ps.add(key, "%q: must be between %s and %s (leave it out for the default, %s)",
+			durationString(d), shortDuration(b.min), shortDuration(b.max), shortDuration(def))
+		return false
+	}
+	return true
+}
+
+// number checks n, the value of key, against the bound of path, its key
+// in the schema, and reports whether it is within; note says what 0 or
+// the default is.
+func (v *validator) number(key, path string, n int, note string) bool {
+	b, ok := intBounds[path]
+	if !ok {
+		panic("config: no bound for integer " + path)
+	}
+	if n < b.min || n > b.max {
+		v.ps.add(key, "%d: must be between %d and %d (%s)", n, b.min, b.max, note)
+		return false
+	}
+	return true
+}
+
+// shortDuration writes d without zero units: "5m", "168h", "1m30s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// loopbackAddress reports whether a valid listen address binds loopback
+// only: a loopback IP, or the name localhost. An empty host binds every
+// address.
+func loopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap().IsLoopback()
+	}
+	return strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")
 }
 
 // itemKey names an element of an array of tables: `listeners[0] ("web")`.
