@@ -171,10 +171,14 @@ func (p *Parent) session(uc *net.UnixConn) {
 	defer p.wg.Done()
 	c := &conn{uc: uc, timeout: p.opts.Timeout}
 	defer func() {
+		// Closed first, then forgotten: a session counts as open until
+		// its descriptor is gone, so whoever waits for the sessions to
+		// end (Close, a leak check) never sees a descriptor outlive it.
+		// Close may close uc at the same time; a second Close is harmless.
+		c.closeGracefully()
 		p.mu.Lock()
 		delete(p.conns, uc)
 		p.mu.Unlock()
-		c.closeGracefully()
 	}()
 
 	uid, pid, err := PeerCred(uc)
