@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,17 +15,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
 // When the test binary is re-executed as another user, it plays a child
 // that tries to take over, and reports what it was told on stdout.
-const childAddrEnv = "HOTRESTART_TEST_DIAL"
+// With childTimesEnv it tries that many times, one connection after the
+// other, and reports how many were refused.
+const (
+	childAddrEnv  = "HOTRESTART_TEST_DIAL"
+	childTimesEnv = "HOTRESTART_TEST_DIAL_TIMES"
+)
 
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(childAddrEnv); addr != "" {
-		_, err := Dial(addr, Identity{Epoch: 1}, 5*time.Second)
-		fmt.Println(err)
+		times, _ := strconv.Atoi(os.Getenv(childTimesEnv))
+		if times <= 1 {
+			_, err := Dial(addr, Identity{Epoch: 1}, 5*time.Second)
+			fmt.Println(err)
+			os.Exit(0)
+		}
+		refused := 0
+		for i := 0; i < times; i++ {
+			ch, err := Dial(addr, Identity{Epoch: 1}, 5*time.Second)
+			if errors.Is(err, ErrRefused) {
+				refused++
+			} else if err == nil {
+				ch.Close()
+			}
+		}
+		fmt.Printf("refused %d of %d\n", refused, times)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -434,6 +455,68 @@ func TestOtherUserIsRefused(t *testing.T) {
 	case ev := <-r.lost:
 		t.Fatalf("a refused peer reached the handler: %+v", ev)
 	default:
+	}
+}
+
+// lockedBuffer is a log destination that sessions write to concurrently.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestForeignUIDFloodIsRateLimited: another user hammering the restart
+// socket is refused every time and counted every time, but the log gets a
+// line per interval, not one per connection; and a refusal of another
+// kind right after the flood is still logged.
+func TestForeignUIDFloodIsRateLimited(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a peer as another uid (nobody)")
+	}
+	const flood = 200
+	var logged lockedBuffer
+	r := newRecorder(t, 1)
+	p := startParent(t, r, ParentOptions{Logger: hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})})
+	exe := copyExecutableForAnyone(t)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childAddrEnv+"="+p.Addr(), fmt.Sprintf("%s=%d", childTimesEnv, flood))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("peer as nobody: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("refused %d of %d", flood, flood); !strings.Contains(string(out), want) {
+		t.Fatalf("peer as nobody says %q, want %q", out, want)
+	}
+	if got := p.Refused(); got != flood {
+		t.Errorf("refused count %d, want %d", got, flood)
+	}
+	lines := strings.Count(logged.String(), "peer runs as uid 65534")
+	if lines < 1 || lines > 3 {
+		t.Errorf("%d log lines for %d refusals of uid 65534, want 1 to 3:\n%s", lines, flood, logged.String())
+	}
+	// Garbage from a permitted peer is another kind: its first refusal
+	// is logged although the stranger's limiter is holding lines back.
+	c := rawDial(t, p.Addr())
+	c.Write([]byte("garbage"))
+	readReply(t, c)
+	waitNoSessions(t, p)
+	if !strings.Contains(logged.String(), "refused a peer on the restart socket: expected hello") {
+		t.Errorf("the refusal of a garbage peer after the flood was not logged:\n%s", logged.String())
+	}
+	if got := p.Refused(); got != flood+1 {
+		t.Errorf("refused count %d, want %d", got, flood+1)
 	}
 }
 

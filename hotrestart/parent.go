@@ -7,10 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 )
 
 // Address is where generation epoch of base-id baseID listens for its
@@ -64,7 +65,14 @@ type Parent struct {
 	log  hclog.Logger
 	ln   *net.UnixListener
 
-	refused atomic.Uint64 // peers refused: wrong uid, busy, bad protocol
+	// refusals warn about the peers turned away, one limiter per kind of
+	// refusal: whoever can connect can trigger these at will, so each logs
+	// at most one line per interval (with a count of those held back),
+	// and a flood of one kind never hides the first of another.
+	refusals [numRefusalKinds]ratelog.Limiter
+	// acceptFailures warns about failed accepts (EMFILE...), which a
+	// flood of connections can cause.
+	acceptFailures ratelog.Limiter
 
 	mu sync.Mutex // guards the fields below
 	// active is the connection of the child taking over, if any: one
@@ -95,14 +103,35 @@ func Listen(opts ParentOptions) (*Parent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Parent{opts: opts, log: log.Named("hotrestart"), ln: ln, conns: map[*net.UnixConn]struct{}{}}, nil
+	p := &Parent{opts: opts, log: log.Named("hotrestart"), ln: ln, conns: map[*net.UnixConn]struct{}{}}
+	for i := range p.refusals {
+		p.refusals[i].Log = p.log
+	}
+	p.acceptFailures.Log = p.log
+	return p, nil
 }
+
+// refusalKind sorts the refusals, each kind with its own log limiter.
+type refusalKind int
+
+const (
+	refusedStranger refusalKind = iota // unidentifiable, or another uid
+	refusedProtocol                    // no hello, garbage, incompatible version
+	refusedBusy                        // another child is taking over
+	numRefusalKinds
+)
 
 // Addr is the address the parent listens on.
 func (p *Parent) Addr() string { return p.opts.Address }
 
 // Refused counts the peers that were turned away.
-func (p *Parent) Refused() uint64 { return p.refused.Load() }
+func (p *Parent) Refused() uint64 {
+	var n uint64
+	for i := range p.refusals {
+		n += p.refusals[i].Total()
+	}
+	return n
+}
 
 // Serve accepts connections until Close; it returns nil after Close.
 func (p *Parent) Serve() error {
@@ -124,7 +153,7 @@ func (p *Parent) Serve() error {
 			}
 			// EMFILE and friends: keep serving; the next accept may
 			// succeed once fds are freed.
-			p.log.Warn("accept on the restart socket failed", "error", err)
+			p.acceptFailures.Warn("accept on the restart socket failed", "error", err)
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -158,10 +187,10 @@ func (p *Parent) Close() error {
 	return err
 }
 
-// refuse tells the peer why, counts it, and lets the caller close.
-func (p *Parent) refuse(c *conn, why string, logArgs ...any) {
-	p.refused.Add(1)
-	p.log.Warn("refused a peer on the restart socket: "+why, logArgs...)
+// refuse tells the peer why, counts it, warns (rate-limited by kind) and
+// lets the caller close.
+func (p *Parent) refuse(c *conn, kind refusalKind, why string, logArgs ...any) {
+	p.refusals[kind].Warn("refused a peer on the restart socket: "+why, logArgs...)
 	c.send(&Message{Type: MsgError, Error: why}, nil)
 }
 
@@ -183,11 +212,11 @@ func (p *Parent) session(uc *net.UnixConn) {
 
 	uid, pid, err := PeerCred(uc)
 	if err != nil {
-		p.refuse(c, "cannot identify the peer: "+err.Error())
+		p.refuse(c, refusedStranger, "cannot identify the peer: "+err.Error())
 		return
 	}
 	if self := os.Getuid(); uid != self && uid != 0 {
-		p.refuse(c, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
+		p.refuse(c, refusedStranger, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
 			"peer_pid", pid, "peer_uid", uid)
 		return
 	}
@@ -195,15 +224,15 @@ func (p *Parent) session(uc *net.UnixConn) {
 	m, files, err := c.recv(p.opts.Timeout)
 	closeFiles(files)
 	if err != nil {
-		p.refuse(c, "expected hello: "+err.Error(), "peer_pid", pid)
+		p.refuse(c, refusedProtocol, "expected hello: "+err.Error(), "peer_pid", pid)
 		return
 	}
 	if m.Type != MsgHello {
-		p.refuse(c, fmt.Sprintf("expected hello first, got %s", m.Type), "peer_pid", pid)
+		p.refuse(c, refusedProtocol, fmt.Sprintf("expected hello first, got %s", m.Type), "peer_pid", pid)
 		return
 	}
 	if err := compatible(m.Version); err != nil {
-		p.refuse(c, err.Error(), "peer_pid", pid)
+		p.refuse(c, refusedProtocol, err.Error(), "peer_pid", pid)
 		return
 	}
 	child := *m.Identity
@@ -217,7 +246,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 	p.mu.Unlock()
 	if busy {
-		p.refuse(c, "another generation is already taking over from this one; retry once it has finished", "peer_pid", pid)
+		p.refuse(c, refusedBusy, "another generation is already taking over from this one; retry once it has finished", "peer_pid", pid)
 		return
 	}
 	// The slot is freed before the handler hears of the loss and before the

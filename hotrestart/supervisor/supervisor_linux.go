@@ -809,6 +809,9 @@ func (s *Supervisor) status() *Status {
 	if st.Config == "" {
 		st.Config = config.DefaultSource
 	}
+	if s.ctl != nil {
+		st.RefusedControlPeers = s.ctl.refused()
+	}
 	now := time.Now()
 	for _, g := range s.gens {
 		st.Generations = append(st.Generations, GenerationStatus{
