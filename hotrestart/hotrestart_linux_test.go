@@ -606,3 +606,70 @@ func waitNoSessions(tb testing.TB, p *Parent) {
 	}
 	tb.Fatal("sessions still open after 5s")
 }
+
+// TestSupervisedGenerationRefusesAStranger: a generation that runs under a
+// supervisor hands over to a child of that supervisor, or to one that
+// says it runs under a supervisor of its own, and refuses anything else
+// with what to do instead.
+func TestSupervisedGenerationRefusesAStranger(t *testing.T) {
+	t.Run("not the supervisor's child", func(t *testing.T) {
+		// This process is not its own parent: as a child, it was not
+		// started by "supervisor" os.Getpid().
+		sup := os.Getpid()
+		r := newRecorder(t, 1)
+		p := startParent(t, r, ParentOptions{Supervisor: sup})
+		_, err := Dial(p.Addr(), Identity{Epoch: 1}, 0)
+		if !errors.Is(err, ErrRefused) {
+			t.Fatalf("Dial: %v, want a refusal", err)
+		}
+		for _, want := range []string{fmt.Sprintf("supervisor (pid %d)", sup), "unsupervised", "hotproxy reload", fmt.Sprintf("kill -HUP %d", sup)} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refusal %q does not say %q", err, want)
+			}
+		}
+		if p.Refused() != 1 {
+			t.Errorf("refused count %d, want 1", p.Refused())
+		}
+		// One that runs under a supervisor of its own is let in.
+		ch, err := Dial(p.Addr(), Identity{Epoch: 1, Features: []string{FeatureSupervised}}, 0)
+		if err != nil {
+			t.Fatalf("a child under another supervisor: %v", err)
+		}
+		ch.Close()
+	})
+	t.Run("the supervisor's child", func(t *testing.T) {
+		// The kernel says this process's parent is os.Getppid().
+		r := newRecorder(t, 1)
+		p := startParent(t, r, ParentOptions{Supervisor: os.Getppid()})
+		ch, err := Dial(p.Addr(), Identity{Epoch: 1}, 0)
+		if err != nil {
+			t.Fatalf("the supervisor's own child: %v", err)
+		}
+		ch.Close()
+	})
+}
+
+// TestParentPID reads the parent pid past a command name that holds
+// spaces and parentheses.
+func TestParentPID(t *testing.T) {
+	if got, err := parentPID(os.Getpid()); err != nil || got != os.Getppid() {
+		t.Fatalf("parentPID(self) = %d, %v; want %d", got, err, os.Getppid())
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep(1)")
+	}
+	odd := filepath.Join(t.TempDir(), "a) 1 (b")
+	if err := os.Symlink(sleep, odd); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(odd, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if got, err := parentPID(cmd.Process.Pid); err != nil || got != os.Getpid() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		t.Fatalf("parentPID(%q) = %d, %v; want %d\n%s", odd, got, err, os.Getpid(), b)
+	}
+}

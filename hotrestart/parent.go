@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +57,12 @@ type ParentOptions struct {
 	// has its sockets: it is starting its workers (default
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// Supervisor is the pid of the supervisor this generation runs under
+	// (0: none). A supervised generation refuses to hand over to a process
+	// that its supervisor did not start and that does not run under a
+	// supervisor of its own (FeatureSupervised): the supervisor, its last
+	// generation gone, would exit and leave that process unsupervised.
+	Supervisor int
 }
 
 // Parent listens for the next generation and serves one hand-over at a
@@ -115,9 +122,10 @@ func Listen(opts ParentOptions) (*Parent, error) {
 type refusalKind int
 
 const (
-	refusedStranger refusalKind = iota // unidentifiable, or another uid
-	refusedProtocol                    // no hello, garbage, incompatible version
-	refusedBusy                        // another child is taking over
+	refusedStranger     refusalKind = iota // unidentifiable, or another uid
+	refusedProtocol                        // no hello, garbage, incompatible version
+	refusedBusy                            // another child is taking over
+	refusedUnsupervised                    // would leave the service unsupervised
 	numRefusalKinds
 )
 
@@ -237,6 +245,10 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 	child := *m.Identity
 	child.PID = pid // the kernel's word, not the peer's
+	if err := p.checkSupervised(child); err != nil {
+		p.refuse(c, refusedUnsupervised, err.Error(), "peer_pid", pid)
+		return
+	}
 	// Only a peer that spoke a valid hello claims the hand-over, so a
 	// probe or a garbage peer never blocks a real child.
 	p.mu.Lock()
@@ -311,6 +323,37 @@ func (p *Parent) session(uc *net.UnixConn) {
 			return
 		}
 	}
+}
+
+// checkSupervised refuses a child that would leave a supervised service
+// unsupervised. A child of this generation's supervisor is let in on the
+// kernel's word (its parent pid); a child that says it runs under a
+// supervisor of its own (another container's `supervise --take-over`,
+// whose pid the kernel may not even show here) is let in on its word: the
+// peer already passed the uid check, so the claim guards against a
+// mistake, not an attacker. Anything else, typically `serve
+// --restart-epoch N` typed into a shell, is refused with what to do.
+func (p *Parent) checkSupervised(child Identity) error {
+	sup := p.opts.Supervisor
+	if sup == 0 {
+		return nil
+	}
+	if child.PID > 0 {
+		if ppid, err := parentPID(child.PID); err == nil && ppid == sup {
+			return nil
+		}
+	}
+	if slices.Contains(child.Features, FeatureSupervised) {
+		return nil
+	}
+	peer := "the new process"
+	if child.PID > 0 {
+		peer = fmt.Sprintf("pid %d", child.PID)
+	}
+	return fmt.Errorf("this generation runs under a supervisor (pid %d), which did not start %s: "+
+		"taking over from it here would leave the service unsupervised (the supervisor exits once its last generation has). "+
+		"Reload through the supervisor instead: `hotproxy reload` (with the same --base-id or --control-socket), or `kill -HUP %d`",
+		sup, peer, sup)
 }
 
 func (p *Parent) sendSockets(c *conn) error {

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,31 @@ const (
 	DefaultTimeout      = 5 * time.Second
 	DefaultReadyTimeout = 60 * time.Second
 )
+
+// Features a generation lists in its hello.
+const (
+	// FeatureSupervised: this generation runs under a supervisor (one
+	// that started it, see SupervisorFromEnv), which will reap it, reload
+	// it and stop it. A supervised generation hands over only to a
+	// generation its own supervisor started, or to one that says this.
+	FeatureSupervised = "supervised"
+)
+
+// SupervisorPIDEnv is set by the supervisor in each generation's
+// environment to its own pid.
+const SupervisorPIDEnv = "HOTPROXY_SUPERVISOR_PID"
+
+// SupervisorFromEnv returns the pid of the supervisor this process runs
+// under, or 0 when it runs under none: SupervisorPIDEnv names the pid, and
+// that process must still be this one's parent (the variable may have been
+// copied into a shell by hand, or the supervisor may have died).
+func SupervisorFromEnv() int {
+	pid, err := strconv.Atoi(os.Getenv(SupervisorPIDEnv))
+	if err != nil || pid <= 0 || pid != os.Getppid() {
+		return 0
+	}
+	return pid
+}
 
 // Limits of one message.
 const (

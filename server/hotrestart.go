@@ -88,12 +88,16 @@ func newHotRestart() hotRestart {
 
 // restartIdentity is what this generation says of itself in hello.
 func (s *Server) restartIdentity() hotrestart.Identity {
-	return hotrestart.Identity{
+	id := hotrestart.Identity{
 		PID:           s.identity.PID,
 		Epoch:         s.opts.Epoch,
 		BinaryVersion: version.Version,
 		FirstStart:    s.firstStart.UnixNano(),
 	}
+	if s.opts.SupervisorPID != 0 {
+		id.Features = append(id.Features, hotrestart.FeatureSupervised)
+	}
+	return id
 }
 
 // takeOver connects to the generation of epoch-1 and takes its listening
@@ -172,6 +176,7 @@ func (s *Server) listenForSuccessor() error {
 		Logger:       s.log,
 		Timeout:      timeout,
 		ReadyTimeout: timeout,
+		Supervisor:   s.opts.SupervisorPID,
 	})
 	if errors.Is(err, hotrestart.ErrGenerationRunning) {
 		return fmt.Errorf("%w: a generation with base-id %d and epoch %d is already running; "+

@@ -62,6 +62,12 @@ type Options struct {
 	// AllowColdStart lets a generation of epoch N > 0 start cold when no
 	// generation of epoch N-1 answers.
 	AllowColdStart bool
+	// SupervisorPID is the pid of the supervisor this generation runs
+	// under (hotrestart.SupervisorFromEnv), 0 for none. A supervised
+	// generation says so to the one it takes over from, and hands over
+	// only to a generation that its supervisor started (or that runs
+	// under a supervisor of its own): never to one typed into a shell.
+	SupervisorPID int
 	// OnReady, when set, is called once the generation serves (and has
 	// told the generation it took over from to drain).
 	OnReady func()
