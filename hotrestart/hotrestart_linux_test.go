@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ type recorder struct {
 	listeners []*net.TCPListener
 	mu        sync.Mutex
 	drains    []Identity
+	unused    [][]Socket // per drain
 	lost      chan lostEvent
 }
 
@@ -101,9 +103,10 @@ func (r *recorder) Sockets() ([]Socket, []*os.File, error) {
 	return sockets, files, nil
 }
 
-func (r *recorder) Drain(child Identity) {
+func (r *recorder) Drain(child Identity, unused []Socket) {
 	r.mu.Lock()
 	r.drains = append(r.drains, child)
+	r.unused = append(r.unused, unused)
 	r.mu.Unlock()
 }
 
@@ -219,7 +222,7 @@ func TestHandOverSocketsInBatches(t *testing.T) {
 	}
 	conn.Close()
 
-	if err := ch.Drain(); err != nil {
+	if err := ch.Drain(nil); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
 	r.mu.Lock()
@@ -268,7 +271,7 @@ func TestChildDyingBeforeDrainIsReported(t *testing.T) {
 		t.Fatalf("second attempt after a dead child: %v", err)
 	}
 	defer ch2.Close()
-	if err := ch2.Drain(); err != nil {
+	if err := ch2.Drain(nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -533,7 +536,7 @@ func TestNoFDLeakAcrossHandOvers(t *testing.T) {
 			t.Fatal(err)
 		}
 		closeFiles(files)
-		if err := ch.Drain(); err != nil {
+		if err := ch.Drain(nil); err != nil {
 			t.Fatal(err)
 		}
 		ch.Close()
@@ -671,5 +674,79 @@ func TestParentPID(t *testing.T) {
 	if got, err := parentPID(cmd.Process.Pid); err != nil || got != os.Getpid() {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
 		t.Fatalf("parentPID(%q) = %d, %v; want %d\n%s", odd, got, err, os.Getpid(), b)
+	}
+}
+
+// TestUnusedSocketsReachTheParent: the child lists the sockets it did not
+// take in its drain message, and the parent's handler gets them.
+func TestUnusedSocketsReachTheParent(t *testing.T) {
+	r := newRecorder(t, 2)
+	p := startParent(t, r, ParentOptions{})
+	ch, err := Dial(p.Addr(), Identity{Epoch: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if !slices.Contains(ch.Parent().Features, FeatureUnusedSockets) {
+		t.Fatalf("parent features %v lack %q", ch.Parent().Features, FeatureUnusedSockets)
+	}
+	sockets, files, err := ch.Sockets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFiles(files)
+	if err := ch.Drain(sockets[1:]); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.unused) != 1 || len(r.unused[0]) != 1 || r.unused[0][0] != sockets[1] {
+		t.Fatalf("the handler was told %v unused, want [[%v]]", r.unused, sockets[1])
+	}
+}
+
+// TestUnusedSocketsNotSentToAnOlderParent: a parent that does not list
+// FeatureUnusedSockets (protocol 1.0) refuses a message with a field it
+// does not know; the child must send it a plain drain.
+func TestUnusedSocketsNotSentToAnOlderParent(t *testing.T) {
+	addr := testAddr()
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: addr, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer uc.Close()
+		uc.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, maxMessageBytes)
+		if _, err := uc.Read(buf); err != nil { // hello
+			got <- err.Error()
+			return
+		}
+		uc.Write([]byte(`{"type":"hello","version":"1.0","identity":{"pid":1,"epoch":0,"binary_version":"old"}}`))
+		n, err := uc.Read(buf) // drain
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf[:n])
+		uc.Write([]byte(`{"type":"ok"}`))
+	}()
+	ch, err := Dial(addr, Identity{Epoch: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Drain([]Socket{{Network: "tcp", Address: "127.0.0.1:1", Role: RoleListener}}); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if m := <-got; m != `{"type":"drain"}` {
+		t.Fatalf("an older parent was sent %s, want a plain drain", m)
 	}
 }

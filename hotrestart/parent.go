@@ -33,8 +33,10 @@ type Handler interface {
 	// for each (a dup the parent closes once sent).
 	Sockets() ([]Socket, []*os.File, error)
 	// Drain is called when the child serves and asks this generation to
-	// drain. It must return promptly.
-	Drain(child Identity)
+	// drain. unused are the sockets handed over that the child did not
+	// take (nil from a child that does not say): nobody will accept on
+	// them once this generation stops. It must return promptly.
+	Drain(child Identity, unused []Socket)
 	// ChildLost is called when the child's connection ends after hello:
 	// drained says whether Drain had been called. err is nil when the
 	// child closed the connection cleanly.
@@ -277,6 +279,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 
 	self := p.opts.Self
+	self.Features = append(slices.Clone(self.Features), FeatureUnusedSockets)
 	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
 		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
 		return
@@ -313,7 +316,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 		case MsgDrain:
 			if !drained {
 				drained = true
-				p.opts.Handler.Drain(child)
+				p.opts.Handler.Drain(child, m.Unused)
 			}
 			c.send(&Message{Type: MsgOK}, nil)
 		default:

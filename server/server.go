@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server/config"
 	"github.com/hotproxy/hotproxy/shm"
@@ -197,10 +198,12 @@ func New(opts Options) (*Server, error) {
 		return fail(err)
 	}
 	// Sockets the previous generation had and this one does not want
-	// (a listener removed): the previous generation empties their queues
-	// when it drains; this one lets go of them now.
-	for _, f := range s.workers.Unused() {
+	// (a listener removed or moved): this one lets go of them now, and
+	// tells the previous generation with the drain, which then empties
+	// their queues and closes them for good.
+	for k, f := range s.workers.Unused() {
 		f.Close()
+		s.hr.unused = append(s.hr.unused, hotrestart.Socket{Network: k.Network, Address: k.Address, Worker: k.Worker, Role: hotrestart.RoleListener})
 	}
 	if adminLn == nil {
 		adminLn, err = net.Listen("tcp", cfg.Admin.Address)
@@ -281,7 +284,7 @@ func (s *Server) Run(ctx context.Context) error {
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:
 			if ev.drain {
-				s.beginHandoff(ev.child)
+				s.beginHandoff(ev.child, ev.unused)
 			} else {
 				s.successorLost(ev)
 			}
