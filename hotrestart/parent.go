@@ -247,7 +247,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 	child := *m.Identity
 	child.PID = pid // the kernel's word, not the peer's
-	if err := p.checkSupervised(child); err != nil {
+	if err := p.checkSupervised(child, m.Version); err != nil {
 		p.refuse(c, refusedUnsupervised, err.Error(), "peer_pid", pid)
 		return
 	}
@@ -334,9 +334,11 @@ func (p *Parent) session(uc *net.UnixConn) {
 // supervisor of its own (another container's `supervise --take-over`,
 // whose pid the kernel may not even show here) is let in on its word: the
 // peer already passed the uid check, so the claim guards against a
-// mistake, not an attacker. Anything else, typically `serve
+// mistake, not an attacker. A child of protocol 1.0 cannot say, so one
+// the kernel does not show either (an older binary taking over from
+// another container) is let in as before. Anything else, typically `serve
 // --restart-epoch N` typed into a shell, is refused with what to do.
-func (p *Parent) checkSupervised(child Identity) error {
+func (p *Parent) checkSupervised(child Identity, childVersion string) error {
 	sup := p.opts.Supervisor
 	if sup == 0 {
 		return nil
@@ -347,6 +349,9 @@ func (p *Parent) checkSupervised(child Identity) error {
 		}
 	}
 	if slices.Contains(child.Features, FeatureSupervised) {
+		return nil
+	}
+	if child.PID == 0 && childVersion == "1.0" {
 		return nil
 	}
 	peer := "the new process"
