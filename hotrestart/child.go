@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -105,10 +106,18 @@ func (ch *Child) Sockets() ([]Socket, []*os.File, error) {
 }
 
 // Drain tells the parent this generation serves: the parent stops
-// accepting and drains. The connection stays open afterwards, so the
-// parent learns if this generation dies.
-func (ch *Child) Drain() error {
-	if err := ch.c.send(&Message{Type: MsgDrain}, nil); err != nil {
+// accepting and drains. unused are the sockets it handed over that this
+// generation did not take; a parent that understands it (an older one
+// does not, and is not told) closes them as soon as their queues are
+// empty, so that no connection waits in a socket nobody will accept on.
+// The connection stays open afterwards, so the parent learns if this
+// generation dies.
+func (ch *Child) Drain(unused []Socket) error {
+	m := &Message{Type: MsgDrain}
+	if slices.Contains(ch.parent.Features, FeatureUnusedSockets) {
+		m.Unused = unused
+	}
+	if err := ch.c.send(m, nil); err != nil {
 		return err
 	}
 	_, err := ch.c.expect(MsgOK)

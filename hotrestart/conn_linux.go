@@ -1,12 +1,15 @@
 package hotrestart
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -183,6 +186,30 @@ func PeerCred(uc *net.UnixConn) (uid, pid int, err error) {
 		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
 	return int(cred.Uid), int(cred.Pid), nil
+}
+
+// parentPID reads the parent pid of pid from /proc/<pid>/stat, whose
+// second field (the command name, in parentheses) may hold spaces and
+// parentheses itself: the fields after it are counted from the last ')'.
+func parentPID(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
+	}
+	// ") S PPID ..."
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: no parent pid in %q", pid, b)
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: parent pid %q: %w", pid, fields[1], err)
+	}
+	return ppid, nil
 }
 
 // listen binds the restart socket. A filesystem path is made mode 0600 and

@@ -23,6 +23,8 @@ func (c *conn) closeGracefully() { c.uc.Close() }
 // PeerCred is Linux-only.
 func PeerCred(*net.UnixConn) (uid, pid int, err error) { return 0, 0, ErrNotSupported }
 
+func parentPID(int) (int, error) { return 0, ErrNotSupported }
+
 func listen(addr string) (*net.UnixListener, error) {
 	return nil, fmt.Errorf("restart socket %s: %w", addr, ErrNotSupported)
 }

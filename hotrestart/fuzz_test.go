@@ -11,6 +11,8 @@ func FuzzDecodeMessage(f *testing.F) {
 	for _, seed := range []string{
 		`{"type":"hello","version":"1.0","identity":{"pid":1,"epoch":2,"binary_version":"v"}}`,
 		`{"type":"sockets","sockets":[{"network":"tcp","address":"127.0.0.1:1","worker":0,"role":"listener"}],"more":true}`,
+		`{"type":"hello","version":"1.1","identity":{"pid":1,"epoch":2,"binary_version":"v","features":["supervised","unused_sockets"]}}`,
+		`{"type":"drain","unused":[{"network":"tcp","address":"127.0.0.1:2","worker":1,"role":"listener"}]}`,
 		`{"type":"get_sockets"}`, `{"type":"drain"}`, `{"type":"error","error":"x"}`, `{}`, `null`, `[]`,
 	} {
 		f.Add([]byte(seed))

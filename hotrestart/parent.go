@@ -6,11 +6,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 )
 
 // Address is where generation epoch of base-id baseID listens for its
@@ -31,8 +33,10 @@ type Handler interface {
 	// for each (a dup the parent closes once sent).
 	Sockets() ([]Socket, []*os.File, error)
 	// Drain is called when the child serves and asks this generation to
-	// drain. It must return promptly.
-	Drain(child Identity)
+	// drain. unused are the sockets handed over that the child did not
+	// take (nil from a child that does not say): nobody will accept on
+	// them once this generation stops. It must return promptly.
+	Drain(child Identity, unused []Socket)
 	// ChildLost is called when the child's connection ends after hello:
 	// drained says whether Drain had been called. err is nil when the
 	// child closed the connection cleanly.
@@ -55,6 +59,12 @@ type ParentOptions struct {
 	// has its sockets: it is starting its workers (default
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// Supervisor is the pid of the supervisor this generation runs under
+	// (0: none). A supervised generation refuses to hand over to a process
+	// that its supervisor did not start and that does not run under a
+	// supervisor of its own (FeatureSupervised): the supervisor, its last
+	// generation gone, would exit and leave that process unsupervised.
+	Supervisor int
 }
 
 // Parent listens for the next generation and serves one hand-over at a
@@ -64,7 +74,14 @@ type Parent struct {
 	log  hclog.Logger
 	ln   *net.UnixListener
 
-	refused atomic.Uint64 // peers refused: wrong uid, busy, bad protocol
+	// refusals warn about the peers turned away, one limiter per kind of
+	// refusal: whoever can connect can trigger these at will, so each logs
+	// at most one line per interval (with a count of those held back),
+	// and a flood of one kind never hides the first of another.
+	refusals [numRefusalKinds]ratelog.Limiter
+	// acceptFailures warns about failed accepts (EMFILE...), which a
+	// flood of connections can cause.
+	acceptFailures ratelog.Limiter
 
 	mu sync.Mutex // guards the fields below
 	// active is the connection of the child taking over, if any: one
@@ -95,14 +112,36 @@ func Listen(opts ParentOptions) (*Parent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Parent{opts: opts, log: log.Named("hotrestart"), ln: ln, conns: map[*net.UnixConn]struct{}{}}, nil
+	p := &Parent{opts: opts, log: log.Named("hotrestart"), ln: ln, conns: map[*net.UnixConn]struct{}{}}
+	for i := range p.refusals {
+		p.refusals[i].Log = p.log
+	}
+	p.acceptFailures.Log = p.log
+	return p, nil
 }
+
+// refusalKind sorts the refusals, each kind with its own log limiter.
+type refusalKind int
+
+const (
+	refusedStranger     refusalKind = iota // unidentifiable, or another uid
+	refusedProtocol                        // no hello, garbage, incompatible version
+	refusedBusy                            // another child is taking over
+	refusedUnsupervised                    // would leave the service unsupervised
+	numRefusalKinds
+)
 
 // Addr is the address the parent listens on.
 func (p *Parent) Addr() string { return p.opts.Address }
 
 // Refused counts the peers that were turned away.
-func (p *Parent) Refused() uint64 { return p.refused.Load() }
+func (p *Parent) Refused() uint64 {
+	var n uint64
+	for i := range p.refusals {
+		n += p.refusals[i].Total()
+	}
+	return n
+}
 
 // Serve accepts connections until Close; it returns nil after Close.
 func (p *Parent) Serve() error {
@@ -124,7 +163,7 @@ func (p *Parent) Serve() error {
 			}
 			// EMFILE and friends: keep serving; the next accept may
 			// succeed once fds are freed.
-			p.log.Warn("accept on the restart socket failed", "error", err)
+			p.acceptFailures.Warn("accept on the restart socket failed", "error", err)
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -158,10 +197,10 @@ func (p *Parent) Close() error {
 	return err
 }
 
-// refuse tells the peer why, counts it, and lets the caller close.
-func (p *Parent) refuse(c *conn, why string, logArgs ...any) {
-	p.refused.Add(1)
-	p.log.Warn("refused a peer on the restart socket: "+why, logArgs...)
+// refuse tells the peer why, counts it, warns (rate-limited by kind) and
+// lets the caller close.
+func (p *Parent) refuse(c *conn, kind refusalKind, why string, logArgs ...any) {
+	p.refusals[kind].Warn("refused a peer on the restart socket: "+why, logArgs...)
 	c.send(&Message{Type: MsgError, Error: why}, nil)
 }
 
@@ -171,19 +210,23 @@ func (p *Parent) session(uc *net.UnixConn) {
 	defer p.wg.Done()
 	c := &conn{uc: uc, timeout: p.opts.Timeout}
 	defer func() {
+		// Closed first, then forgotten: a session counts as open until
+		// its descriptor is gone, so whoever waits for the sessions to
+		// end (Close, a leak check) never sees a descriptor outlive it.
+		// Close may close uc at the same time; a second Close is harmless.
+		c.closeGracefully()
 		p.mu.Lock()
 		delete(p.conns, uc)
 		p.mu.Unlock()
-		c.closeGracefully()
 	}()
 
 	uid, pid, err := PeerCred(uc)
 	if err != nil {
-		p.refuse(c, "cannot identify the peer: "+err.Error())
+		p.refuse(c, refusedStranger, "cannot identify the peer: "+err.Error())
 		return
 	}
 	if self := os.Getuid(); uid != self && uid != 0 {
-		p.refuse(c, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
+		p.refuse(c, refusedStranger, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
 			"peer_pid", pid, "peer_uid", uid)
 		return
 	}
@@ -191,19 +234,23 @@ func (p *Parent) session(uc *net.UnixConn) {
 	m, files, err := c.recv(p.opts.Timeout)
 	closeFiles(files)
 	if err != nil {
-		p.refuse(c, "expected hello: "+err.Error(), "peer_pid", pid)
+		p.refuse(c, refusedProtocol, "expected hello: "+err.Error(), "peer_pid", pid)
 		return
 	}
 	if m.Type != MsgHello {
-		p.refuse(c, fmt.Sprintf("expected hello first, got %s", m.Type), "peer_pid", pid)
+		p.refuse(c, refusedProtocol, fmt.Sprintf("expected hello first, got %s", m.Type), "peer_pid", pid)
 		return
 	}
 	if err := compatible(m.Version); err != nil {
-		p.refuse(c, err.Error(), "peer_pid", pid)
+		p.refuse(c, refusedProtocol, err.Error(), "peer_pid", pid)
 		return
 	}
 	child := *m.Identity
 	child.PID = pid // the kernel's word, not the peer's
+	if err := p.checkSupervised(child, m.Version); err != nil {
+		p.refuse(c, refusedUnsupervised, err.Error(), "peer_pid", pid)
+		return
+	}
 	// Only a peer that spoke a valid hello claims the hand-over, so a
 	// probe or a garbage peer never blocks a real child.
 	p.mu.Lock()
@@ -213,7 +260,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 	p.mu.Unlock()
 	if busy {
-		p.refuse(c, "another generation is already taking over from this one; retry once it has finished", "peer_pid", pid)
+		p.refuse(c, refusedBusy, "another generation is already taking over from this one; retry once it has finished", "peer_pid", pid)
 		return
 	}
 	// The slot is freed before the handler hears of the loss and before the
@@ -232,6 +279,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 
 	self := p.opts.Self
+	self.Features = append(slices.Clone(self.Features), FeatureUnusedSockets)
 	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
 		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
 		return
@@ -268,7 +316,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 		case MsgDrain:
 			if !drained {
 				drained = true
-				p.opts.Handler.Drain(child)
+				p.opts.Handler.Drain(child, m.Unused)
 			}
 			c.send(&Message{Type: MsgOK}, nil)
 		default:
@@ -278,6 +326,42 @@ func (p *Parent) session(uc *net.UnixConn) {
 			return
 		}
 	}
+}
+
+// checkSupervised refuses a child that would leave a supervised service
+// unsupervised. A child of this generation's supervisor is let in on the
+// kernel's word (its parent pid); a child that says it runs under a
+// supervisor of its own (another container's `supervise --take-over`,
+// whose pid the kernel may not even show here) is let in on its word: the
+// peer already passed the uid check, so the claim guards against a
+// mistake, not an attacker. A child of protocol 1.0 cannot say, so one
+// the kernel does not show either (an older binary taking over from
+// another container) is let in as before. Anything else, typically `serve
+// --restart-epoch N` typed into a shell, is refused with what to do.
+func (p *Parent) checkSupervised(child Identity, childVersion string) error {
+	sup := p.opts.Supervisor
+	if sup == 0 {
+		return nil
+	}
+	if child.PID > 0 {
+		if ppid, err := parentPID(child.PID); err == nil && ppid == sup {
+			return nil
+		}
+	}
+	if slices.Contains(child.Features, FeatureSupervised) {
+		return nil
+	}
+	if child.PID == 0 && childVersion == "1.0" {
+		return nil
+	}
+	peer := "the new process"
+	if child.PID > 0 {
+		peer = fmt.Sprintf("pid %d", child.PID)
+	}
+	return fmt.Errorf("this generation runs under a supervisor (pid %d), which did not start %s: "+
+		"taking over from it here would leave the service unsupervised (the supervisor exits once its last generation has). "+
+		"Reload through the supervisor instead: `hotproxy reload` (with the same --base-id or --control-socket), or `kill -HUP %d`",
+		sup, peer, sup)
 }
 
 func (p *Parent) sendSockets(c *conn) error {

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -22,13 +23,46 @@ import (
 // ProtocolVersion is spoken by this build: "major.minor". Generations whose
 // majors are equal hot restart into each other; a minor bump only adds
 // optional fields or features.
-const ProtocolVersion = "1.0"
+//
+// 1.1 added the features "supervised" and "unused_sockets".
+const ProtocolVersion = "1.1"
 
 // Defaults for Options fields left zero.
 const (
 	DefaultTimeout      = 5 * time.Second
 	DefaultReadyTimeout = 60 * time.Second
 )
+
+// Features a generation lists in its hello.
+const (
+	// FeatureSupervised: this generation runs under a supervisor (one
+	// that started it, see SupervisorFromEnv), which will reap it, reload
+	// it and stop it. A supervised generation hands over only to a
+	// generation its own supervisor started, or to one that says this.
+	FeatureSupervised = "supervised"
+	// FeatureUnusedSockets: this parent reads the sockets the child did
+	// not take from its drain message (Message.Unused), and closes them
+	// once it has emptied their queues instead of keeping them for a
+	// rollback. A child lists them only to a parent that says this: an
+	// older parent refuses a message with a field it does not know.
+	FeatureUnusedSockets = "unused_sockets"
+)
+
+// SupervisorPIDEnv is set by the supervisor in each generation's
+// environment to its own pid.
+const SupervisorPIDEnv = "HOTPROXY_SUPERVISOR_PID"
+
+// SupervisorFromEnv returns the pid of the supervisor this process runs
+// under, or 0 when it runs under none: SupervisorPIDEnv names the pid, and
+// that process must still be this one's parent (the variable may have been
+// copied into a shell by hand, or the supervisor may have died).
+func SupervisorFromEnv() int {
+	pid, err := strconv.Atoi(os.Getenv(SupervisorPIDEnv))
+	if err != nil || pid <= 0 || pid != os.Getppid() {
+		return 0
+	}
+	return pid
+}
 
 // Limits of one message.
 const (
@@ -108,6 +142,11 @@ type Message struct {
 	Sockets []Socket `json:"sockets,omitempty"`
 	More    bool     `json:"more,omitempty"`
 
+	// drain: the sockets handed over that the child did not take (a
+	// listener removed or moved), sent only to a parent with
+	// FeatureUnusedSockets.
+	Unused []Socket `json:"unused,omitempty"`
+
 	// error
 	Error string `json:"error,omitempty"`
 }
@@ -138,7 +177,13 @@ func decodeMessage(b []byte) (*Message, error) {
 				return nil, fmt.Errorf("malformed sockets message: entry %d (%+v) lacks network, address or a known role", i, s)
 			}
 		}
-	case MsgGetSockets, MsgDrain, MsgOK, MsgError:
+	case MsgDrain:
+		for i, s := range m.Unused {
+			if s.Network == "" || s.Address == "" {
+				return nil, fmt.Errorf("malformed drain message: unused entry %d (%+v) lacks network or address", i, s)
+			}
+		}
+	case MsgGetSockets, MsgOK, MsgError:
 	case "":
 		return nil, errors.New("malformed message: no type")
 	default:

@@ -35,6 +35,10 @@ type hotRestart struct {
 	// within the commit window, the previous generation knows this one
 	// lives.
 	takeover *hotrestart.Child
+	// unused are the sockets taken over that this generation's config
+	// does not want (a listener removed or moved): told to the previous
+	// generation with the drain, so that it closes them once emptied.
+	unused []hotrestart.Socket
 
 	events  chan handoffEvent
 	sockets chan chan socketsReply
@@ -70,6 +74,8 @@ type handoffEvent struct {
 	drain   bool // the child serves and asks us to drain
 	drained bool // ChildLost: whether we had been asked to drain
 	err     error
+	// unused (with drain): sockets the child did not take.
+	unused []hotrestart.Socket
 }
 
 type socketsReply struct {
@@ -88,12 +94,16 @@ func newHotRestart() hotRestart {
 
 // restartIdentity is what this generation says of itself in hello.
 func (s *Server) restartIdentity() hotrestart.Identity {
-	return hotrestart.Identity{
+	id := hotrestart.Identity{
 		PID:           s.identity.PID,
 		Epoch:         s.opts.Epoch,
 		BinaryVersion: version.Version,
 		FirstStart:    s.firstStart.UnixNano(),
 	}
+	if s.opts.SupervisorPID != 0 {
+		id.Features = append(id.Features, hotrestart.FeatureSupervised)
+	}
+	return id
 }
 
 // takeOver connects to the generation of epoch-1 and takes its listening
@@ -172,6 +182,7 @@ func (s *Server) listenForSuccessor() error {
 		Logger:       s.log,
 		Timeout:      timeout,
 		ReadyTimeout: timeout,
+		Supervisor:   s.opts.SupervisorPID,
 	})
 	if errors.Is(err, hotrestart.ErrGenerationRunning) {
 		return fmt.Errorf("%w: a generation with base-id %d and epoch %d is already running; "+
@@ -201,9 +212,9 @@ func (h successorHandler) Sockets() ([]hotrestart.Socket, []*os.File, error) {
 	return r.sockets, r.files, r.err
 }
 
-func (h successorHandler) Drain(child hotrestart.Identity) {
+func (h successorHandler) Drain(child hotrestart.Identity, unused []hotrestart.Socket) {
 	select {
-	case h.hr.events <- handoffEvent{child: child, drain: true}:
+	case h.hr.events <- handoffEvent{child: child, drain: true, unused: unused}:
 	case <-h.hr.stopped:
 	}
 }
@@ -270,7 +281,13 @@ func closeFiles(files []*os.File) {
 // beginHandoff: the next generation serves and asks this one to drain.
 // This one stops accepting (the successor accepts on the same sockets),
 // keeps dups of them for the commit window, and drains.
-func (s *Server) beginHandoff(child hotrestart.Identity) {
+//
+// Sockets the successor did not take are not kept: once the drain has
+// emptied their queues, the drain's close is their last descriptor's, so
+// the kernel refuses new connections instead of queueing them where
+// nobody will accept them (and resetting them when the commit window
+// closes the dups). A rollback binds those listeners afresh.
+func (s *Server) beginHandoff(child hotrestart.Identity, unused []hotrestart.Socket) {
 	if s.State() != StateLive || s.hr.handoff != nil {
 		s.log.Warn("a next generation asked this one to drain, but it is not serving", "child_pid", child.PID, "state", s.State())
 		return
@@ -278,6 +295,19 @@ func (s *Server) beginHandoff(child hotrestart.Identity) {
 	kept, err := s.workers.Sockets()
 	if err != nil {
 		s.log.Error("cannot keep the listening sockets for a rollback; handing over without one", "error", err)
+	}
+	var released []string
+	for _, u := range unused {
+		k := workers.SocketKey{Network: u.Network, Address: u.Address, Worker: u.Worker}
+		if f, ok := kept[k]; ok {
+			f.Close()
+			delete(kept, k)
+			released = append(released, fmt.Sprintf("%s/%d", k.Address, k.Worker))
+		}
+	}
+	if len(released) > 0 {
+		s.log.Info("the next generation does not take these sockets: they close once their queues are empty",
+			"sockets", released)
 	}
 	keptAdmin, err := listenerFile(s.adminLn)
 	if err != nil {
@@ -434,7 +464,7 @@ func (s *Server) tellPredecessorToDrain() {
 	if s.hr.takeover == nil {
 		return
 	}
-	if err := s.hr.takeover.Drain(); err != nil {
+	if err := s.hr.takeover.Drain(s.hr.unused); err != nil {
 		s.log.Warn("could not tell the previous generation to drain (is it gone?)", "error", err)
 		s.hr.takeover.Close()
 		return

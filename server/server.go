@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server/config"
 	"github.com/hotproxy/hotproxy/shm"
@@ -62,6 +63,12 @@ type Options struct {
 	// AllowColdStart lets a generation of epoch N > 0 start cold when no
 	// generation of epoch N-1 answers.
 	AllowColdStart bool
+	// SupervisorPID is the pid of the supervisor this generation runs
+	// under (hotrestart.SupervisorFromEnv), 0 for none. A supervised
+	// generation says so to the one it takes over from, and hands over
+	// only to a generation that its supervisor started (or that runs
+	// under a supervisor of its own): never to one typed into a shell.
+	SupervisorPID int
 	// OnReady, when set, is called once the generation serves (and has
 	// told the generation it took over from to drain).
 	OnReady func()
@@ -191,10 +198,12 @@ func New(opts Options) (*Server, error) {
 		return fail(err)
 	}
 	// Sockets the previous generation had and this one does not want
-	// (a listener removed): the previous generation empties their queues
-	// when it drains; this one lets go of them now.
-	for _, f := range s.workers.Unused() {
+	// (a listener removed or moved): this one lets go of them now, and
+	// tells the previous generation with the drain, which then empties
+	// their queues and closes them for good.
+	for k, f := range s.workers.Unused() {
 		f.Close()
+		s.hr.unused = append(s.hr.unused, hotrestart.Socket{Network: k.Network, Address: k.Address, Worker: k.Worker, Role: hotrestart.RoleListener})
 	}
 	if adminLn == nil {
 		adminLn, err = net.Listen("tcp", cfg.Admin.Address)
@@ -275,7 +284,7 @@ func (s *Server) Run(ctx context.Context) error {
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:
 			if ev.drain {
-				s.beginHandoff(ev.child)
+				s.beginHandoff(ev.child, ev.unused)
 			} else {
 				s.successorLost(ev)
 			}

@@ -24,6 +24,13 @@ import (
 //	server.concurrency        the number of workers
 //	server.memory_allocated   heap bytes in live and unswept objects (runtime/metrics
 //	                          /memory/classes/heap/objects:bytes, at each flush)
+//
+// and one counter, continuous across generations like every counter:
+//
+//	server.hot_restart.peer_refused  peers the restart socket turned away
+//	                                 (another uid, garbage, a second child, an
+//	                                 unsupervised one); their warnings are
+//	                                 rate-limited, this count is not
 type serverStats struct {
 	live        stats.GaugeLane
 	state       stats.GaugeLane
@@ -31,6 +38,12 @@ type serverStats struct {
 	uptime      stats.GaugeLane
 	concurrency stats.GaugeLane
 	memory      stats.GaugeLane
+
+	// peerRefused is added to from the restart socket's own count, by
+	// the flush loop (lane 0 has one writer); peerRefusedCounted is how
+	// much of that count it has added so far.
+	peerRefused        stats.CounterLane
+	peerRefusedCounted uint64
 
 	mem []metrics.Sample // read by the flush loop only
 }
@@ -90,6 +103,7 @@ func (s *Server) openStats() error {
 		uptime:      g("server.uptime"),
 		concurrency: g("server.concurrency"),
 		memory:      g("server.memory_allocated"),
+		peerRefused: store.Counter("server.hot_restart.peer_refused").Lane(0),
 		mem:         []metrics.Sample{{Name: heapObjectsMetric}},
 	}
 	s.srvStats.epoch.Set(int64(s.opts.Epoch))
@@ -131,6 +145,19 @@ func (s *Server) refreshGauges() {
 	if v := ss.mem[0].Value; v.Kind() == metrics.KindUint64 {
 		ss.memory.Set(int64(v.Uint64()))
 	}
+	s.countRefusedPeers()
+}
+
+// countRefusedPeers adds the restart socket's refusals since the last call
+// to server.hot_restart.peer_refused.
+func (s *Server) countRefusedPeers() {
+	if s.hr.listener == nil {
+		return
+	}
+	ss := &s.srvStats
+	n := s.hr.listener.Refused()
+	ss.peerRefused.Add(n - ss.peerRefusedCounted)
+	ss.peerRefusedCounted = n
 }
 
 // runStats starts the flush loop: every flush interval it refreshes the
@@ -164,6 +191,7 @@ func (s *Server) runStats() (stop func()) {
 		cancel()
 		<-done
 		s.publishState()
+		s.countRefusedPeers()
 		if !s.statsQuiet(retireWait) {
 			// A handler or connection goroutine cut short by a forced
 			// drain may still add to a lane: unmapping the region under

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -217,5 +218,39 @@ func TestStatsQuiet(t *testing.T) {
 	busy.Dec()
 	if !srv.statsQuiet(time.Second) {
 		t.Fatal("not quiet with nothing in flight")
+	}
+}
+
+// TestPeerRefusedCounted: peers the restart socket turns away are counted
+// in server.hot_restart.peer_refused, one by one (their log lines are
+// rate-limited; the count is not).
+func TestPeerRefusedCounted(t *testing.T) {
+	srv, admin, _, _, _ := startServer(t)
+	const peers = 5
+	for i := 0; i < peers; i++ {
+		c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: srv.hr.listener.Addr(), Net: "unixpacket"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte("not a hello"))
+		buf := make([]byte, 4096)
+		n, err := c.Read(buf)
+		c.Close()
+		if err != nil || !strings.Contains(string(buf[:n]), `"type":"error"`) {
+			t.Fatalf("peer %d: reply %q, %v; want an error message", i, buf[:n], err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var got int64
+	for time.Now().Before(deadline) {
+		got = statsJSON(t, admin)["server.hot_restart.peer_refused"]
+		if got >= peers {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got != peers {
+		t.Fatalf("server.hot_restart.peer_refused = %d, want %d", got, peers)
 	}
 }

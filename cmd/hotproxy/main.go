@@ -110,7 +110,10 @@ func serve(args []string, stderr io.Writer) int {
 			"Hot restart: a generation started with --restart-epoch N takes over the\n"+
 			"listening sockets of the running generation of epoch N-1 (same --base-id),\n"+
 			"serves, and then tells it to drain; that one exits by itself. If the new\n"+
-			"generation dies within hot_restart.commit_window, the old one serves again.", stderr)
+			"generation dies within hot_restart.commit_window, the old one serves again.\n\n"+
+			"A generation that `hotproxy supervise` started hands over only to generations\n"+
+			"a supervisor started: under a supervisor, reload with `hotproxy reload` or\n"+
+			"SIGHUP to the supervisor, never with --restart-epoch by hand (refused).", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn, error (overrides [log] level)")
@@ -155,6 +158,7 @@ func serve(args []string, stderr io.Writer) int {
 		BaseID:         *baseID,
 		Epoch:          *epoch,
 		AllowColdStart: *allowCold,
+		SupervisorPID:  hotrestart.SupervisorFromEnv(),
 		OnReady:        ready.ready,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotproxy/hotproxy/hotrestart"
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 )
 
 // controlServer accepts control connections and hands their requests to
@@ -24,7 +26,23 @@ type controlServer struct {
 	path string
 	log  hclog.Logger
 	once sync.Once
+
+	// refusals and acceptFailures are warnings whoever can connect can
+	// trigger at will: each logs at most one line per interval, with a
+	// count of those held back. refusals.Total() is in Status.
+	refusals       ratelog.Limiter
+	acceptFailures ratelog.Limiter
 }
+
+func newControlServer(ln *net.UnixListener, path string, log hclog.Logger) *controlServer {
+	c := &controlServer{ln: ln, path: path, log: log.Named("control")}
+	c.refusals.Log = c.log
+	c.acceptFailures.Log = c.log
+	return c
+}
+
+// refused is the number of control connections turned away.
+func (c *controlServer) refused() uint64 { return c.refusals.Total() }
 
 // listenControl binds the control socket at path, mode 0600. A stale
 // socket file is replaced; a live one (another supervisor) is an error.
@@ -50,7 +68,7 @@ func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	return &controlServer{ln: ln, path: path, log: log.Named("control")}, nil
+	return newControlServer(ln, path, log), nil
 }
 
 // controlFromFD rebuilds the control server from a listener inherited
@@ -68,7 +86,7 @@ func controlFromFD(fd int, path string, log hclog.Logger) (*controlServer, error
 		return nil, fmt.Errorf("control socket %s: inherited fd %d is not a Unix listener", path, fd)
 	}
 	ln.SetUnlinkOnClose(true)
-	return &controlServer{ln: ln, path: path, log: log.Named("control")}, nil
+	return newControlServer(ln, path, log), nil
 }
 
 func (c *controlServer) close() { c.once.Do(func() { c.ln.Close() }) }
@@ -81,7 +99,7 @@ func (c *controlServer) serve(out chan<- ctlReq, done <-chan struct{}) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			c.log.Warn("accept", "error", err)
+			c.acceptFailures.Warn("accept on the control socket failed", "error", err)
 			select {
 			case <-done:
 				return
@@ -103,12 +121,12 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 	}()
 	uid, pid, err := hotrestart.PeerCred(conn)
 	if err != nil {
-		c.log.Warn("refused a control connection", "error", err)
+		c.refusals.Warn("refused a control connection: cannot identify the peer", "error", err)
 		return
 	}
 	if uid != 0 && uid != os.Getuid() {
-		c.log.Warn("refused a control connection from another user", "uid", uid, "pid", pid)
-		writeResponse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", uid, os.Getuid())})
+		c.refusals.Warn("refused a control connection from another user", "uid", uid, "pid", pid)
+		refuse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", uid, os.Getuid())})
 		return
 	}
 	conn.SetReadDeadline(time.Now().Add(ControlReadTimeout))
@@ -152,6 +170,17 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 	case <-done:
 		writeResponse(conn, Response{Error: ErrStopping.Error()})
 	}
+}
+
+// refuse answers a peer whose request is not read. Closing a Unix stream
+// socket with unread data resets the peer, which would then never read
+// the answer: so the request is read and dropped (bounded in size and
+// time) before the close.
+func refuse(conn *net.UnixConn, resp Response) {
+	writeResponse(conn, resp)
+	conn.CloseWrite()
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(conn, maxRequestBytes))
 }
 
 // writeResponse writes resp as one line, bounded by ControlWriteTimeout.

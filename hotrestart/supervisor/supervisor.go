@@ -180,6 +180,9 @@ type Status struct {
 	FailedReloads int                `json:"failed_reloads"`
 	LastFailure   *Failure           `json:"last_failure,omitempty"`
 	Stopping      bool               `json:"stopping,omitempty"`
+	// RefusedControlPeers counts control connections turned away (another
+	// user's); their warnings are rate-limited, this count is not.
+	RefusedControlPeers uint64 `json:"refused_control_peers,omitempty"`
 }
 
 // Serving returns the serving generation, if any.

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server/config"
 )
@@ -430,15 +431,19 @@ func (s *Supervisor) spawn(op *reloadOp, coldOK bool) error {
 
 // childEnv is the environment of a generation: this one's, without
 // NOTIFY_SOCKET (the supervisor speaks to systemd, not its children) and
-// this package's internal variable, plus Options.Env.
+// this package's internal variable, plus this supervisor's pid (so that
+// the generation hands over only to generations this supervisor starts,
+// see hotrestart.FeatureSupervised), plus Options.Env.
 func (s *Supervisor) childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, EnvState+"=") {
+		if strings.HasPrefix(kv, "NOTIFY_SOCKET=") || strings.HasPrefix(kv, EnvState+"=") ||
+			strings.HasPrefix(kv, hotrestart.SupervisorPIDEnv+"=") {
 			continue
 		}
 		env = append(env, kv)
 	}
+	env = append(env, hotrestart.SupervisorPIDEnv+"="+strconv.Itoa(os.Getpid()))
 	return append(env, s.opts.Env...)
 }
 
@@ -808,6 +813,9 @@ func (s *Supervisor) status() *Status {
 	}
 	if st.Config == "" {
 		st.Config = config.DefaultSource
+	}
+	if s.ctl != nil {
+		st.RefusedControlPeers = s.ctl.refused()
 	}
 	now := time.Now()
 	for _, g := range s.gens {

@@ -5,20 +5,45 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/hotproxy/hotproxy/hotrestart/supervisor"
 	"github.com/hotproxy/hotproxy/hotrestart/supervisor/supervisortest"
 )
 
+// When the test binary is re-executed with controlDialEnv (as another
+// user), it connects to that control socket controlTimesEnv times, one
+// connection after the other, asks for the status, and reports how many
+// answers refused it.
+const (
+	controlDialEnv  = "SUPERVISOR_TEST_CONTROL_DIAL"
+	controlTimesEnv = "SUPERVISOR_TEST_CONTROL_TIMES"
+)
+
 func TestMain(m *testing.M) {
 	supervisortest.MaybeRun()
+	if path := os.Getenv(controlDialEnv); path != "" {
+		times, _ := strconv.Atoi(os.Getenv(controlTimesEnv))
+		refused := 0
+		for i := 0; i < times; i++ {
+			resp, err := supervisor.Call(path, supervisor.OpStatus, 10*time.Second)
+			if err == nil && !resp.OK && strings.Contains(resp.Error, "may not control") {
+				refused++
+			}
+		}
+		fmt.Printf("refused %d of %d\n", refused, times)
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
@@ -46,6 +71,8 @@ type rig struct {
 	done    chan error
 	sup     *supervisor.Supervisor
 	envMore []string
+	// logger, if set, is the supervisor's.
+	logger hclog.Logger
 }
 
 var nextBase = os.Getpid() * 100
@@ -87,7 +114,7 @@ func (r *rig) start(notify string) {
 	env := append([]string{supervisortest.EnvFake + "=1", supervisortest.EnvEvents + "=" + r.events}, r.envMore...)
 	r.sup, err = supervisor.New(supervisor.Options{
 		ConfigPath: r.cfg, BaseID: r.baseID, Binary: exe, Env: env,
-		ControlSocket: r.ctl, NotifySocket: notify, StopMargin: 2 * time.Second,
+		ControlSocket: r.ctl, NotifySocket: notify, StopMargin: 2 * time.Second, Logger: r.logger,
 	})
 	if err != nil {
 		r.t.Fatal(err)
@@ -388,6 +415,83 @@ func TestControlSocketGarbage(t *testing.T) {
 	fi, err := os.Stat(r.ctl)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("control socket mode: %v %v", fi.Mode(), err)
+	}
+}
+
+// lockedBuffer is a log destination written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestControlSocketFloodFromAnotherUser: a control socket that another
+// user can reach (a careless --control-socket in a shared directory) and
+// that user connecting 200 times: every connection is refused and counted
+// in the status, and the log gets a line per interval, not one per
+// connection.
+func TestControlSocketFloodFromAnotherUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a client as another uid (nobody)")
+	}
+	const flood = 200
+	// Neither the build directory nor t.TempDir is open to nobody.
+	shared, err := os.MkdirTemp("", "supervisor-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var logged lockedBuffer
+	r := newRig(t)
+	r.ctl = filepath.Join(shared, "ctl.sock")
+	r.logger = hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})
+	r.start("")
+	r.waitServing()
+	if err := os.Chmod(r.ctl, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(shared, "client.test")
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), controlDialEnv+"="+r.ctl, fmt.Sprintf("%s=%d", controlTimesEnv, flood))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("client as nobody: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("refused %d of %d", flood, flood); !strings.Contains(string(out), want) {
+		t.Fatalf("client as nobody says %q, want %q", out, want)
+	}
+	if st := r.status(); st.RefusedControlPeers != flood || st.ServingEpoch != 0 {
+		t.Errorf("after the flood: refused_control_peers %d (want %d), serving epoch %d (want 0)", st.RefusedControlPeers, flood, st.ServingEpoch)
+	}
+	lines := strings.Count(logged.String(), "refused a control connection from another user")
+	if lines < 1 || lines > 3 {
+		t.Errorf("%d log lines for %d refused control connections, want 1 to 3:\n%s", lines, flood, logged.String())
 	}
 }
 
