@@ -69,6 +69,12 @@ func (s *socket) close() error {
 	return s.closeErr
 }
 
+// noKeepAlive: Go would otherwise make three setsockopt calls per accepted
+// connection to turn TCP keep-alive on, which a proxy with its own idle
+// timeouts does not need. A socket adopted from the previous generation
+// (net.FileListener) cannot say so, and its accepts still pay for them.
+const noKeepAlive = -1
+
 // openListener binds or adopts every socket of listener ml. It takes the
 // inherited sockets it uses out of inh. On error the sockets it opened are
 // in ml.sockets for the caller to close.
@@ -109,7 +115,7 @@ func openListener(ml *mlistener, workers int, reuse bool, inh map[SocketKey]*os.
 		if len(ml.sockets) > 0 {
 			return nil
 		}
-		ln, err := listenTCP(net.ListenConfig{}, ml.addr)
+		ln, err := listenTCP(net.ListenConfig{KeepAlive: noKeepAlive}, ml.addr)
 		if err != nil {
 			return &BindError{Listener: ml.name, Address: ml.addr, Err: err}
 		}
@@ -138,7 +144,7 @@ func openListener(ml *mlistener, workers int, reuse bool, inh map[SocketKey]*os.
 		}
 		probe.Close()
 	}
-	lc := net.ListenConfig{Control: reusePortControl}
+	lc := net.ListenConfig{Control: reusePortControl, KeepAlive: noKeepAlive}
 	for w := range workers {
 		if have[w] {
 			continue
