@@ -318,6 +318,7 @@ func (cc *clientConn) readHead() bool {
 			return true
 		}
 		if perr, ok := err.(*http1.Error); ok {
+			cc.st.rqTotal.Inc()
 			cc.refuse(perr.Status, perr.Reason)
 			return false
 		}
@@ -338,6 +339,7 @@ func (cc *clientConn) readHead() bool {
 		}
 		if err := cc.read(); err != nil {
 			if cc.r < cc.w && isTimeout(err) {
+				cc.st.rqTotal.Inc()
 				cc.refuse(408, "request head not received in time")
 			}
 			return false

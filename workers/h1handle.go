@@ -65,6 +65,9 @@ func (cc *clientConn) answer(status int, body string, keep bool) bool {
 	if cc.write(b) != nil {
 		return false
 	}
+	if req.Framing != http1.FramingNone {
+		cc.lingerClose() // the body is unread: let the client read the answer
+	}
 	return keep
 }
 
@@ -92,6 +95,9 @@ func (cc *clientConn) answerDirect(d *directResponse, keep bool) bool {
 	cc.st.status(d.status)
 	if cc.write(b) != nil {
 		return false
+	}
+	if req.Framing != http1.FramingNone {
+		cc.lingerClose() // the body is unread: let the client read the answer
 	}
 	return keep
 }

@@ -29,8 +29,12 @@ type exchange struct {
 	cc    *clientConn
 	wc    *upstream.WorkerCluster
 	up    *upstream.Conn
-	head  []byte // the client's request head (in rbuf; valid until rbuf moves)
+	head  []byte // the client's request head (in rbuf): valid only until the body pump starts refilling rbuf
 	start time.Time
+	// method is what the response parser needs of the request's method,
+	// kept apart from head, which the body pump may overwrite.
+	method     []byte
+	idempotent bool // the request may be sent twice (RFC 9110 §9.2.2)
 
 	// The request body still to come from the client after the head
 	// write; bodyLeft < 0 for chunked.
@@ -55,6 +59,13 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	x := &ex.xchg
 	*x = exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
+	x.method = methodOther
+	switch string(req.Method.Bytes(x.head)) {
+	case "HEAD":
+		x.method, x.idempotent = methodHEAD, true
+	case "GET", "OPTIONS", "TRACE", "PUT", "DELETE":
+		x.idempotent = true
+	}
 
 	// The request head for the upstream, and as much of the body as is
 	// buffered, go out in one write.
@@ -103,6 +114,13 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	return x.forwardResponse(keep)
 }
 
+// Methods as the response parser sees them: only HEAD changes a
+// response's framing (CONNECT is refused before it gets here).
+var (
+	methodHEAD  = []byte("HEAD")
+	methodOther = []byte("GET")
+)
+
 // retryable: a request that met a stale pooled connection (closed by the
 // upstream while idle) is sent once more on a fresh one, when nothing of a
 // response came back, the whole body went with the head, and repeating the
@@ -114,11 +132,7 @@ func (x *exchange) retryable(err error) bool {
 	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return false
 	}
-	switch string(x.cc.ex.req.Method.Bytes(x.head)) {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
+	return x.idempotent
 }
 
 // appendUpstreamHead writes the request head as the upstream gets it:
@@ -383,9 +397,8 @@ func (x *exchange) readResponseHead() error {
 		x.ub = getBuf()
 	}
 	resp := &cc.ex.resp
-	method := cc.ex.req.Method.Bytes(x.head)
 	for {
-		err := resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, method)
+		err := resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, x.method)
 		if err == http1.ErrIncomplete {
 			if x.uw == len(x.ub) {
 				if x.ur == 0 {
@@ -477,6 +490,7 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 	}
 	if x.ub != nil {
 		putBuf(x.ub)
+		x.ub = nil
 	}
 	if errors.Is(err, errClientBody) {
 		cc.refuse(400, "malformed or incomplete request body")
@@ -496,6 +510,9 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 	cc.st.status(status)
 	if cc.write(b) != nil {
 		return false
+	}
+	if !x.bodyDone {
+		cc.lingerClose() // the body is unread: let the client read the answer
 	}
 	return keep
 }

@@ -62,20 +62,21 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	resp := &ex.resp
 	req := &ex.req
 	status := resp.Status
+	if status == 101 {
+		if req.Upgrade.Len() == 0 || !x.bodyDone {
+			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
+		}
+		// The tunnel gives the connection's state back to its pool:
+		// nothing of x may be touched after it.
+		x.tunnel()
+		return false
+	}
 	defer func() {
 		if x.ub != nil {
 			putBuf(x.ub)
 			x.ub = nil
 		}
 	}()
-
-	if status == 101 {
-		if req.Upgrade.Len() == 0 || !x.bodyDone {
-			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
-		}
-		x.tunnel()
-		return false
-	}
 
 	// The request body may still be coming: an early answer. The client
 	// connection then closes after it, and the upstream one is not reused.
