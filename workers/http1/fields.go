@@ -174,25 +174,32 @@ func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fie
 				return hf, errBadHost
 			}
 		case kindContentLength:
-			code := forEachListElement(value, func(elem []byte) errCode {
+			// Unlike other lists, no element may be empty: a field
+			// "Content-Length:" next to "Content-Length: 0" is one a
+			// peer may read as a second, differing length.
+			for rest := value; ; {
+				elem := rest
+				comma := bytes.IndexByte(rest, ',')
+				if comma >= 0 {
+					elem, rest = rest[:comma], rest[comma+1:]
+				}
+				s, e := trimOWS(elem, 0, len(elem))
+				elem = elem[s:e]
 				if firstLength == nil {
 					length, ok := parseContentLength(elem)
 					if !ok {
-						return errBadContentLength
+						return hf, errBadContentLength
 					}
 					firstLength, hf.contentLength, hf.hasLength = elem, length, true
-					return errNone
+				} else if !bytes.Equal(elem, firstLength) {
+					if _, ok := parseContentLength(elem); !ok {
+						return hf, errBadContentLength
+					}
+					return hf, errContentLengthMismatch
 				}
-				if !bytes.Equal(elem, firstLength) {
-					return errContentLengthMismatch
+				if comma < 0 {
+					break
 				}
-				return errNone
-			})
-			if code != errNone {
-				return hf, code
-			}
-			if firstLength == nil { // only empty elements
-				return hf, errBadContentLength
 			}
 		case kindTransferEncoding:
 			teFields++

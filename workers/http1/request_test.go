@@ -60,6 +60,9 @@ var requestRejections = []requestCase{
 	{"CL space inside", head("POST / HTTP/1.1", "Host: a", "Content-Length: 1 0"), 400},
 	{"CL empty", head("POST / HTTP/1.1", "Host: a", "Content-Length: "), 400},
 	{"CL only commas", head("POST / HTTP/1.1", "Host: a", "Content-Length: ,"), 400},
+	{"CL empty next to a value", head("POST / HTTP/1.0", "Content-Length: 0", "Content-Length:"), 400},
+	{"CL trailing comma", head("POST / HTTP/1.1", "Host: a", "Content-Length: 5,"), 400},
+	{"CL empty element", head("POST / HTTP/1.1", "Host: a", "Content-Length: 5, ,5"), 400},
 	{"CL overflow", head("POST / HTTP/1.1", "Host: a", "Content-Length: 9223372036854775808"), 400},
 	{"CL far overflow", head("POST / HTTP/1.1", "Host: a", "Content-Length: 99999999999999999999999"), 400},
 	// line endings and folding
