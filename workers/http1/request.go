@@ -54,7 +54,10 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 		case len(buf) >= lim.MaxHeadBytes:
 			return errHeadTooLarge
 		}
-		return errIncomplete
+		// Refuse what cannot become a request line now, not after 8 KiB
+		// or a timeout: a TLS handshake sent to a plain-text port, a
+		// bare CR.
+		return checkRequestLinePrefix(buf)
 	}
 	if code != errNone {
 		return code
@@ -233,4 +236,67 @@ func splitAbsoluteForm(target []byte) ([]byte, bool) {
 		end++
 	}
 	return rest[:end], true
+}
+
+// checkRequestLinePrefix returns errIncomplete when p, a request line
+// whose CRLF has not arrived, may still become a valid one, and the error
+// it already has otherwise. It checks the shape only; parseRequestLine
+// checks the rest once the line is whole.
+func checkRequestLinePrefix(p []byte) errCode {
+	i := 0
+	for i < len(p) && isTchar[p[i]] {
+		i++
+	}
+	if i == len(p) {
+		return errIncomplete
+	}
+	switch {
+	case p[i] == '\r' && i > 0:
+		return errBareCR
+	case i == 0:
+		if p[0] == '\r' && len(p) == 1 {
+			return errIncomplete // "\r\n" at the start is reported once the LF is here
+		}
+		if p[0] == '\r' {
+			return errBareCR
+		}
+		return errBadMethod
+	case p[i] != ' ':
+		return errBadRequestLine
+	}
+	i++
+	for i < len(p) && p[i] != ' ' {
+		if !isTargetChar[p[i]] {
+			if p[i] == '\r' {
+				return errBareCR
+			}
+			return errBadTarget
+		}
+		i++
+	}
+	if i == len(p) {
+		return errIncomplete
+	}
+	// The version: "HTTP/" DIGIT "." DIGIT, then the CR of the CRLF.
+	const pattern = "HTTP/d.d\r"
+	version := p[i+1:]
+	if len(version) > len(pattern) {
+		return errBadVersion
+	}
+	for k, c := range version {
+		switch want := pattern[k]; want {
+		case 'd':
+			if c < '0' || c > '9' {
+				return errBadVersion
+			}
+		default:
+			if c != want {
+				if c == '\r' {
+					return errBareCR
+				}
+				return errBadVersion
+			}
+		}
+	}
+	return errIncomplete
 }

@@ -160,6 +160,35 @@ func TestRequestRejections(t *testing.T) {
 	}
 }
 
+// TestRequestEarlyRejection: a request line that can no longer become
+// valid is refused before its CRLF arrives.
+func TestRequestEarlyRejection(t *testing.T) {
+	for _, tc := range []requestCase{
+		{"TLS handshake", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400},
+		{"NUL first", "\x00GET", 400},
+		{"tab after method", "GET\t/", 400},
+		{"bare CR in target", "GET /a\rb", 400},
+		{"bare CR after method", "GET\rx", 400},
+		{"bare CR first", "\rGET", 400},
+		{"control in target", "GET /\x01", 400},
+		{"bad version", "GET / HTTX", 400},
+		{"space after version", "GET / HTTP/1.1 ", 400},
+		{"CR then garbage after version", "GET / HTTP/1.1\rX", 400},
+		// and what may still become a request waits
+		{"method only", "OPTIONS", -1},
+		{"up to version", "GET /a?b HTTP/1.", -1},
+		{"up to CR", "GET / HTTP/1.1\r", -1},
+		{"another major, not yet known", "GET / HTTP/2.0", -1},
+		{"a lone CR", "\r", -1},
+		{"empty", "", -1},
+	} {
+		var r Request
+		if got := statusOf(t, r.Parse([]byte(tc.in), Limits{})); got != tc.status {
+			t.Errorf("%s: Parse(%q) status %d, want %d", tc.name, tc.in, got, tc.status)
+		}
+	}
+}
+
 func TestRequestLimits(t *testing.T) {
 	longTarget := "/" + strings.Repeat("a", 200)
 	lim := Limits{MaxRequestLine: 100, MaxHeadBytes: 1000}
