@@ -161,12 +161,18 @@ type headFacts struct {
 
 // analyzeFields checks the fields that frame the message or steer the
 // connection and marks as Hop every field a Connection header names.
-func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fieldKind, n int, minor uint8) (hf headFacts, code errCode) {
+// Host and Expect only mean something in a request; in a response they
+// are ordinary fields.
+func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fieldKind, n int, minor uint8, request bool) (hf headFacts, code errCode) {
 	var firstLength []byte // the first Content-Length value, to compare the others with
 	teFields, upgrades := 0, 0
 	for i := 0; i < n; i++ {
 		value := fields[i].Value.Bytes(buf)
-		switch kinds[i] {
+		kind := kinds[i]
+		if !request && (kind == kindHost || kind == kindExpect) {
+			kind = kindOther
+		}
+		switch kind {
 		case kindHost:
 			hf.hosts++
 			hf.host = fields[i].Value

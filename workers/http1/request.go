@@ -19,9 +19,9 @@ type Request struct {
 
 // Parse parses a request head from the start of buf into r (every field of
 // r is overwritten; r may be reused; entries of Fields past NFields are
-// stale). It returns ErrIncomplete when buf
-// does not hold the whole head yet and no limit is exceeded, or an *Error
-// whose Status is the answer to send before closing the connection.
+// stale). It returns ErrIncomplete when buf does not hold the whole head
+// yet and no limit is exceeded, or an *Error whose Status is the answer to
+// send before closing the connection.
 func (r *Request) Parse(buf []byte, lim Limits) error {
 	lim = lim.withDefaults()
 	r.reset()
@@ -78,7 +78,7 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 		return code
 	}
 	r.NFields, r.HeadLen = n, headLen
-	hf, code := analyzeFields(buf, &r.Fields, &kinds, n, r.Minor)
+	hf, code := analyzeFields(buf, &r.Fields, &kinds, n, r.Minor, true)
 	if code != errNone {
 		return code
 	}
