@@ -123,6 +123,7 @@ func (r *Request) parseRequestLine(line []byte) errCode {
 	r.Method = Span{0, int32(i)}
 	start := i + 1
 	j := start
+	inQuery := false
 	for j < len(line) && line[j] != ' ' {
 		c := line[j]
 		if !isTargetChar[c] {
@@ -131,9 +132,13 @@ func (r *Request) parseRequestLine(line []byte) errCode {
 			}
 			return errBadTarget
 		}
-		if c == '%' && (j+2 >= len(line) || !isHex[line[j+1]] || !isHex[line[j+2]]) {
+		// A bad percent-encoding in the path is refused: it is what
+		// routes match, and decoders disagree on it. In the query it is
+		// passed on, as net/http and nginx do ("?off=10%" is common).
+		if c == '%' && !inQuery && (j+2 >= len(line) || !isHex[line[j+1]] || !isHex[line[j+2]]) {
 			return errBadPercent
 		}
+		inQuery = inQuery || c == '?'
 		j++
 	}
 	if j == start || j == len(line) {

@@ -128,6 +128,7 @@ var requestRejections = []requestCase{
 	{"backslash in target", head("GET /a\\..\\admin HTTP/1.1", "Host: a"), 400},
 	{"bad percent-encoding", head("GET /%zz HTTP/1.1", "Host: a"), 400},
 	{"truncated percent-encoding", head("GET /a% HTTP/1.1", "Host: a"), 400},
+	{"bad percent-encoding before the query", head("GET /%2?%41 HTTP/1.1", "Host: a"), 400},
 	{"relative target", head("GET a/b HTTP/1.1", "Host: a"), 400},
 	{"asterisk for GET", head("GET * HTTP/1.1", "Host: a"), 400},
 	{"authority-form for GET", head("GET a:80 HTTP/1.1", "Host: a"), 400},
@@ -408,6 +409,14 @@ func TestRequestAccepted(t *testing.T) {
 		}
 		mustParseRequest(t, head("GET http://a?x HTTP/1.1", "Host: a"))
 		mustParseRequest(t, head("GET http://[2001:db8::1]:80 HTTP/1.0"))
+	})
+	t.Run("odd but harmless targets", func(t *testing.T) {
+		for _, target := range []string{"/a?off=10%", "/a?q=%zz", "/a|b{c}\"d\"", "/a?b?c", "/%2F%00"} {
+			r, buf := mustParseRequest(t, head("GET "+target+" HTTP/1.1", "Host: a"))
+			if string(r.Target.Bytes(buf)) != target {
+				t.Errorf("target %q, want %q", r.Target.Bytes(buf), target)
+			}
+		}
 	})
 	t.Run("OPTIONS *", func(t *testing.T) {
 		mustParseRequest(t, head("OPTIONS * HTTP/1.1", "Host: a"))
