@@ -91,3 +91,25 @@ func TestValidAuthority(t *testing.T) {
 		}
 	}
 }
+
+func TestEqualFold(t *testing.T) {
+	for _, tc := range []struct {
+		b, s string
+		want bool
+	}{
+		{"Content-Length", "content-length", true},
+		{"CHUNKED", "chunked", true},
+		{"chunked", "chunked ", false},
+		{"[", "{", false}, // 0x5B and 0x7B differ by the case bit but are not letters
+		{"@", "`", false},
+		{"\xc9", "\xe9", false}, // not ASCII letters
+		{"", "", true},
+	} {
+		if got := EqualFold([]byte(tc.b), tc.s); got != tc.want {
+			t.Errorf("EqualFold(%q, %q) = %v", tc.b, tc.s, got)
+		}
+		if got := equalFoldBytes([]byte(tc.b), []byte(tc.s)); got != tc.want {
+			t.Errorf("equalFoldBytes(%q, %q) = %v", tc.b, tc.s, got)
+		}
+	}
+}
