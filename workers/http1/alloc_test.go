@@ -1,6 +1,8 @@
 package http1
 
 import (
+	"bufio"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -158,5 +160,20 @@ func BenchmarkCleanPath(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		dst = CleanPath(dst[:0], target)
+	}
+}
+
+// BenchmarkNetHTTPReadRequest is the yardstick: net/http parsing the same
+// request as BenchmarkParseRequest.
+func BenchmarkNetHTTPReadRequest(b *testing.B) {
+	b.ReportAllocs()
+	sr := strings.NewReader(browserGET)
+	br := bufio.NewReader(sr)
+	for b.Loop() {
+		sr.Reset(browserGET)
+		br.Reset(sr)
+		if _, err := http.ReadRequest(br); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

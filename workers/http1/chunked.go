@@ -292,6 +292,13 @@ func scanTrailer(src []byte) (tlen, end int, err error) {
 			}
 			return 0, 0, errTrailerField
 		}
+		// A framing or connection field has no business in a trailer
+		// (RFC 9110 §6.5.1), and a backend that merges trailers into the
+		// header section could be steered by one; the trailer is
+		// forwarded as is, so refuse it here.
+		if classify(f.Name.Bytes(src)) != kindOther {
+			return 0, 0, errTrailerField
+		}
 		pos = lf + 1
 	}
 }

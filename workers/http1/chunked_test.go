@@ -78,6 +78,10 @@ func TestChunkedRejections(t *testing.T) {
 		{"trailer space before colon", "0\r\nX : a\r\n\r\n"},
 		{"trailer bare CR", "0\r\nX: a\rb\r\n\r\n"},
 		{"trailer NUL", "0\r\nX: \x00\r\n\r\n"},
+		{"trailer Content-Length", "0\r\nContent-Length: 5\r\n\r\n"},
+		{"trailer Transfer-Encoding", "0\r\ntransfer-encoding: chunked\r\n\r\n"},
+		{"trailer Host", "0\r\nX: y\r\nHost: evil\r\n\r\n"},
+		{"trailer Connection", "0\r\nConnection: close\r\n\r\n"},
 		{"trailer too large", "0\r\nX: " + strings.Repeat("a", maxTrailer) + "\r\n\r\n"},
 		{"too much non-data", strings.Repeat("1;"+strings.Repeat("x", 100)+"\r\na\r\n", 200) + "0\r\n\r\n"},
 	}

@@ -24,7 +24,8 @@
 //     authority of an absolute-form target;
 //   - the request target must be of the form its method allows (origin,
 //     absolute, authority only for CONNECT, "*" only for OPTIONS), of
-//     visible ASCII with valid percent-encoding and no fragment;
+//     visible ASCII with valid percent-encoding in its path, no fragment
+//     and no backslash (which some servers read as '/');
 //   - chunk sizes are 1 to 15 hex digits and nothing else, chunk data must be
 //     followed by exactly CRLF, chunk extensions must be well formed.
 //

@@ -161,12 +161,18 @@ type headFacts struct {
 
 // analyzeFields checks the fields that frame the message or steer the
 // connection and marks as Hop every field a Connection header names.
-func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fieldKind, n int, minor uint8) (hf headFacts, code errCode) {
+// Host and Expect only mean something in a request; in a response they
+// are ordinary fields.
+func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fieldKind, n int, minor uint8, request bool) (hf headFacts, code errCode) {
 	var firstLength []byte // the first Content-Length value, to compare the others with
 	teFields, upgrades := 0, 0
 	for i := 0; i < n; i++ {
 		value := fields[i].Value.Bytes(buf)
-		switch kinds[i] {
+		kind := kinds[i]
+		if !request && (kind == kindHost || kind == kindExpect) {
+			kind = kindOther
+		}
+		switch kind {
 		case kindHost:
 			hf.hosts++
 			hf.host = fields[i].Value
@@ -174,25 +180,32 @@ func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fie
 				return hf, errBadHost
 			}
 		case kindContentLength:
-			code := forEachListElement(value, func(elem []byte) errCode {
+			// Unlike other lists, no element may be empty: a field
+			// "Content-Length:" next to "Content-Length: 0" is one a
+			// peer may read as a second, differing length.
+			for rest := value; ; {
+				elem := rest
+				comma := bytes.IndexByte(rest, ',')
+				if comma >= 0 {
+					elem, rest = rest[:comma], rest[comma+1:]
+				}
+				s, e := trimOWS(elem, 0, len(elem))
+				elem = elem[s:e]
 				if firstLength == nil {
 					length, ok := parseContentLength(elem)
 					if !ok {
-						return errBadContentLength
+						return hf, errBadContentLength
 					}
 					firstLength, hf.contentLength, hf.hasLength = elem, length, true
-					return errNone
+				} else if !bytes.Equal(elem, firstLength) {
+					if _, ok := parseContentLength(elem); !ok {
+						return hf, errBadContentLength
+					}
+					return hf, errContentLengthMismatch
 				}
-				if !bytes.Equal(elem, firstLength) {
-					return errContentLengthMismatch
+				if comma < 0 {
+					break
 				}
-				return errNone
-			})
-			if code != errNone {
-				return hf, code
-			}
-			if firstLength == nil { // only empty elements
-				return hf, errBadContentLength
 			}
 		case kindTransferEncoding:
 			teFields++

@@ -26,6 +26,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxHeadBytes <= 0 {
 		l.MaxHeadBytes = DefaultMaxHeadBytes
 	}
+	// Spans are int32: no head may reach past what they can index.
+	l.MaxHeadBytes = min(l.MaxHeadBytes, 1<<31-1)
+	l.MaxRequestLine = min(l.MaxRequestLine, 1<<31-3)
 	return l
 }
 

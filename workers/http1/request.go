@@ -19,9 +19,9 @@ type Request struct {
 
 // Parse parses a request head from the start of buf into r (every field of
 // r is overwritten; r may be reused; entries of Fields past NFields are
-// stale). It returns ErrIncomplete when buf
-// does not hold the whole head yet and no limit is exceeded, or an *Error
-// whose Status is the answer to send before closing the connection.
+// stale). It returns ErrIncomplete when buf does not hold the whole head
+// yet and no limit is exceeded, or an *Error whose Status is the answer to
+// send before closing the connection.
 func (r *Request) Parse(buf []byte, lim Limits) error {
 	lim = lim.withDefaults()
 	r.reset()
@@ -54,7 +54,10 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 		case len(buf) >= lim.MaxHeadBytes:
 			return errHeadTooLarge
 		}
-		return errIncomplete
+		// Refuse what cannot become a request line now, not after 8 KiB
+		// or a timeout: a TLS handshake sent to a plain-text port, a
+		// bare CR.
+		return checkRequestLinePrefix(buf)
 	}
 	if code != errNone {
 		return code
@@ -75,7 +78,7 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 		return code
 	}
 	r.NFields, r.HeadLen = n, headLen
-	hf, code := analyzeFields(buf, &r.Fields, &kinds, n, r.Minor)
+	hf, code := analyzeFields(buf, &r.Fields, &kinds, n, r.Minor, true)
 	if code != errNone {
 		return code
 	}
@@ -120,6 +123,7 @@ func (r *Request) parseRequestLine(line []byte) errCode {
 	r.Method = Span{0, int32(i)}
 	start := i + 1
 	j := start
+	inQuery := false
 	for j < len(line) && line[j] != ' ' {
 		c := line[j]
 		if !isTargetChar[c] {
@@ -128,9 +132,13 @@ func (r *Request) parseRequestLine(line []byte) errCode {
 			}
 			return errBadTarget
 		}
-		if c == '%' && (j+2 >= len(line) || !isHex[line[j+1]] || !isHex[line[j+2]]) {
+		// A bad percent-encoding in the path is refused: it is what
+		// routes match, and decoders disagree on it. In the query it is
+		// passed on, as net/http and nginx do ("?off=10%" is common).
+		if c == '%' && !inQuery && (j+2 >= len(line) || !isHex[line[j+1]] || !isHex[line[j+2]]) {
 			return errBadPercent
 		}
+		inQuery = inQuery || c == '?'
 		j++
 	}
 	if j == start || j == len(line) {
@@ -233,4 +241,67 @@ func splitAbsoluteForm(target []byte) ([]byte, bool) {
 		end++
 	}
 	return rest[:end], true
+}
+
+// checkRequestLinePrefix returns errIncomplete when p, a request line
+// whose CRLF has not arrived, may still become a valid one, and the error
+// it already has otherwise. It checks the shape only; parseRequestLine
+// checks the rest once the line is whole.
+func checkRequestLinePrefix(p []byte) errCode {
+	i := 0
+	for i < len(p) && isTchar[p[i]] {
+		i++
+	}
+	if i == len(p) {
+		return errIncomplete
+	}
+	switch {
+	case p[i] == '\r' && i > 0:
+		return errBareCR
+	case i == 0:
+		if p[0] == '\r' && len(p) == 1 {
+			return errIncomplete // "\r\n" at the start is reported once the LF is here
+		}
+		if p[0] == '\r' {
+			return errBareCR
+		}
+		return errBadMethod
+	case p[i] != ' ':
+		return errBadRequestLine
+	}
+	i++
+	for i < len(p) && p[i] != ' ' {
+		if !isTargetChar[p[i]] {
+			if p[i] == '\r' {
+				return errBareCR
+			}
+			return errBadTarget
+		}
+		i++
+	}
+	if i == len(p) {
+		return errIncomplete
+	}
+	// The version: "HTTP/" DIGIT "." DIGIT, then the CR of the CRLF.
+	const pattern = "HTTP/d.d\r"
+	version := p[i+1:]
+	if len(version) > len(pattern) {
+		return errBadVersion
+	}
+	for k, c := range version {
+		switch want := pattern[k]; want {
+		case 'd':
+			if c < '0' || c > '9' {
+				return errBadVersion
+			}
+		default:
+			if c != want {
+				if c == '\r' {
+					return errBareCR
+				}
+				return errBadVersion
+			}
+		}
+	}
+	return errIncomplete
 }

@@ -60,6 +60,9 @@ var requestRejections = []requestCase{
 	{"CL space inside", head("POST / HTTP/1.1", "Host: a", "Content-Length: 1 0"), 400},
 	{"CL empty", head("POST / HTTP/1.1", "Host: a", "Content-Length: "), 400},
 	{"CL only commas", head("POST / HTTP/1.1", "Host: a", "Content-Length: ,"), 400},
+	{"CL empty next to a value", head("POST / HTTP/1.0", "Content-Length: 0", "Content-Length:"), 400},
+	{"CL trailing comma", head("POST / HTTP/1.1", "Host: a", "Content-Length: 5,"), 400},
+	{"CL empty element", head("POST / HTTP/1.1", "Host: a", "Content-Length: 5, ,5"), 400},
 	{"CL overflow", head("POST / HTTP/1.1", "Host: a", "Content-Length: 9223372036854775808"), 400},
 	{"CL far overflow", head("POST / HTTP/1.1", "Host: a", "Content-Length: 99999999999999999999999"), 400},
 	// line endings and folding
@@ -125,6 +128,7 @@ var requestRejections = []requestCase{
 	{"backslash in target", head("GET /a\\..\\admin HTTP/1.1", "Host: a"), 400},
 	{"bad percent-encoding", head("GET /%zz HTTP/1.1", "Host: a"), 400},
 	{"truncated percent-encoding", head("GET /a% HTTP/1.1", "Host: a"), 400},
+	{"bad percent-encoding before the query", head("GET /%2?%41 HTTP/1.1", "Host: a"), 400},
 	{"relative target", head("GET a/b HTTP/1.1", "Host: a"), 400},
 	{"asterisk for GET", head("GET * HTTP/1.1", "Host: a"), 400},
 	{"authority-form for GET", head("GET a:80 HTTP/1.1", "Host: a"), 400},
@@ -154,6 +158,35 @@ func TestRequestRejections(t *testing.T) {
 				t.Errorf("a rejected head left HeadLen %d NFields %d; the request must be zeroed", r.HeadLen, r.NFields)
 			}
 		})
+	}
+}
+
+// TestRequestEarlyRejection: a request line that can no longer become
+// valid is refused before its CRLF arrives.
+func TestRequestEarlyRejection(t *testing.T) {
+	for _, tc := range []requestCase{
+		{"TLS handshake", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400},
+		{"NUL first", "\x00GET", 400},
+		{"tab after method", "GET\t/", 400},
+		{"bare CR in target", "GET /a\rb", 400},
+		{"bare CR after method", "GET\rx", 400},
+		{"bare CR first", "\rGET", 400},
+		{"control in target", "GET /\x01", 400},
+		{"bad version", "GET / HTTX", 400},
+		{"space after version", "GET / HTTP/1.1 ", 400},
+		{"CR then garbage after version", "GET / HTTP/1.1\rX", 400},
+		// and what may still become a request waits
+		{"method only", "OPTIONS", -1},
+		{"up to version", "GET /a?b HTTP/1.", -1},
+		{"up to CR", "GET / HTTP/1.1\r", -1},
+		{"another major, not yet known", "GET / HTTP/2.0", -1},
+		{"a lone CR", "\r", -1},
+		{"empty", "", -1},
+	} {
+		var r Request
+		if got := statusOf(t, r.Parse([]byte(tc.in), Limits{})); got != tc.status {
+			t.Errorf("%s: Parse(%q) status %d, want %d", tc.name, tc.in, got, tc.status)
+		}
 	}
 }
 
@@ -376,6 +409,14 @@ func TestRequestAccepted(t *testing.T) {
 		}
 		mustParseRequest(t, head("GET http://a?x HTTP/1.1", "Host: a"))
 		mustParseRequest(t, head("GET http://[2001:db8::1]:80 HTTP/1.0"))
+	})
+	t.Run("odd but harmless targets", func(t *testing.T) {
+		for _, target := range []string{"/a?off=10%", "/a?q=%zz", "/a|b{c}\"d\"", "/a?b?c", "/%2F%00"} {
+			r, buf := mustParseRequest(t, head("GET "+target+" HTTP/1.1", "Host: a"))
+			if string(r.Target.Bytes(buf)) != target {
+				t.Errorf("target %q, want %q", r.Target.Bytes(buf), target)
+			}
+		}
 	})
 	t.Run("OPTIONS *", func(t *testing.T) {
 		mustParseRequest(t, head("OPTIONS * HTTP/1.1", "Host: a"))

@@ -56,7 +56,7 @@ func (r *Response) parse(buf []byte, lim Limits, reqMethod []byte) errCode {
 		return code
 	}
 	r.NFields, r.HeadLen = n, headLen
-	hf, code := analyzeFields(buf, &r.Fields, &kinds, n, r.Minor)
+	hf, code := analyzeFields(buf, &r.Fields, &kinds, n, r.Minor, false)
 	if code != errNone {
 		return code
 	}

@@ -85,6 +85,7 @@ func TestResponseFraming(t *testing.T) {
 		{"no reason", "GET", head("HTTP/1.1 404", "Content-Length: 0"), FramingLength, 0, false, 1, 404, "", 1, nil},
 		{"empty reason", "GET", head("HTTP/1.1 404 ", "Content-Length: 0"), FramingLength, 0, false, 1, 404, "", 1, nil},
 		{"reason with obs-text and spaces", "GET", head("HTTP/1.1 500 Erreur  interne \xe9", "Content-Length: 0"), FramingLength, 0, false, 1, 500, "Erreur  interne \xe9", 1, nil},
+		{"Host is an ordinary field in a response", "GET", head("HTTP/1.1 200 OK", "Host: not/an authority", "Host: twice", "Content-Length: 0"), FramingLength, 0, false, 1, 200, "OK", 3, nil},
 		{"identical lengths", "GET", head("HTTP/1.1 200 OK", "Content-Length: 4", "content-length: 4"), FramingLength, 4, false, 1, 200, "OK", 2, nil},
 	}
 	for _, tc := range cases {
