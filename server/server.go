@@ -21,7 +21,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/shm"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/workers"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/hotrestart/supervisor"
 	"github.com/hotproxy/hotproxy/server"
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // superviseCmd runs `hotproxy supervise`.
