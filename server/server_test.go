@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
-	"github.com/hotproxy/hotproxy/server/config"
 )
 
 // startServer builds and runs a generation on free loopback ports and

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/shm"
 	"github.com/hotproxy/hotproxy/stats"
 )

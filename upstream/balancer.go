@@ -4,7 +4,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // balancer chooses an endpoint, by index, for each connection or request of

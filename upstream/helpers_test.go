@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // backend is a real HTTP server on loopback that answers with its name and
@@ -70,11 +70,10 @@ func newWorkerCluster(tb testing.TB, spec config.Cluster, w int) *WorkerCluster 
 	if spec.Name == "" {
 		spec.Name = "backend"
 	}
-	if spec.MaxIdlePerEndpoint == 0 {
-		// As config fills it in; NewCluster takes 0 as "keep none".
-		spec.MaxIdlePerEndpoint = config.DefaultMaxIdlePerEndpoint
-	}
-	c, err := NewCluster(spec)
+	// As config.Load leaves it: NewCluster takes every value as given.
+	cfg := config.Config{Clusters: []config.Cluster{spec}}
+	cfg.SetDefaults()
+	c, err := NewCluster(cfg.Clusters[0])
 	if err != nil {
 		tb.Fatalf("NewCluster: %v", err)
 	}

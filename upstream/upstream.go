@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // ErrNoEndpoint: the cluster has no endpoint that can take the request.
@@ -56,9 +56,8 @@ type Cluster struct {
 	Name      string
 	Endpoints []Endpoint
 
-	// Settings from the spec with defaults applied. A Cluster written as a
-	// literal (tests of other packages do) leaves them zero; ForWorker
-	// treats zero as the default again.
+	// Settings from the validated spec, as given. A Cluster written as a
+	// literal (tests) has them zero: no connect timeout, no pooling.
 	policy         string
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
@@ -94,16 +93,8 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster %q: unknown lb_policy %q (valid: %s, %s, %s)",
 			spec.Name, spec.LBPolicy, config.LBRoundRobin, config.LBLeastRequest, config.LBRandom)
 	}
-	if c.connectTimeout < 0 {
-		return nil, fmt.Errorf("cluster %q: connect_timeout %s is negative", spec.Name, c.connectTimeout)
-	}
-	if c.idleTimeout < 0 {
-		return nil, fmt.Errorf("cluster %q: idle_timeout %s is negative", spec.Name, c.idleTimeout)
-	}
-	if c.maxIdle < 0 {
-		return nil, fmt.Errorf("cluster %q: max_idle_per_endpoint %d is negative", spec.Name, c.maxIdle)
-	}
-	c.applyDefaults()
+	// Timeouts and pool sizes are taken as config.Load leaves them:
+	// defaults filled in and ranges checked there, and nowhere else.
 
 	if len(spec.Endpoints) == 0 {
 		return nil, fmt.Errorf("cluster %q: no endpoints (list at least one \"host:port\" in endpoints)", spec.Name)
@@ -117,18 +108,6 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		c.Endpoints = append(c.Endpoints, Endpoint{Address: addr})
 	}
 	return c, nil
-}
-
-func (c *Cluster) applyDefaults() {
-	if c.policy == "" {
-		c.policy = config.LBRoundRobin
-	}
-	if c.connectTimeout == 0 {
-		c.connectTimeout = config.DefaultConnectTimeout
-	}
-	if c.idleTimeout == 0 {
-		c.idleTimeout = config.DefaultUpstreamIdle
-	}
 }
 
 // resolveEndpoint turns "host:port" into "ip:port". Names are resolved once,
@@ -173,7 +152,6 @@ func resolveEndpoint(ep string) (string, error) {
 // call returns a new view with its own balancer state and pool.
 func (c *Cluster) ForWorker(w int) *WorkerCluster {
 	s := *c
-	s.applyDefaults()
 	wc := &WorkerCluster{
 		name:    c.Name,
 		addrs:   make([]string, len(c.Endpoints)),

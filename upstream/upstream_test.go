@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 func TestNewClusterErrors(t *testing.T) {
@@ -34,8 +34,6 @@ func TestNewClusterErrors(t *testing.T) {
 			[]string{`endpoint ":80"`, "missing host"}},
 		{"unknown policy", config.Cluster{Name: "backend", LBPolicy: "fastest", Endpoints: []string{"127.0.0.1:80"}},
 			[]string{`cluster "backend"`, `unknown lb_policy "fastest"`, "round_robin", "least_request", "random"}},
-		{"negative connect timeout", config.Cluster{Name: "backend", ConnectTimeout: -1, Endpoints: []string{"127.0.0.1:80"}},
-			[]string{`cluster "backend"`, "connect_timeout"}},
 		{"unresolvable", config.Cluster{Name: "backend", Endpoints: []string{"127.0.0.1:80", "nosuch.onion:80"}},
 			[]string{`cluster "backend": endpoint "nosuch.onion:80": cannot resolve host "nosuch.onion": `}},
 	}
@@ -76,11 +74,11 @@ func TestNewClusterDefaultsAndResolution(t *testing.T) {
 			t.Errorf("endpoint %d: %q, want %q", i, c.Endpoints[i].Address, want[i].Address)
 		}
 	}
-	// max_idle_per_endpoint is taken as given: config fills in its
-	// default, and 0 means "keep none".
-	if c.policy != config.LBRoundRobin || c.connectTimeout != config.DefaultConnectTimeout ||
-		c.idleTimeout != config.DefaultUpstreamIdle || c.maxIdle != 0 {
-		t.Errorf("defaults not applied: policy %q connect %v idle %v maxIdle %d",
+	// Every value is taken as given: config fills in the defaults (one
+	// home for them), and 0 means what it says.
+	if c.policy != config.LBRoundRobin || c.connectTimeout != 0 ||
+		c.idleTimeout != 0 || c.maxIdle != 0 {
+		t.Errorf("values not taken as given: policy %q connect %v idle %v maxIdle %d",
 			c.policy, c.connectTimeout, c.idleTimeout, c.maxIdle)
 	}
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
-	"github.com/hotproxy/hotproxy/server/config"
 )
 
 // The descriptor reserve: what the derived server-wide bound leaves of the

@@ -169,6 +169,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	cfg.Listeners = append(cfg.Listeners, tcfg.Listeners...)
 	cfg.Clusters = append(cfg.Clusters, cluster("backend2", tcpBe))
 	cfg.Listeners[1].Cluster = "backend2"
+	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{}, 2)
 	if err != nil {
 		t.Fatal(err)

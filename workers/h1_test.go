@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // captureBackend is a raw HTTP/1.1 backend that records every byte it

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // echoHeaders answers with the request's headers, one "Name: value" a line,

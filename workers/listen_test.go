@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 func requireLinux(tb testing.TB) {
@@ -101,6 +101,7 @@ func TestInheritedSockets(t *testing.T) {
 			// The second generation: same listener, new body.
 			cfg2 := directConfig("second")
 			cfg2.Server.ReusePort = boolp(reuse)
+			cfg2.SetDefaults()
 			snap, err := BuildSnapshotN(cfg2, Identity{}, 2)
 			if err != nil {
 				t.Fatal(err)
@@ -206,6 +207,7 @@ func TestBindErrors(t *testing.T) {
 }
 
 func newManagerErr(cfg *config.Config) (*Manager, error) {
+	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{}, 2)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -154,9 +154,6 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 	}
 	switch l.Protocol {
 	case config.ProtocolTCP:
-		if ls.idleTimeout <= 0 {
-			ls.idleTimeout = config.DefaultTCPIdleTimeout
-		}
 		if l.Cluster == "" {
 			return nil, fmt.Errorf("protocol %q needs a cluster", l.Protocol)
 		}
@@ -168,12 +165,6 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 		}
 		ls.cluster = l.Cluster
 	case config.ProtocolHTTP:
-		if ls.idleTimeout <= 0 {
-			ls.idleTimeout = config.DefaultHTTPIdleTimeout
-		}
-		if ls.requestTimeout <= 0 {
-			ls.requestTimeout = config.DefaultRequestTimeout
-		}
 		for j := range l.Routes {
 			r, err := s.compileRoute(j, &l.Routes[j], rep)
 			if err != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 func direct(body string) *config.DirectResponse {
@@ -23,6 +23,7 @@ func TestRouteMatch(t *testing.T) {
 		{Prefix: "/static/late", DirectResponse: direct("6")}, // shadowed by 4
 	}
 	cfg := &config.Config{Listeners: []config.Listener{httpListener("web", routes...)}}
+	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +115,7 @@ func TestBuildSnapshotErrors(t *testing.T) {
 		}, `cluster "backend": defined twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.SetDefaults()
 			_, err := BuildSnapshotN(&tc.cfg, Identity{}, 1)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
@@ -131,6 +133,7 @@ func TestBuildSnapshotConcurrency(t *testing.T) {
 		Server:   config.Server{Concurrency: 3},
 		Clusters: []config.Cluster{cluster("b", "127.0.0.1:1")},
 	}
+	cfg.SetDefaults()
 	snap, err := BuildSnapshot(cfg, Identity{})
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +153,7 @@ func TestDirectResponse(t *testing.T) {
 		config.Route{Path: "/json", DirectResponse: &config.DirectResponse{
 			Status: 503, Body: `{"ok":false}`, ContentType: "application/json"}},
 	)}}
+	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{Version: "1.2.3", Epoch: 7, PID: 4242, Hostname: "box"}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +190,7 @@ func TestDirectResponse(t *testing.T) {
 	// Publish: new requests see the new snapshot.
 	cfg2 := &config.Config{Listeners: []config.Listener{httpListener("web",
 		config.Route{Path: "/id", DirectResponse: &config.DirectResponse{Status: 200, Body: "second %EPOCH%"}})}}
+	cfg2.SetDefaults()
 	snap2, err := BuildSnapshotN(cfg2, Identity{Epoch: 8}, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,7 @@ func TestStatsStoreLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := directConfig("x")
+	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{}, 2)
 	if err != nil {
 		t.Fatal(err)

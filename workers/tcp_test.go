@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 func tcpConfig(backend string, idle time.Duration) *config.Config {

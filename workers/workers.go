@@ -17,7 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 )

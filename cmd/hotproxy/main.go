@@ -13,10 +13,10 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server"
-	"github.com/hotproxy/hotproxy/server/config"
 	"github.com/hotproxy/hotproxy/shm"
 	"github.com/hotproxy/hotproxy/workers"
 )

@@ -9,9 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart/supervisor"
 	"github.com/hotproxy/hotproxy/server"
-	"github.com/hotproxy/hotproxy/server/config"
 )
 
 // superviseCmd runs `hotproxy supervise`.

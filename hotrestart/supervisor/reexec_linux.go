@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/version"
-	"github.com/hotproxy/hotproxy/server/config"
 )
 
 // stateVersion is the layout of savedState; a new image refuses another.

@@ -15,9 +15,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
-	"github.com/hotproxy/hotproxy/server/config"
 )
 
 // generation is one child. Owned by the loop goroutine.

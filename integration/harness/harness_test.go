@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}

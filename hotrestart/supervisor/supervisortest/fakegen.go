@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hotproxy/hotproxy/server/config"
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // Environment variables that steer a fake generation.

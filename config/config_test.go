@@ -53,7 +53,7 @@ name = "pg"
 endpoints = ["127.0.0.1:5432"]
 `
 
-const examplePath = "../../examples/hotproxy.toml"
+const examplePath = "../examples/hotproxy.toml"
 
 func mustParse(tb testing.TB, data, source string) *Config {
 	tb.Helper()
