@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# Pieces shared by the benchmark scripts (scripts/bench.sh,
+# scripts/bench-peers.sh). Sourced, not run.
+
+# bench_install COMMAND:PACKAGE...: installs with apt-get each package
+# whose command is missing, running apt-get update once first. Nothing is
+# installed any other way.
+bench_install() {
+	local want=() pair
+	for pair in "$@"; do
+		command -v "${pair%%:*}" >/dev/null || want+=("${pair##*:}")
+	done
+	[ "${#want[@]}" -gt 0 ] || return 0
+	echo "installing ${want[*]} with apt-get" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null
+}
+
+# bench_wait_http URL [TRIES]: waits until URL answers 2xx, polling every
+# 50ms at most TRIES times (default 200, i.e. 10s). Fails if it never does.
+bench_wait_http() {
+	local url=$1 tries=${2:-200} i
+	for ((i = 0; i < tries; i++)); do
+		curl -fs -o /dev/null --max-time 1 "$url" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# bench_wait_tcp PORT [TRIES]: waits until 127.0.0.1:PORT accepts a
+# connection, polling every 50ms at most TRIES times (default 200).
+bench_wait_tcp() {
+	local port=$1 tries=${2:-200} i
+	for ((i = 0; i < tries; i++)); do
+		# The connection is closed at once: the subshell exits.
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# bench_port_free PORT: succeeds if nothing listens on 127.0.0.1:PORT.
+bench_port_free() {
+	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
