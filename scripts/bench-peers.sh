@@ -283,28 +283,6 @@ alive() {
 	kill -0 "${proxy_pid[$1]}" 2>/dev/null || die "$1 (pid ${proxy_pid[$1]}) has exited; its log: $(tail -5 "$work/$1.log")"
 }
 
-# tree_pids PID: PID and all its descendants, one a line.
-tree_pids() {
-	local pid=$1 children child
-	echo "$pid"
-	children=$(cat /proc/"$pid"/task/*/children 2>/dev/null || true)
-	for child in $children; do tree_pids "$child"; done
-}
-
-# tree_ticks PID: CPU time of PID's whole tree in clock ticks: utime +
-# stime of each process, plus cutime + cstime of children it has reaped.
-tree_ticks() {
-	local total=0 pid line fields
-	for pid in $(tree_pids "$1"); do
-		line=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
-		# Fields after "(comm) ", which may hold spaces: state is
-		# fields[0], so field N of proc(5) is fields[N-3].
-		read -ra fields <<<"${line##*) }"
-		total=$((total + fields[11] + fields[12] + fields[13] + fields[14]))
-	done
-	echo "$total"
-}
-
 start backend 1 "$work/benchbackend" -addr "127.0.0.1:${backend_port}"
 start sink 1 "$work/tcpbulk" sink -addr "127.0.0.1:${sink_port}"
 bench_wait_http "http://127.0.0.1:${backend_port}/" || die "the backend did not start; its log: $(tail -5 "$work/backend.log")"
@@ -331,10 +309,10 @@ wrk_run() {
 	local proxy=$1 mode=$2 d=$3 before after args=()
 	[ "$mode" = close ] && args=(-H "Connection: close")
 	alive "$proxy"
-	before=$(tree_ticks "${proxy_pid[$proxy]}")
+	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
 	wrk_out=$(taskset -c 1 wrk -t 1 -c "$connections" -d "$d" --latency "${args[@]}" "http://127.0.0.1:${http_port[$proxy]}/") ||
 		die "wrk failed against $proxy ($mode): $wrk_out"
-	after=$(tree_ticks "${proxy_pid[$proxy]}")
+	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
 	wrk_ticks=$((after - before))
 	alive "$proxy"
 }
@@ -367,10 +345,10 @@ printf 'round\tproxy\tbytes\tseconds\tmib_per_s\tcpu_ticks\tcpu_s_per_gib\n' >"$
 tcp_run() {
 	local round=$1 proxy=$2 before after result ticks secs rate per_gib
 	alive "$proxy"
-	before=$(tree_ticks "${proxy_pid[$proxy]}")
+	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
 	result=$(taskset -c 1 "$work/tcpbulk" send -addr "127.0.0.1:${tcp_port[$proxy]}" -bytes "$tcp_bytes" 2>&1) ||
 		die "the TCP transfer through $proxy failed: $result"
-	after=$(tree_ticks "${proxy_pid[$proxy]}")
+	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
 	alive "$proxy"
 	ticks=$((after - before))
 	secs=$(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<<"$result")
@@ -404,7 +382,7 @@ printf 'proxy\tconns\tpss_before_kb\tpss_after_kb\trss_before_kb\trss_after_kb\t
 echo "memory: ${idle_conns} idle keep-alive connections per proxy"
 for proxy in "${proxies[@]}"; do
 	alive "$proxy"
-	pids=$(tree_pids "${proxy_pid[$proxy]}" | paste -sd, -)
+	pids=$(bench_tree_pids "${proxy_pid[$proxy]}" | paste -sd, -)
 	result=$(taskset -c 1 "$work/idleconns" -addr "127.0.0.1:${http_port[$proxy]}" -conns "$idle_conns" -pids "$pids" 2>&1) ||
 		die "measuring idle connections through $proxy failed: $result"
 	alive "$proxy"

@@ -43,3 +43,29 @@ bench_wait_tcp() {
 bench_port_free() {
 	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
+
+# bench_tree_pids PID: PID and all its descendants, one a line.
+bench_tree_pids() {
+	local child
+	echo "$1"
+	for child in $(cat /proc/"$1"/task/*/children 2>/dev/null || true); do
+		bench_tree_pids "$child"
+	done
+}
+
+# bench_tree_ticks PID: the CPU time of PID's whole process tree in clock
+# ticks (getconf CLK_TCK a second): utime + stime of each process (all its
+# threads, live and exited), plus cutime + cstime, the time of children it
+# has reaped, so that a worker that exits during a run still counts.
+bench_tree_ticks() {
+	local total=0 pid line fields
+	for pid in $(bench_tree_pids "$1"); do
+		line=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
+		# The fields after "(comm) ", which may itself hold spaces and
+		# parentheses: state is fields[0], so field N of proc(5) is
+		# fields[N-3]; utime is field 14.
+		read -ra fields <<<"${line##*) }"
+		total=$((total + fields[11] + fields[12] + fields[13] + fields[14]))
+	done
+	echo "$total"
+}

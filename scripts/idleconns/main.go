@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -109,7 +111,11 @@ func run(addr string, conns, parallel int, pids []int, settle, timeout time.Dura
 		}
 	}()
 	if failed > 0 {
-		return fmt.Errorf("%d of %d connections to %s failed (raise ulimit -n or the proxy's connection limit?); first: %w", failed, conns, addr, firstErr)
+		hint := ""
+		if errors.Is(firstErr, syscall.EMFILE) {
+			hint = " (raise ulimit -n)"
+		}
+		return fmt.Errorf("%d of %d connections to %s failed; the first: %w%s", failed, conns, addr, firstErr, hint)
 	}
 
 	time.Sleep(settle)
@@ -189,8 +195,11 @@ func readMemory(pids []int) (memory, error) {
 // /proc file laid out like "Key:   1234 kB".
 func procField(path, key string) (int64, error) {
 	data, err := os.ReadFile(path)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("reading the proxy's memory: %w (has it exited?)", err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the proxy's memory: %w", err)
 	}
 	for line := range strings.Lines(string(data)) {
 		rest, ok := strings.CutPrefix(line, key)
