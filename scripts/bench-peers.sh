@@ -117,7 +117,8 @@ go build -o "$work/" ./scripts/benchbackend ./scripts/idleconns ./scripts/tcpbul
 # nginx's TCP proxying is its stream module: built in, a dynamic module
 # (Debian's libnginx-mod-stream, installed here if missing), or absent.
 nginx_stream=none
-if nginx -V 2>&1 | grep -q -- '--with-stream=dynamic'; then
+nginx_build=$(nginx -V 2>&1)
+if [[ $nginx_build == *--with-stream=dynamic* ]]; then
 	stream_module=/usr/lib/nginx/modules/ngx_stream_module.so
 	if [ ! -f "$stream_module" ]; then
 		echo "installing libnginx-mod-stream with apt-get" >&2
@@ -125,7 +126,7 @@ if nginx -V 2>&1 | grep -q -- '--with-stream=dynamic'; then
 			echo "bench-peers: libnginx-mod-stream did not install; nginx is left out of the TCP test" >&2
 	fi
 	[ -f "$stream_module" ] && nginx_stream=dynamic
-elif nginx -V 2>&1 | grep -qE -- '--with-stream( |$)'; then
+elif [[ $nginx_build =~ --with-stream( |$) ]]; then
 	nginx_stream=static
 fi
 
@@ -256,7 +257,7 @@ HAPROXY
 # --- processes ------------------------------------------------------------
 
 # start LOGNAME CPU COMMAND...: runs COMMAND pinned to CPU in the
-# background; its pid is in $last_pid (taskset execs, so it is the
+# background; its pid is in $last_pid (taskset and env exec, so it is the
 # command's own pid).
 start() {
 	local name=$1 cpu=$2
@@ -269,7 +270,7 @@ start() {
 declare -A proxy_pid
 start_proxy() {
 	case $1 in
-	hotproxy) GOMAXPROCS=1 start hotproxy 0 "$hotproxy" serve -c "$work/hotproxy.toml" --base-id "$base_id" ;;
+	hotproxy) start hotproxy 0 env GOMAXPROCS=1 "$hotproxy" serve -c "$work/hotproxy.toml" --base-id "$base_id" ;;
 	nginx) start nginx 0 nginx -p "$work/nginx/" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" ;;
 	haproxy) start haproxy 0 haproxy -db -f "$work/haproxy.cfg" ;;
 	esac
@@ -288,6 +289,18 @@ start sink 1 "$work/tcpbulk" sink -addr "127.0.0.1:${sink_port}"
 bench_wait_http "http://127.0.0.1:${backend_port}/" || die "the backend did not start; its log: $(tail -5 "$work/backend.log")"
 bench_wait_tcp "$sink_port" || die "the TCP sink did not start; its log: $(tail -5 "$work/sink.log")"
 for proxy in "${proxies[@]}"; do start_proxy "$proxy"; done
+
+# Check the pinning rather than trust it: every process of each proxy's
+# tree on CPU 0 only, and hotproxy with one P.
+pinning=""
+for proxy in "${proxies[@]}"; do
+	for pid in $(bench_tree_pids "${proxy_pid[$proxy]}"); do
+		cpus=$(taskset -pc "$pid" | sed 's/.*: //')
+		[ "$cpus" = 0 ] || die "$proxy's pid $pid may run on CPUs $cpus, not only CPU 0"
+		pinning+="$proxy $pid, "
+	done
+done
+tr '\0' '\n' <"/proc/${proxy_pid[hotproxy]}/environ" | grep -x GOMAXPROCS=1 >/dev/null || die "hotproxy runs without GOMAXPROCS=1"
 
 # --- measurements ---------------------------------------------------------
 
@@ -366,6 +379,7 @@ tcp_proxies=(hotproxy haproxy)
 	echo "hotproxy: $("$hotproxy" version 2>&1 | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 	echo "nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'); haproxy: $(haproxy -v 2>&1 | head -1)"
 	echo "wrk: -t1 -c${connections} -d${duration} --latency; rounds: ${rounds}; idle connections: ${idle_conns}; TCP: ${tcp_bytes} bytes"
+	echo "on CPU 0 only: ${pinning%, } (hotproxy with GOMAXPROCS=1)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/environment.txt"
 [ "$nginx_stream" = none ] && echo "nginx has no stream module here: it is left out of the TCP test" | tee -a "$out/environment.txt"
