@@ -78,7 +78,7 @@ done
 
 work=$(mktemp -d /tmp/bench-peers-work.XXXXXX)
 out=${OUT:-$(mktemp -d /tmp/bench-peers.XXXXXX)}
-mkdir -p "$out"
+mkdir -p "$out/wrk"
 started=() # pids of every process this script started
 
 # stop_pid PID: SIGTERM, then SIGKILL if it is still there after 5s.
@@ -334,6 +334,7 @@ wrk_run() {
 http_run() {
 	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core
 	wrk_run "$proxy" "$mode" "$duration"
+	echo "$wrk_out" >"$out/wrk/$round-$proxy-$mode.txt"
 	rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$wrk_out")
 	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$wrk_out")")
 	requests=$(awk '/ requests in / {print $1}' <<<"$wrk_out")
