@@ -121,8 +121,7 @@ nginx_build=$(nginx -V 2>&1)
 if [[ $nginx_build == *--with-stream=dynamic* ]]; then
 	stream_module=/usr/lib/nginx/modules/ngx_stream_module.so
 	if [ ! -f "$stream_module" ]; then
-		echo "installing libnginx-mod-stream with apt-get" >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnginx-mod-stream >/dev/null 2>&1 ||
+		bench_apt_install libnginx-mod-stream ||
 			echo "bench-peers: libnginx-mod-stream did not install; nginx is left out of the TCP test" >&2
 	fi
 	[ -f "$stream_module" ] && nginx_stream=dynamic
@@ -416,7 +415,7 @@ for ((round = 1; round <= rounds; round++)); do
 		for proxy in "${order[@]}"; do http_run "$round" "$proxy" "$mode"; done
 	done
 	for proxy in "${order[@]}"; do
-		[[ " ${tcp_proxies[*]} " == *" $proxy "* ]] && tcp_run "$round" "$proxy"
+		if [[ " ${tcp_proxies[*]} " == *" $proxy "* ]]; then tcp_run "$round" "$proxy"; fi
 	done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/environment.txt"

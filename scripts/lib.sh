@@ -3,17 +3,25 @@
 # scripts/bench-peers.sh). Sourced, not run.
 
 # bench_install COMMAND:PACKAGE...: installs with apt-get each package
-# whose command is missing, running apt-get update once first. Nothing is
-# installed any other way.
+# whose command is missing. Nothing is installed any other way.
 bench_install() {
 	local want=() pair
 	for pair in "$@"; do
 		command -v "${pair%%:*}" >/dev/null || want+=("${pair##*:}")
 	done
-	[ "${#want[@]}" -gt 0 ] || return 0
-	echo "installing ${want[*]} with apt-get" >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null
+	[ "${#want[@]}" -eq 0 ] || bench_apt_install "${want[@]}"
+}
+
+# bench_apt_install PACKAGE...: apt-get install, running apt-get update
+# first, once per run of the script.
+bench_apt_updated=0
+bench_apt_install() {
+	echo "installing $* with apt-get" >&2
+	if [ "$bench_apt_updated" = 0 ]; then
+		apt-get update -qq
+		bench_apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 # bench_wait_http URL [TRIES]: waits until URL answers 2xx, polling every
