@@ -16,10 +16,10 @@ backend_port=${BACKEND_PORT:-19000}
 proxy_port=${PROXY_PORT:-19080}
 admin_port=${ADMIN_PORT:-19901}
 
-if ! command -v wrk >/dev/null; then
-	echo "bench: installing wrk"
-	apt-get update -qq && apt-get install -y -qq wrk >/dev/null
-fi
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+bench_install wrk:wrk
 if [ "$(nproc)" -lt 2 ]; then
 	echo "bench: needs 2 CPUs to pin the load generator away from the proxy" >&2
 	exit 1
@@ -62,18 +62,14 @@ max_idle_per_endpoint = 256
 TOML
 
 taskset -c 0 "$work/benchbackend" -addr "127.0.0.1:${backend_port}" & pids+=($!)
-taskset -c 0 "$work/hotproxy" serve -c "$work/bench.toml" & pids+=($!)
+# Its own base-id, so its restart socket (@hotproxy.<base-id>.0) is not that
+# of another hotproxy on this machine, which would refuse to start it.
+taskset -c 0 "$work/hotproxy" serve -c "$work/bench.toml" --base-id $((20000 + $$ % 10000)) & pids+=($!)
 
-ready=0
-for _ in $(seq 1 200); do
-	if curl -fs "http://127.0.0.1:${admin_port}/ready" >/dev/null 2>&1 &&
-		curl -fs "http://127.0.0.1:${backend_port}/" >/dev/null 2>&1; then
-		ready=1
-		break
-	fi
-	sleep 0.05
-done
-[ "$ready" = 1 ] || { echo "bench: hotproxy or the backend did not become ready" >&2; exit 1; }
+if ! bench_wait_http "http://127.0.0.1:${admin_port}/ready" || ! bench_wait_http "http://127.0.0.1:${backend_port}/"; then
+	echo "bench: hotproxy or the backend did not become ready" >&2
+	exit 1
+fi
 
 # run NAME URL [wrk args...]: prints one result line.
 run() {

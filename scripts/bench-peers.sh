@@ -1,0 +1,518 @@
+#!/usr/bin/env bash
+# Measures hotproxy side by side with nginx and HAProxy, each configured as
+# an equivalent reverse proxy with one worker and upstream keep-alive, so
+# that the data path can be compared honestly (issue 10; docs/benchmarks.md).
+#
+# Per proxy and mode (keep-alive, and a new connection per request):
+# req/s and p99 from wrk, and the CPU time of the proxy's whole process tree
+# per request completed. Then the resident memory each idle keep-alive
+# connection costs, and the CPU seconds per GiB through a TCP (L4) listener.
+# Rounds are interleaved, the proxies in rotating order, and the medians
+# are compared with the better of nginx and HAProxy.
+#
+# Pinning: each proxy on CPU 0 (GOMAXPROCS=1 for hotproxy); wrk, the
+# backend and the other load tools on CPU 1. Everything on 127.0.0.1.
+#
+#   scripts/bench-peers.sh
+#
+# Environment (defaults in brackets):
+#   ROUNDS [3]  DURATION [10s]  WARMUP [2s]  CONNECTIONS [64]
+#   IDLE_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
+#   HOTPROXY [bin/hotproxy, built with `make build`]
+#   OUT [a new /tmp/bench-peers.XXXXXX]: where the raw numbers and the
+#       summary go; it is kept
+#   KEEP [0]: 1 keeps the work directory (configs, logs) too
+#
+# Needs 2 CPUs; installs wrk, nginx and haproxy with apt-get if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+rounds=${ROUNDS:-3}
+duration=${DURATION:-10s}
+warmup=${WARMUP:-2s}
+connections=${CONNECTIONS:-64}
+idle_conns=${IDLE_CONNS:-4000}
+tcp_bytes=${TCP_BYTES:-1073741824}
+port_base=${PORT_BASE:-19100}
+
+die() {
+	echo "bench-peers: $*" >&2
+	exit 1
+}
+
+for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base"; do
+	[[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*}=${pair#*:}: want a positive whole number"
+done
+[ "$rounds" -le 100 ] || die "ROUNDS=$rounds: at most 100"
+[ "$port_base" -le 65000 ] || die "PORT_BASE=$port_base: at most 65000 (the script uses PORT_BASE to PORT_BASE+31)"
+for pair in "DURATION:$duration" "WARMUP:$warmup"; do
+	[[ ${pair#*:} =~ ^[1-9][0-9]*[smh]$ ]] || die "${pair%%:*}=${pair#*:}: write it like wrk does, e.g. 10s or 1m"
+done
+[ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the proxy on CPU 0, the load on CPU 1"
+
+# Every proxy has to hold IDLE_CONNS client connections and their
+# upstream ones; raise the open-file limit, which the processes started
+# below inherit.
+nofile=$(ulimit -Hn)
+[ "$nofile" = unlimited ] && nofile=65536
+[ "$nofile" -gt 65536 ] && nofile=65536
+ulimit -n "$nofile"
+[ "$nofile" -ge $((idle_conns + 1024)) ] ||
+	die "the open-file limit is $nofile, too low for IDLE_CONNS=$idle_conns (raise the hard limit, or lower IDLE_CONNS)"
+
+bench_install wrk:wrk nginx:nginx haproxy:haproxy curl:curl
+
+clk_tck=$(getconf CLK_TCK)
+
+proxies=(hotproxy nginx haproxy)
+declare -A http_port=([hotproxy]=$((port_base + 10)) [nginx]=$((port_base + 20)) [haproxy]=$((port_base + 30)))
+declare -A tcp_port=([hotproxy]=$((port_base + 11)) [nginx]=$((port_base + 21)) [haproxy]=$((port_base + 31)))
+backend_port=$port_base
+sink_port=$((port_base + 1))
+admin_port=$((port_base + 19))
+for port in "$backend_port" "$sink_port" "$admin_port" "${http_port[@]}" "${tcp_port[@]}"; do
+	bench_port_free "$port" || die "127.0.0.1:$port is already in use (another benchmark running? set PORT_BASE)"
+done
+
+work=$(mktemp -d /tmp/bench-peers-work.XXXXXX)
+out=${OUT:-$(mktemp -d /tmp/bench-peers.XXXXXX)}
+mkdir -p "$out/wrk"
+started=() # pids of every process this script started
+
+# stop_pid PID: SIGTERM, then SIGKILL if it is still there after 5s.
+stop_pid() {
+	local pid=$1 i
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+	local pid
+	for pid in "${started[@]}"; do stop_pid "$pid"; done
+	if [ "${KEEP:-0}" = 1 ]; then
+		echo "bench-peers: kept the work directory $work"
+	else
+		rm -rf "$work"
+	fi
+}
+trap cleanup EXIT
+
+# --- binaries -------------------------------------------------------------
+
+if [ -n "${HOTPROXY:-}" ]; then
+	hotproxy=$HOTPROXY
+	[ -x "$hotproxy" ] || die "HOTPROXY=$hotproxy is not an executable"
+else
+	make -s build
+	hotproxy=bin/hotproxy
+fi
+go build -o "$work/" ./scripts/benchbackend ./scripts/idleconns ./scripts/tcpbulk
+
+# nginx's TCP proxying is its stream module: built in, a dynamic module
+# (Debian's libnginx-mod-stream, installed here if missing), or absent.
+nginx_stream=none
+nginx_build=$(nginx -V 2>&1)
+if [[ $nginx_build == *--with-stream=dynamic* ]]; then
+	stream_module=/usr/lib/nginx/modules/ngx_stream_module.so
+	if [ ! -f "$stream_module" ]; then
+		bench_apt_install libnginx-mod-stream ||
+			echo "bench-peers: libnginx-mod-stream did not install; nginx is left out of the TCP test" >&2
+	fi
+	[ -f "$stream_module" ] && nginx_stream=dynamic
+elif [[ $nginx_build =~ --with-stream( |$) ]]; then
+	nginx_stream=static
+fi
+
+# --- configs --------------------------------------------------------------
+
+base_id=$((20000 + $$ % 10000)) # its own restart socket, apart from other hotproxies
+cat >"$work/hotproxy.toml" <<TOML
+[server]
+concurrency = 1
+[admin]
+address = "127.0.0.1:${admin_port}"
+[log]
+level = "warn"
+[stats]
+# Stats are on, as shipped; only the region lives in the work directory.
+path = "${work}/hotproxy.stats"
+[[listeners]]
+name = "http"
+address = "127.0.0.1:${http_port[hotproxy]}"
+protocol = "http"
+idle_timeout = "120s"
+  [[listeners.routes]]
+  prefix = "/"
+  cluster = "backend"
+[[listeners]]
+name = "tcp"
+address = "127.0.0.1:${tcp_port[hotproxy]}"
+protocol = "tcp"
+cluster = "sink"
+[[clusters]]
+name = "backend"
+endpoints = ["127.0.0.1:${backend_port}"]
+max_idle_per_endpoint = 64
+[[clusters]]
+name = "sink"
+endpoints = ["127.0.0.1:${sink_port}"]
+TOML
+
+# hotproxy adds X-Forwarded-For, -Proto, -Host and an X-Request-Id to every
+# request and cannot be told not to; the peers are told to do the same, so
+# that all three do the same work. keepalive_requests is raised because
+# hotproxy does not cap requests per connection (nginx closes after 1000).
+mkdir -p "$work/nginx"
+nginx_load_module=""
+[ "$nginx_stream" = dynamic ] && nginx_load_module="load_module ${stream_module};"
+nginx_stream_block=""
+if [ "$nginx_stream" != none ]; then
+	nginx_stream_block="stream {
+    upstream sink { server 127.0.0.1:${sink_port}; }
+    server {
+        listen 127.0.0.1:${tcp_port[nginx]};
+        proxy_pass sink;
+        proxy_timeout 120s;
+    }
+}"
+fi
+cat >"$work/nginx/nginx.conf" <<NGINX
+${nginx_load_module}
+daemon off;
+master_process on;
+user root;
+worker_processes 1;
+worker_rlimit_nofile ${nofile};
+pid ${work}/nginx/nginx.pid;
+error_log ${work}/nginx/error.log warn;
+events { worker_connections $((nofile - 256)); }
+http {
+    access_log off;
+    client_body_temp_path ${work}/nginx/body;
+    proxy_temp_path ${work}/nginx/proxy;
+    fastcgi_temp_path ${work}/nginx/fastcgi;
+    uwsgi_temp_path ${work}/nginx/uwsgi;
+    scgi_temp_path ${work}/nginx/scgi;
+    keepalive_timeout 120s;
+    keepalive_requests 1000000;
+    upstream backend {
+        server 127.0.0.1:${backend_port};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:${http_port[nginx]};
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+            proxy_set_header X-Forwarded-Host \$host;
+            proxy_set_header X-Request-Id \$request_id;
+        }
+    }
+}
+${nginx_stream_block}
+NGINX
+
+cat >"$work/haproxy.cfg" <<HAPROXY
+global
+    nbthread 1
+    maxconn $(((nofile - 256) / 2))
+defaults
+    mode http
+    maxconn $(((nofile - 256) / 2))
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+    timeout http-keep-alive 120s
+    http-reuse always
+frontend http
+    bind 127.0.0.1:${http_port[haproxy]}
+    option forwardfor
+    http-request set-header X-Forwarded-Proto http
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    unique-id-format %[uuid()]
+    unique-id-header X-Request-Id
+    default_backend backend
+backend backend
+    server backend 127.0.0.1:${backend_port}
+frontend tcp
+    mode tcp
+    bind 127.0.0.1:${tcp_port[haproxy]}
+    default_backend sink
+backend sink
+    mode tcp
+    server sink 127.0.0.1:${sink_port}
+HAPROXY
+
+# --- processes ------------------------------------------------------------
+
+# start LOGNAME CPU COMMAND...: runs COMMAND pinned to CPU in the
+# background; its pid is in $last_pid (taskset and env exec, so it is the
+# command's own pid).
+start() {
+	local name=$1 cpu=$2
+	shift 2
+	taskset -c "$cpu" "$@" >"$work/$name.log" 2>&1 &
+	last_pid=$!
+	started+=("$last_pid")
+}
+
+declare -A proxy_pid
+start_proxy() {
+	case $1 in
+	hotproxy) start hotproxy 0 env GOMAXPROCS=1 "$hotproxy" serve -c "$work/hotproxy.toml" --base-id "$base_id" ;;
+	nginx) start nginx 0 nginx -p "$work/nginx/" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" ;;
+	haproxy) start haproxy 0 haproxy -db -f "$work/haproxy.cfg" ;;
+	esac
+	proxy_pid[$1]=$last_pid
+	bench_wait_http "http://127.0.0.1:${http_port[$1]}/" ||
+		die "$1 did not answer on 127.0.0.1:${http_port[$1]} within 10s; its log: $(tail -5 "$work/$1.log")"
+}
+
+# alive NAME: fails, with the end of its log, if proxy NAME has exited.
+alive() {
+	kill -0 "${proxy_pid[$1]}" 2>/dev/null || die "$1 (pid ${proxy_pid[$1]}) has exited; its log: $(tail -5 "$work/$1.log")"
+}
+
+start backend 1 "$work/benchbackend" -addr "127.0.0.1:${backend_port}"
+start sink 1 "$work/tcpbulk" sink -addr "127.0.0.1:${sink_port}"
+bench_wait_http "http://127.0.0.1:${backend_port}/" || die "the backend did not start; its log: $(tail -5 "$work/backend.log")"
+bench_wait_tcp "$sink_port" || die "the TCP sink did not start; its log: $(tail -5 "$work/sink.log")"
+for proxy in "${proxies[@]}"; do start_proxy "$proxy"; done
+
+# Check the pinning rather than trust it: every process of each proxy's
+# tree on CPU 0 only, and hotproxy with one P.
+pinning=""
+for proxy in "${proxies[@]}"; do
+	for pid in $(bench_tree_pids "${proxy_pid[$proxy]}"); do
+		cpus=$(taskset -pc "$pid" | sed 's/.*: //')
+		[ "$cpus" = 0 ] || die "$proxy's pid $pid may run on CPUs $cpus, not only CPU 0"
+		pinning+="$proxy $pid, "
+	done
+done
+tr '\0' '\n' <"/proc/${proxy_pid[hotproxy]}/environ" | grep -x GOMAXPROCS=1 >/dev/null || die "hotproxy runs without GOMAXPROCS=1"
+
+# --- measurements ---------------------------------------------------------
+
+# to_ms VALUE: wrk's latency ("812.00us", "1.23ms", "1.02s", "1.50m") in ms.
+to_ms() {
+	awk -v v="$1" 'BEGIN {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+		printf "%.3f", n
+	}'
+}
+
+http_raw=$out/http.tsv
+printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\n' >"$http_raw"
+
+# wrk_run PROXY MODE DURATION: runs wrk against PROXY; the output is in
+# $wrk_out and the proxy tree's CPU ticks during the run in $wrk_ticks.
+wrk_run() {
+	local proxy=$1 mode=$2 d=$3 before after args=()
+	[ "$mode" = close ] && args=(-H "Connection: close")
+	alive "$proxy"
+	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	wrk_out=$(taskset -c 1 wrk -t 1 -c "$connections" -d "$d" --latency "${args[@]}" "http://127.0.0.1:${http_port[$proxy]}/") ||
+		die "wrk failed against $proxy ($mode): $wrk_out"
+	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	wrk_ticks=$((after - before))
+	alive "$proxy"
+}
+
+# http_run ROUND PROXY MODE: one measured wrk run, appended to $http_raw.
+http_run() {
+	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core
+	wrk_run "$proxy" "$mode" "$duration"
+	echo "$wrk_out" >"$out/wrk/$round-$proxy-$mode.txt"
+	rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$wrk_out")
+	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$wrk_out")")
+	requests=$(awk '/ requests in / {print $1}' <<<"$wrk_out")
+	seconds=$(awk '/ requests in / {s = $4; sub(/s,?$/, "", s); print s}' <<<"$wrk_out")
+	# Socket errors and non-2xx answers: a run with any is flagged.
+	errors=$(awk '/Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} /Non-2xx/ {n += $NF} END {print n + 0}' <<<"$wrk_out")
+	if [ "${requests:-0}" -gt 0 ]; then
+		cpu=$(awk -v t="$wrk_ticks" -v hz="$clk_tck" -v n="$requests" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
+	else
+		cpu=-
+	fi
+	core=$(awk -v t="$wrk_ticks" -v hz="$clk_tck" -v s="$seconds" 'BEGIN {printf "%.0f", t / hz / s * 100}')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" >>"$http_raw"
+	printf '  round %s  %-9s %-9s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  errors %s\n' \
+		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$errors"
+}
+
+tcp_raw=$out/tcp.tsv
+printf 'round\tproxy\tbytes\tseconds\tmib_per_s\tcpu_ticks\tcpu_s_per_gib\n' >"$tcp_raw"
+
+# tcp_run ROUND PROXY: TCP_BYTES through PROXY's TCP listener to the sink.
+tcp_run() {
+	local round=$1 proxy=$2 before after result ticks secs rate per_gib
+	alive "$proxy"
+	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	result=$(taskset -c 1 "$work/tcpbulk" send -addr "127.0.0.1:${tcp_port[$proxy]}" -bytes "$tcp_bytes" 2>&1) ||
+		die "the TCP transfer through $proxy failed: $result"
+	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	alive "$proxy"
+	ticks=$((after - before))
+	secs=$(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<<"$result")
+	rate=$(sed -n 's/.*mib_per_s=\([0-9.]*\).*/\1/p' <<<"$result")
+	per_gib=$(awk -v t="$ticks" -v hz="$clk_tck" -v b="$tcp_bytes" 'BEGIN {printf "%.3f", t / hz / (b / 1073741824)}')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$tcp_bytes" "$secs" "$rate" "$ticks" "$per_gib" >>"$tcp_raw"
+	printf '  round %s  %-9s tcp       %8s MiB/s  %7s CPU s/GiB\n' "$round" "$proxy" "$rate" "$per_gib"
+}
+
+tcp_proxies=(hotproxy haproxy)
+[ "$nginx_stream" != none ] && tcp_proxies=(hotproxy nginx haproxy)
+
+{
+	echo "bench-peers: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) CPUs"
+	echo "hotproxy: $("$hotproxy" version 2>&1 | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+	echo "nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'); haproxy: $(haproxy -v 2>&1 | head -1)"
+	echo "wrk: -t1 -c${connections} -d${duration} --latency; rounds: ${rounds}; idle connections: ${idle_conns}; TCP: ${tcp_bytes} bytes"
+	echo "on CPU 0 only: ${pinning%, } (hotproxy with GOMAXPROCS=1)"
+	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$out/environment.txt"
+[ "$nginx_stream" = none ] && echo "nginx has no stream module here: it is left out of the TCP test" | tee -a "$out/environment.txt"
+
+echo "warm-up: ${warmup} per proxy and mode, not counted"
+for proxy in "${proxies[@]}"; do
+	for mode in keepalive close; do wrk_run "$proxy" "$mode" "$warmup"; done
+done
+
+# Idle keep-alive connections: measured right after the warm-up, one proxy
+# at a time, before the rounds leave thousands of sockets in TIME_WAIT.
+mem_raw=$out/memory.tsv
+printf 'proxy\tconns\tpss_before_kb\tpss_after_kb\trss_before_kb\trss_after_kb\tpss_kb_per_conn\trss_kb_per_conn\n' >"$mem_raw"
+echo "memory: ${idle_conns} idle keep-alive connections per proxy"
+for proxy in "${proxies[@]}"; do
+	alive "$proxy"
+	pids=$(bench_tree_pids "${proxy_pid[$proxy]}" | paste -sd, -)
+	result=$(taskset -c 1 "$work/idleconns" -addr "127.0.0.1:${http_port[$proxy]}" -conns "$idle_conns" -pids "$pids" 2>&1) ||
+		die "measuring idle connections through $proxy failed: $result"
+	alive "$proxy"
+	printf '%s\t%s\n' "$proxy" "$(tr ' ' '\n' <<<"$result" | cut -d= -f2 | paste -sd '\t' -)" >>"$mem_raw"
+	printf '  %-9s %s\n' "$proxy" "$result"
+done
+
+for ((round = 1; round <= rounds; round++)); do
+	# Rotate who goes first, and alternate which mode does.
+	order=()
+	for ((i = 0; i < ${#proxies[@]}; i++)); do order+=("${proxies[(i + round - 1) % ${#proxies[@]}]}"); done
+	modes=(keepalive close)
+	((round % 2 == 0)) && modes=(close keepalive)
+	echo "round ${round}/${rounds}: ${order[*]}; ${modes[*]}"
+	for mode in "${modes[@]}"; do
+		for proxy in "${order[@]}"; do http_run "$round" "$proxy" "$mode"; done
+	done
+	for proxy in "${order[@]}"; do
+		if [[ " ${tcp_proxies[*]} " == *" $proxy "* ]]; then tcp_run "$round" "$proxy"; fi
+	done
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/environment.txt"
+
+# --- summary --------------------------------------------------------------
+
+# median FILE PROXY COLUMN [MODE]: the median of a numeric column of a raw
+# table over the rounds (rows whose value is not a number are skipped).
+median() {
+	awk -F'\t' -v p="$2" -v c="$3" -v m="${4:-}" \
+		'NR > 1 && $2 == p && (m == "" || $3 == m) && $c ~ /^[0-9.]+$/ {print $c}' "$1" |
+		sort -g | awk '{v[NR] = $1} END {
+			if (NR == 0) print "-"
+			else if (NR % 2) print v[(NR + 1) / 2]
+			else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2
+		}'
+}
+
+# ratio A B: A / B to two places, or "-" if either is missing.
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN {
+		if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b + 0 == 0) print "-"; else printf "%.2f", a / b
+	}'
+}
+
+# better HIGHER|LOWER A B: the better of two figures ("-" loses).
+better() {
+	awk -v w="$1" -v a="$2" -v b="$3" 'BEGIN {
+		if (a !~ /^[0-9.]+$/) print b; else if (b !~ /^[0-9.]+$/) print a
+		else if (w == "HIGHER") print (a + 0 > b + 0 ? a : b); else print (a + 0 < b + 0 ? a : b)
+	}'
+}
+
+# verdict RATIO OP BAR: "met" or "NOT met" for RATIO against the bar.
+verdict() {
+	awk -v r="$1" -v op="$2" -v bar="$3" 'BEGIN {
+		if (r !~ /^[0-9.]+$/) print "-"
+		else if ((op == "<=" && r + 0 <= bar + 0) || (op == ">=" && r + 0 >= bar + 0)) print "met"
+		else print "NOT met"
+	}'
+}
+
+{
+	echo
+	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}); CPU is the proxy's whole process tree"
+	printf '%-10s %-9s %12s %10s %12s %7s %8s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" errors
+	for mode in keepalive close; do
+		for proxy in "${proxies[@]}"; do
+			errors=$(awk -F'\t' -v p="$proxy" -v m="$mode" 'NR > 1 && $2 == p && $3 == m {n += $11} END {print n + 0}' "$http_raw")
+			printf '%-10s %-9s %12s %10s %12s %7s %8s\n' "$mode" "$proxy" \
+				"$(median "$http_raw" "$proxy" 4 "$mode")" "$(median "$http_raw" "$proxy" 5 "$mode")" \
+				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" "$errors"
+		done
+	done
+	echo
+	echo "hotproxy / the better of nginx and HAProxy (issue 10's bars)"
+	printf '%-10s %-11s %7s %-8s %s\n' mode figure ratio bar verdict
+	for mode in keepalive close; do
+		cpu_bar=1.10
+		[ "$mode" = close ] && cpu_bar=1.30
+		for figure in "req/s:4:HIGHER:>=:0.95" "p99:5:LOWER:<=:1.00" "CPU us/req:9:LOWER:<=:$cpu_bar"; do
+			IFS=: read -r name col want op bar <<<"$figure"
+			best=$(better "$want" "$(median "$http_raw" nginx "$col" "$mode")" "$(median "$http_raw" haproxy "$col" "$mode")")
+			r=$(ratio "$(median "$http_raw" hotproxy "$col" "$mode")" "$best")
+			if [ "$name" = p99 ] && [ "$mode" = close ]; then
+				printf '%-10s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "-" "(no bar)"
+			else
+				printf '%-10s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "$op $bar" "$(verdict "$r" "$op" "$bar")"
+			fi
+		done
+	done
+
+	echo
+	echo "memory per idle keep-alive connection (${idle_conns} connections; Pss of the process tree, VmRSS for reference)"
+	printf '%-9s %12s %12s\n' proxy "Pss KB/conn" "RSS KB/conn"
+	for proxy in "${proxies[@]}"; do
+		printf '%-9s %12s %12s\n' "$proxy" \
+			"$(awk -F'\t' -v p="$proxy" '$1 == p {print $7}' "$mem_raw")" "$(awk -F'\t' -v p="$proxy" '$1 == p {print $8}' "$mem_raw")"
+	done
+	mem() { awk -F'\t' -v p="$1" '$1 == p {print $7}' "$mem_raw"; }
+	r=$(ratio "$(mem hotproxy)" "$(better LOWER "$(mem nginx)" "$(mem haproxy)")")
+	printf 'hotproxy / better peer: %s; bar: <= 8 KB per connection: %s\n' "$r" \
+		"$(verdict "$(mem hotproxy)" "<=" 8)"
+
+	echo
+	echo "TCP bulk, median of ${rounds} rounds of ${tcp_bytes} bytes through the TCP listener"
+	printf '%-9s %12s %10s\n' proxy "CPU s/GiB" "MiB/s"
+	for proxy in "${tcp_proxies[@]}"; do
+		printf '%-9s %12s %10s\n' "$proxy" "$(median "$tcp_raw" "$proxy" 7)" "$(median "$tcp_raw" "$proxy" 5)"
+	done
+	[ "$nginx_stream" = none ] && echo "(nginx: no stream module, skipped)"
+	hot=$(median "$tcp_raw" hotproxy 7)
+	best=$(median "$tcp_raw" haproxy 7)
+	[ "$nginx_stream" != none ] && best=$(better LOWER "$best" "$(median "$tcp_raw" nginx 7)")
+	r=$(ratio "$hot" "$(median "$tcp_raw" haproxy 7)")
+	printf 'hotproxy / HAProxy: %s; bar: <= 1.10: %s; hotproxy / better peer: %s\n' "$r" "$(verdict "$r" "<=" 1.10)" "$(ratio "$hot" "$best")"
+} | tee "$out/summary.txt"
+
+echo
+echo "bench-peers: raw numbers and this summary are in $out"
