@@ -58,13 +58,28 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // otherwise one is dialed within the connect timeout, trying the next
 // endpoint when a connect fails. ctx aborts a dial (a forced drain). The
 // caller must Release the connection when the exchange is over.
+//
+// A pooled connection idle for less than peekAfterIdle is handed out
+// without a check; AcquireChecked is for requests that could not be
+// retried if it turned out stale.
 func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
+	return wc.acquire(ctx, peekAfterIdle)
+}
+
+// AcquireChecked is Acquire for a request that cannot be sent twice (not
+// idempotent, or with a body streamed from the client): every pooled
+// connection is checked for a close by the upstream first, one syscall.
+func (wc *WorkerCluster) AcquireChecked(ctx context.Context) (*Conn, error) {
+	return wc.acquire(ctx, 0)
+}
+
+func (wc *WorkerCluster) acquire(ctx context.Context, peekAfter time.Duration) (*Conn, error) {
 	n := len(wc.addrs)
 	if n == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
 	first := wc.bal.pick()
-	if c := wc.takeIdle(first); c != nil {
+	if c := wc.takeIdle(first, peekAfter); c != nil {
 		wc.bal.start(first)
 		return c, nil
 	}
@@ -134,7 +149,7 @@ func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
 // takeIdle pops the most recently pooled connection to endpoint i that has
 // not been idle longer than the cluster's idle timeout; older ones are
 // closed on the way.
-func (wc *WorkerCluster) takeIdle(i int) *Conn {
+func (wc *WorkerCluster) takeIdle(i int, peekAfter time.Duration) *Conn {
 	if wc.maxIdle == 0 {
 		return nil
 	}
@@ -149,7 +164,8 @@ func (wc *WorkerCluster) takeIdle(i int) *Conn {
 			last := q[len(q)-1]
 			q[len(q)-1] = nil
 			q = q[:len(q)-1]
-			if time.Duration(now-last.idleAt) < wc.idleTimeout && !last.closedByPeer() {
+			idle := time.Duration(now - last.idleAt)
+			if idle < wc.idleTimeout && (idle < peekAfter || !last.closedByPeer()) {
 				c = last
 				break
 			}
@@ -166,6 +182,12 @@ func (wc *WorkerCluster) takeIdle(i int) *Conn {
 	}
 	return c
 }
+
+// peekAfterIdle: Acquire reuses a connection idle for less than this
+// without a peek. Upstreams close idle keep-alive connections after
+// seconds, and one that closes after a response says so in it; the rare
+// stale one left is caught by the retry of a safe request.
+const peekAfterIdle = time.Second
 
 // closedByPeer peeks at a pooled connection without waiting: an idle
 // HTTP/1.1 connection has nothing to read, so EOF, an error or stray bytes

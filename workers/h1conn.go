@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -102,10 +101,10 @@ type clientConn struct {
 	// (monotime), or 0 while it is new, busy or tunnelling.
 	idleSince atomic.Int64
 
-	// peek is the staleness peek as a RawConn.Control callback, made
-	// once: a closure made per call would be an allocation per request.
-	peek   func(fd uintptr)
-	peeked bool
+	// readable is the idle wait's callback (method value, made once);
+	// waited says whether it has already peeked in this wait.
+	readableFn func(fd uintptr) bool
+	waited     bool
 
 	rbuf []byte // nil while idle
 	r, w int    // rbuf[r:w] is read and not yet consumed
@@ -120,9 +119,9 @@ var _ io.Closer = (*clientConn)(nil)
 func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 	cc := &clientConn{c: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, cfg: m.listeners[a.li].h1, slots: a.slots}
 	cc.raw, _ = c.SyscallConn()
-	cc.peek = func(fd uintptr) { cc.peeked = peekFD(fd) }
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		cc.clientIP = ap.Addr().Unmap().AppendTo(nil)
+	cc.readableFn = cc.readable
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
 	}
 	return cc
 }
@@ -199,28 +198,27 @@ func (cc *clientConn) releaseState() {
 // waitReadable waits, holding no buffer, until the client sends something
 // or the idle timeout passes. false: the connection is over.
 func (cc *clientConn) waitReadable() bool {
-	// A peek first: a client that has already sent its next request costs
-	// no deadline change and no wait.
-	if cc.peekReadable() {
-		return true
-	}
 	cc.idleSince.Store(max(monotime(), 1))
 	defer cc.idleSince.Store(0)
 	cc.setReadDeadline(cc.cfg.idleTimeout)
-	// The poller is edge-triggered and RawConn.Read resets its readiness
-	// before the first call: bytes that arrived between the peek above
-	// and that reset would never wake us. So every call peeks again, and
-	// only a wait that began after a peek found nothing is trusted.
-	err := cc.raw.Read(peekFD)
+	cc.waited = false
+	err := cc.raw.Read(cc.readableFn)
 	// EOF or an error shows itself to the read that follows.
 	return err == nil
 }
 
-// peekReadable reports whether a byte (or EOF, or an error) waits.
-func (cc *clientConn) peekReadable() bool {
-	cc.peeked = false
-	cc.raw.Control(cc.peek)
-	return cc.peeked
+// readable is waitReadable's RawConn.Read callback, made once per
+// connection (a closure per call would be an allocation per request).
+// The poller is edge-triggered and RawConn.Read resets its readiness
+// before the first call, so bytes that arrived before it would never wake
+// a wait: the first call peeks. After a wake the bytes are there (a rare
+// spurious wake makes the read that follows wait, holding a buffer).
+func (cc *clientConn) readable(fd uintptr) bool {
+	if cc.waited {
+		return true
+	}
+	cc.waited = true
+	return peekFD(fd)
 }
 
 // peekFD peeks at one byte without waiting: ready when there is a byte,

@@ -80,9 +80,13 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	}
 
 	for attempt := 0; ; attempt++ {
-		if attempt == 0 {
+		switch {
+		case attempt == 0 && x.idempotent && x.bodyDone:
+			// A stale pooled connection is caught by the retry below.
 			x.up, err = x.wc.Acquire(cc.m.ctx)
-		} else {
+		case attempt == 0:
+			x.up, err = x.wc.AcquireChecked(cc.m.ctx)
+		default:
 			x.up, err = x.wc.AcquireFresh(cc.m.ctx, x.up.EndpointIndex())
 		}
 		if err != nil {
