@@ -22,6 +22,13 @@ type Request struct {
 // stale). It returns ErrIncomplete when buf does not hold the whole head
 // yet and no limit is exceeded, or an *Error whose Status is the answer to
 // send before closing the connection.
+//
+// Parse keeps no state between calls and reads buf from its start, so a
+// caller reading a head in small pieces should call it again only when
+// the bytes just read hold a '\n' or the buffer has reached a limit (and
+// after the first read): otherwise a client sending a byte at a time
+// makes the work quadratic in the head size. With that rule Parse runs at
+// most once per line, and MaxHeaders bounds the lines.
 func (r *Request) Parse(buf []byte, lim Limits) error {
 	lim = lim.withDefaults()
 	r.reset()
