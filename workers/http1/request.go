@@ -24,10 +24,11 @@ type Request struct {
 // send before closing the connection.
 //
 // Parse keeps no state between calls and reads buf from its start, so a
-// caller reading a head in small pieces should call it again only when
-// the bytes just read hold a '\n' or the buffer has reached a limit (and
-// after the first read): otherwise a client sending a byte at a time
-// makes the work quadratic in the head size. With that rule Parse runs at
+// caller reading a head in small pieces should call it after the first
+// read and then again only when the bytes just read hold a '\n' or buf has
+// grown to MaxRequestLine+2 or MaxHeadBytes bytes (so the limits are
+// enforced before a CRLF arrives): otherwise a client sending a byte at a
+// time makes the work quadratic in the head size. With that rule Parse runs at
 // most once per line, and MaxHeaders bounds the lines.
 func (r *Request) Parse(buf []byte, lim Limits) error {
 	lim = lim.withDefaults()
