@@ -92,6 +92,10 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 	}
 
 	switch {
+	case r.Connect && (hf.chunked || hf.contentLength > 0):
+		// What follows a CONNECT head is the tunnel: a body would make
+		// the proxy and the upstream disagree on where it starts.
+		return errConnectWithBody
 	case hf.chunked:
 		r.Framing = FramingChunked
 	case hf.hasLength:
