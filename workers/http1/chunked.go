@@ -49,6 +49,10 @@ type ChunkedDecoder struct {
 	state  chunkedState
 	remain int64 // bytes of chunk data still to come, in stateData
 	excess int64 // chunk-line bytes not yet paid for by data, as net/http counts them
+	// trailerChecked is how many bytes of trailer field lines, from the
+	// start of the trailer, earlier calls have validated: a trailer sent
+	// a byte at a time is not re-read from its start each time.
+	trailerChecked int
 }
 
 // Reset makes d ready for a new body.
@@ -111,11 +115,12 @@ func (d *ChunkedDecoder) Next(src []byte) (n int, data, trailer []byte, done boo
 			n += 2
 			d.state = stateSize
 		case stateTrailer:
-			tlen, end, err := scanTrailer(src[n:])
+			tlen, end, checked, err := scanTrailer(src[n:], d.trailerChecked)
 			if err != nil {
 				return 0, nil, nil, false, err
 			}
 			if end == 0 {
+				d.trailerChecked = checked
 				return n, data, nil, false, nil
 			}
 			trailer = src[n : n+tlen : n+tlen]
@@ -260,44 +265,46 @@ func quotedStringEnd(b []byte, start int) (int, bool) {
 
 // scanTrailer finds the end of the trailer section at the start of src:
 // tlen is the length of its field lines with their CRLFs, end that plus the
-// final CRLF; end is 0 when the section is not complete yet.
-func scanTrailer(src []byte) (tlen, end int, err error) {
-	pos := 0
+// final CRLF; end is 0 when the section is not complete yet, and then
+// checked is how many bytes of whole field lines are valid. The first
+// checked bytes were validated by an earlier call.
+func scanTrailer(src []byte, checked int) (tlen, end, nowChecked int, err error) {
+	pos := checked
 	for {
 		limit := min(len(src), maxTrailer+2)
 		lf := bytes.IndexByte(src[pos:limit], '\n')
 		if lf < 0 {
 			if len(src) >= maxTrailer+2 {
-				return 0, 0, errTrailerTooBig
+				return 0, 0, 0, errTrailerTooBig
 			}
 			if pos < len(src) && isOWS(src[pos]) {
-				return 0, 0, errTrailerField // obs-fold: no need to wait for its end
+				return 0, 0, 0, errTrailerField // obs-fold: no need to wait for its end
 			}
-			return 0, 0, nil
+			return 0, 0, pos, nil
 		}
 		lf += pos
 		if lf == pos || src[lf-1] != '\r' {
-			return 0, 0, errChunkBareLF
+			return 0, 0, 0, errChunkBareLF
 		}
 		if lf-1 == pos {
 			if pos > maxTrailer {
-				return 0, 0, errTrailerTooBig
+				return 0, 0, 0, errTrailerTooBig
 			}
-			return pos, lf + 1, nil
+			return pos, lf + 1, pos, nil
 		}
 		var f Field
 		if code := parseFieldLine(src, pos, lf-1, &f); code != errNone {
 			if code == errBareCR {
-				return 0, 0, errChunkBareCR
+				return 0, 0, 0, errChunkBareCR
 			}
-			return 0, 0, errTrailerField
+			return 0, 0, 0, errTrailerField
 		}
 		// A framing or connection field has no business in a trailer
 		// (RFC 9110 §6.5.1), and a backend that merges trailers into the
 		// header section could be steered by one; the trailer is
 		// forwarded as is, so refuse it here.
 		if classify(f.Name.Bytes(src)) != kindOther {
-			return 0, 0, errTrailerField
+			return 0, 0, 0, errTrailerField
 		}
 		pos = lf + 1
 	}

@@ -26,8 +26,13 @@
 //     absolute, authority only for CONNECT, "*" only for OPTIONS), of
 //     visible ASCII with valid percent-encoding in its path, no fragment
 //     and no backslash (which some servers read as '/');
+//   - a CONNECT request may carry no body: what follows its head is the
+//     tunnel;
 //   - chunk sizes are 1 to 15 hex digits and nothing else, chunk data must be
-//     followed by exactly CRLF, chunk extensions must be well formed.
+//     followed by exactly CRLF, chunk extensions must be well formed, and a
+//     trailer may not carry framing or connection fields (Content-Length,
+//     Transfer-Encoding, Host, Connection and the like), since it is
+//     forwarded as is and some backends merge it into the header section.
 //
 // Request errors carry the status a server answers (400, 414, 431, 505);
 // response errors carry 502. The differential fuzz tests check that

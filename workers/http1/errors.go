@@ -44,6 +44,7 @@ const (
 	errBadUpgrade
 	errSeveralUpgrades
 	errBadTrailerField
+	errConnectWithBody
 	numErrCodes
 )
 
@@ -87,6 +88,7 @@ var errText = [numErrCodes]struct {
 	errBadUpgrade:               {400, "invalid Upgrade"},
 	errSeveralUpgrades:          {400, "several Upgrade fields"},
 	errBadTrailerField:          {400, "Trailer names a field not allowed in a trailer or is not a list of field names"},
+	errConnectWithBody:          {400, "CONNECT with a body"},
 }
 
 // requestErrors and responseErrors hold one *Error per code: the status a

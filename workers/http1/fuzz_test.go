@@ -69,6 +69,16 @@ func FuzzRequestVsNetHTTP(f *testing.F) {
 			return
 		}
 		checkSpans(t, data, r.HeadLen, r.Fields[:r.NFields])
+		// The head alone parses the same, and no prefix of it is a head.
+		var alone Request
+		if err := alone.Parse(data[:r.HeadLen], Limits{}); err != nil || alone != r {
+			t.Fatalf("the head alone: %v, or a different result", err)
+		}
+		for _, p := range []int{r.HeadLen - 1, r.HeadLen - 2, r.HeadLen / 2} {
+			if err := alone.Parse(data[:p], Limits{}); err != ErrIncomplete {
+				t.Fatalf("prefix of %d bytes of a valid head: %v, want ErrIncomplete", p, err)
+			}
+		}
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data)))
 		if err != nil {
 			if hasCommaContentLength(data, r.Fields[:r.NFields]) {
@@ -138,6 +148,15 @@ func FuzzResponseVsNetHTTP(f *testing.F) {
 			return
 		}
 		checkSpans(t, data, r.HeadLen, r.Fields[:r.NFields])
+		var alone Response
+		if err := alone.Parse(data[:r.HeadLen], Limits{}, []byte(method)); err != nil || alone != r {
+			t.Fatalf("the head alone: %v, or a different result", err)
+		}
+		for _, p := range []int{r.HeadLen - 1, r.HeadLen - 2, r.HeadLen / 2} {
+			if err := alone.Parse(data[:p], Limits{}, []byte(method)); err != ErrIncomplete {
+				t.Fatalf("prefix of %d bytes of a valid head: %v, want ErrIncomplete", p, err)
+			}
+		}
 		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(data)), &http.Request{Method: method})
 		if err != nil {
 			if hasCommaContentLength(data, r.Fields[:r.NFields]) {

@@ -22,6 +22,14 @@ type Request struct {
 // stale). It returns ErrIncomplete when buf does not hold the whole head
 // yet and no limit is exceeded, or an *Error whose Status is the answer to
 // send before closing the connection.
+//
+// Parse keeps no state between calls and reads buf from its start, so a
+// caller reading a head in small pieces should call it after the first
+// read and then again only when the bytes just read hold a '\n' or buf has
+// grown to MaxRequestLine+2 or MaxHeadBytes bytes (so the limits are
+// enforced before a CRLF arrives): otherwise a client sending a byte at a
+// time makes the work quadratic in the head size. With that rule Parse runs at
+// most once per line, and MaxHeaders bounds the lines.
 func (r *Request) Parse(buf []byte, lim Limits) error {
 	lim = lim.withDefaults()
 	r.reset()
@@ -84,6 +92,10 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 	}
 
 	switch {
+	case r.Connect && (hf.chunked || hf.contentLength > 0):
+		// What follows a CONNECT head is the tunnel: a body would make
+		// the proxy and the upstream disagree on where it starts.
+		return errConnectWithBody
 	case hf.chunked:
 		r.Framing = FramingChunked
 	case hf.hasLength:

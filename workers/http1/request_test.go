@@ -134,6 +134,8 @@ var requestRejections = []requestCase{
 	{"authority-form for GET", head("GET a:80 HTTP/1.1", "Host: a"), 400},
 	{"origin-form for CONNECT", head("CONNECT / HTTP/1.1", "Host: a"), 400},
 	{"absolute-form for CONNECT", head("CONNECT http://a:443/ HTTP/1.1", "Host: a"), 400},
+	{"CONNECT with Content-Length", head("CONNECT a:443 HTTP/1.1", "Host: a:443", "Content-Length: 5"), 400},
+	{"CONNECT chunked", head("CONNECT a:443 HTTP/1.1", "Host: a:443", "Transfer-Encoding: chunked"), 400},
 	{"CONNECT without port", head("CONNECT a HTTP/1.1", "Host: a"), 400},
 	{"ftp scheme", head("GET ftp://a/ HTTP/1.1", "Host: a"), 400},
 	{"absolute-form with userinfo", head("GET http://u@a/ HTTP/1.1", "Host: a"), 400},

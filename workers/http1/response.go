@@ -18,7 +18,8 @@ type Response struct {
 // HEAD, 1xx, 204, 304 and a 2xx to CONNECT have no body whatever the headers say).
 // Errors are ErrIncomplete or an *Error with Status 502. The framing
 // fields are checked even when the response has no body: an upstream that
-// gets them wrong is not one to keep a connection to.
+// gets them wrong is not one to keep a connection to. Like Request.Parse
+// it reads buf from its start: call it again when new bytes hold a '\n'.
 func (r *Response) Parse(buf []byte, lim Limits, reqMethod []byte) error {
 	lim = lim.withDefaults()
 	r.reset()
