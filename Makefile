@@ -14,7 +14,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 # Each fuzz target runs briefly in `make test`; run longer by hand with
 # `make fuzz FUZZTIME=5m`.
 FUZZTIME ?= 10s
-FUZZ_TARGETS = ./server/config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./hotrestart/supervisor:FuzzControlRequest
+FUZZ_TARGETS = ./server/config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest
 
 .PHONY: all build run test check unit integration fuzz bench clean
 
