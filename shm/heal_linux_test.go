@@ -1,8 +1,10 @@
 package shm
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,5 +149,101 @@ func TestTruncationRestoredWithoutWatcher(t *testing.T) {
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRefuseWritableRegion: a region file that group or others may write
+// is refused at attach, whatever its contents, with the path and what to
+// do; so is a mode in the options that would create one.
+func TestRefuseWritableRegion(t *testing.T) {
+	o := smallOptions(t)
+	r := openRegion(t, o)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o666, 0o660, 0o646, 0o620} {
+		if err := os.Chmod(o.Path, mode); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.ReadFile(o.Path)
+		_, err := Open(o)
+		if err == nil || !strings.Contains(err.Error(), o.Path) || !strings.Contains(err.Error(), "writable by group or others") ||
+			!strings.Contains(err.Error(), "chmod 0640 "+o.Path) {
+			t.Fatalf("mode %#o: %v", mode, err)
+		}
+		if after, _ := os.ReadFile(o.Path); string(after) != string(before) {
+			t.Fatalf("mode %#o: a refused file was modified", mode)
+		}
+	}
+	// An empty world-writable file (someone else may hold it open for
+	// writing) is refused too, not adopted.
+	empty := filepath.Join(t.TempDir(), "empty.stats")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(empty, 0o666)
+	oe := o
+	oe.Path = empty
+	if _, err := Open(oe); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("empty 0666 file: %v", err)
+	}
+	oe.Path = filepath.Join(t.TempDir(), "new.stats")
+	oe.Mode = 0o664
+	if _, err := Open(oe); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Fatalf("Options.Mode 0664: %v", err)
+	}
+	if _, err := os.Stat(oe.Path); !os.IsNotExist(err) {
+		t.Fatalf("a file was created with a refused mode: %v", err)
+	}
+	os.Chmod(o.Path, 0o640)
+	openRegion(t, o)
+}
+
+// TestOpenWaitsForRestore: a next generation that meets the region while it
+// is truncated under a live one waits for the live one to restore it rather
+// than create a new region over it, then attaches to the restored region.
+func TestOpenWaitsForRestore(t *testing.T) {
+	o := smallOptions(t)
+	o.Path = shmPath(t)
+	r := openRegion(t, o)
+	r.stopWatch() // so that the restore happens when the test says
+	c, _ := r.Alloc("c", KindCounter, 0)
+	if err := os.Truncate(o.Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	o2 := o
+	o2.Epoch = 1
+	// One attempt of Open: it must refuse to create over the region.
+	want, err := computeGeometry(uint64(o2.MaxOwners), uint64(o2.MaxLanes), uint64(o2.MaxRecords), uint64(o2.StringBytes), uint64(o2.ValueBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(o2.withDefaults(), want); !errors.Is(err, errBeingRestored) {
+		t.Fatalf("attach to a region truncated under a live generation: %v, want errBeingRestored", err)
+	}
+	if fi, err := os.Stat(o.Path); err != nil || fi.Size() != 0 {
+		t.Fatalf("file touched while truncated under a live generation: %v %v", fi.Size(), err)
+	}
+	// Open waits (polling) until the live generation restores it.
+	type result struct {
+		r   *Region
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r2, err := Open(o2)
+		done <- result{r2, err}
+	}()
+	if err := r.Check(); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	defer res.r.Close()
+	c2, err := res.r.Alloc("c", KindCounter, 0)
+	if err != nil || c2 != c {
+		t.Fatalf("next generation: record %d, %v; want %d", c2, err, c)
 	}
 }
