@@ -150,6 +150,9 @@ func (r *Region) rebuildLocked() error {
 	}
 	defer atomic.AddUint64(seq, 1)
 
+	if !r.ownerIntactLocked() {
+		r.publishOwnerLocked()
+	}
 	rewritten := 0
 	for i := range r.known {
 		k := &r.known[i]
@@ -161,6 +164,9 @@ func (r *Region) rebuildLocked() error {
 			v, err := parseRecord(r.mem, g, uint64(i), strUsed, valUsed)
 			if err == nil {
 				if v.name != k.name || v.kind != k.kind || v.mode != k.mode {
+					// Nothing to do about it but say so, once: take the
+					// current stamp as seen so the next check passes.
+					r.healStamp = r.ld(hHealStamp)
 					return fmt.Errorf("record %d is now %s %q, this generation has %s %q there (another generation allocated it after the truncation); values may be attributed to the wrong stat until this generation exits",
 						i, v.kind, v.name, k.kind, k.name)
 				}
@@ -173,9 +179,6 @@ func (r *Region) rebuildLocked() error {
 		}
 		rewritten++
 		changed = true
-	}
-	if !r.ownerIntactLocked() {
-		r.publishOwnerLocked()
 	}
 	stamp := r.ld(hHealStamp)
 	if changed {

@@ -247,3 +247,46 @@ func TestOpenWaitsForRestore(t *testing.T) {
 		t.Fatalf("next generation: record %d, %v; want %d", c2, err, c)
 	}
 }
+
+// TestRestoreConflictReportedOnce: when another generation restored the
+// region without a record we have and allocated its index to another stat,
+// our check reports the conflict once (not at every flush), and our owner
+// entry is back all the same.
+func TestRestoreConflictReportedOnce(t *testing.T) {
+	o := smallOptions(t)
+	o.Path = shmPath(t)
+	a := openRegion(t, o)
+	a.stopWatch()
+	ob := o
+	ob.Epoch = 1
+	b := openRegion(t, ob)
+	b.stopWatch()
+	a.Alloc("a0", KindCounter, 0)
+	if err := b.Check(); err != nil { // b indexes a0
+		t.Fatal(err)
+	}
+	a.Alloc("a1", KindCounter, 0) // b does not know it yet
+	if err := os.Truncate(o.Path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Check(); err != nil { // b restores: header, a0, its owner
+		t.Fatal(err)
+	}
+	if id, err := b.Alloc("x", KindGauge, GaugeSum); err != nil || id != 1 {
+		t.Fatalf("b.Alloc: %d, %v", id, err)
+	}
+	err := a.Check()
+	if err == nil || !strings.Contains(err.Error(), `record 1 is now gauge "x"`) || !strings.Contains(err.Error(), o.Path) {
+		t.Fatalf("first check after the conflict: %v", err)
+	}
+	if err := a.Check(); err != nil {
+		t.Fatalf("second check reports again: %v", err)
+	}
+	s, err := b.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Owners) != 2 {
+		t.Fatalf("owners after the restore: %+v", s.Owners)
+	}
+}
