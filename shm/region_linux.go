@@ -409,11 +409,13 @@ func (r *Region) Alloc(name string, kind Kind, mode GaugeMode) (RecordID, error)
 }
 
 func (r *Region) allocOnceLocked(name string, kind Kind, mode GaugeMode) (RecordID, error) {
-	if err := r.refreshIndexLocked(); err != nil {
-		return 0, err
-	}
-	if id, ok, err := r.lookupLocked(name, kind, mode); ok {
-		return id, err
+	// Without the allocation lock a record being written back by another
+	// generation's restore may not check out yet: on an error, look again
+	// under the lock below.
+	if err := r.refreshIndexLocked(); err == nil {
+		if id, ok, err := r.lookupLocked(name, kind, mode); ok {
+			return id, err
+		}
 	}
 	if err := ofdLock(r.f, allocLockOffset, true); err != nil {
 		return 0, fmt.Errorf("shm: region %s: allocation lock: %w", r.path, err)
