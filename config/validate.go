@@ -153,8 +153,12 @@ func (v *validator) stats() {
 	if st.Path != "" && !filepath.IsAbs(st.Path) {
 		v.ps.add("stats.path", "%s: must be an absolute path (every generation must find the same region, whatever directory it starts in)", quote(st.Path))
 	}
-	if _, err := parseFileMode(st.FileMode); err != nil {
+	if m, err := parseFileMode(st.FileMode); err != nil {
 		v.ps.add("stats.file_mode", "%s: %v", quote(st.FileMode), err)
+	} else if m&0o022 != 0 {
+		// Whoever can write the region can truncate it under every
+		// generation or corrupt its stats; the region refuses such a file.
+		v.ps.add("stats.file_mode", "%s: writable by group or others, who could truncate or corrupt the stats region (write it like \"0640\" so the group may read it, or \"0600\")", quote(st.FileMode))
 	}
 	v.duration("stats.flush_interval", "stats.flush_interval", st.FlushInterval, DefaultStatsFlushInterval)
 }

@@ -73,9 +73,19 @@ var ErrBusy = errors.New("shm: region busy")
 
 // FormatError is returned for bytes that are not a valid region; it names
 // what is wrong. Reader errors wrap it with the path and advice.
-type FormatError struct{ Reason string }
+type FormatError struct {
+	Reason string
 
-func (e *FormatError) Error() string { return "not a valid hotproxy stats region: " + e.Reason }
+	fault bool    // a memory fault caught by guardFault, not bad bytes
+	addr  uintptr // the faulting address
+}
+
+func (e *FormatError) Error() string {
+	if e.fault {
+		return fmt.Sprintf("memory fault at %#x on the mapping: the file shrank while in use (truncated)", e.addr)
+	}
+	return "not a valid hotproxy stats region: " + e.Reason
+}
 
 func formatErr(f string, a ...any) error { return &FormatError{Reason: fmt.Sprintf(f, a...)} }
 
@@ -171,17 +181,9 @@ func decodeBody(mem []byte, g geometry) (*Snapshot, error) {
 
 func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 	s := &Snapshot{Major: load32(mem, hVersion), Minor: load32(mem, hVersion+4), Seq: seq}
-	n := load(mem, hNRecords)
-	if n > g.maxRecords {
-		return nil, formatErr("record count %d exceeds capacity %d", n, g.maxRecords)
-	}
-	strUsed := load(mem, hStringsUsed)
-	if strUsed > g.stringBytes {
-		return nil, formatErr("string table use %d exceeds its size %d", strUsed, g.stringBytes)
-	}
-	valUsed := load(mem, hValuesUsed)
-	if valUsed > g.valueBytes {
-		return nil, formatErr("value heap use %d exceeds its size %d", valUsed, g.valueBytes)
+	n, strUsed, valUsed, err := usedSizes(mem, g)
+	if err != nil {
+		return nil, err
 	}
 
 	// Owners: live ones contribute lanes; the newest live one feeds
@@ -192,13 +194,12 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 	var newestEpoch, newestStart uint64
 	for i := uint64(0); i < g.maxOwners; i++ {
 		o := g.owner(i)
-		st := OwnerState(load(mem, o+oState))
+		st, lanes, err := parseOwner(mem, g, i)
+		if err != nil {
+			return nil, err
+		}
 		if st == OwnerFree {
 			continue
-		}
-		lanes := load(mem, o+oLanes)
-		if lanes > g.maxLanes {
-			return nil, formatErr("owner %d has %d lanes, capacity %d", i, lanes, g.maxLanes)
 		}
 		ep, start := load(mem, o+oEpoch), load(mem, o+oStart)
 		s.Owners = append(s.Owners, Owner{
@@ -217,24 +218,13 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 
 	s.Stats = make([]Stat, 0, n)
 	for i := uint64(0); i < n; i++ {
-		r := g.record(i)
-		if load32(mem, r+rState) != recordUsed {
-			return nil, formatErr("record %d of %d is not in use", i, n)
+		rec, err := parseRecord(mem, g, i, strUsed, valUsed)
+		if err != nil {
+			return nil, err
 		}
-		kind, mode := Kind(mem[r+rKind]), GaugeMode(mem[r+rMode])
-		nameOff, nameLen := load(mem, r+rNameOff), load(mem, r+rNameLen)
-		if nameOff > strUsed || nameLen > strUsed-nameOff {
-			return nil, formatErr("record %d name [%d,+%d) outside the used string table (%d)", i, nameOff, nameLen, strUsed)
-		}
-		st := Stat{Name: string(mem[g.stringsOff+nameOff : g.stringsOff+nameOff+nameLen]), Kind: kind}
-		if hashName(st.Name) != load(mem, r+rHash) {
-			return nil, formatErr("record %d name hash mismatch", i)
-		}
-		vOff, vWords := load(mem, r+rValueOff), load(mem, r+rValueWords)
-		if vWords != kind.valueWords() || vOff%8 != 0 || vOff > valUsed || vWords*8 > valUsed-vOff {
-			return nil, formatErr("record %d (%s) value [%d,+%d words) invalid", i, kind, vOff, vWords)
-		}
-		base := g.valuesOff + vOff
+		kind, mode := rec.kind, rec.mode
+		st := Stat{Name: rec.name, Kind: kind}
+		base := g.valuesOff + rec.valueOff
 		switch kind {
 		case KindCounter:
 			v := load(mem, base)
@@ -245,9 +235,6 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 			}
 			st.Counter = v
 		case KindGauge:
-			if mode != GaugeSum && mode != GaugeNewest {
-				return nil, formatErr("record %d gauge mode %d", i, mode)
-			}
 			st.Mode = mode
 			var v uint64
 			for j, o := range live {
@@ -267,8 +254,6 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 			h.Sum = math.Float64frombits(load(mem, base+HistogramSumWord*8))
 			h.Count = load(mem, base+HistogramCountWord*8)
 			st.Histogram = h
-		default:
-			return nil, formatErr("record %d has unknown kind %d", i, kind)
 		}
 		s.Stats = append(s.Stats, st)
 	}
@@ -276,4 +261,91 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: changed while reading", ErrBusy)
 	}
 	return s, nil
+}
+
+// parseOwner validates owner slot i and returns its state and lane count.
+func parseOwner(mem []byte, g geometry, i uint64) (OwnerState, uint64, error) {
+	o := g.owner(i)
+	st := OwnerState(load(mem, o+oState))
+	switch st {
+	case OwnerFree:
+		return st, 0, nil
+	case OwnerLive, OwnerFolding:
+	default:
+		return 0, 0, formatErr("owner %d has unknown state %d", i, uint64(st))
+	}
+	lanes := load(mem, o+oLanes)
+	if lanes > g.maxLanes {
+		return 0, 0, formatErr("owner %d has %d lanes, capacity %d", i, lanes, g.maxLanes)
+	}
+	if j := load(mem, o+oFoldJournal); j > g.maxRecords {
+		return 0, 0, formatErr("owner %d fold journal names record %d, capacity %d", i, j, g.maxRecords)
+	}
+	return st, lanes, nil
+}
+
+// recordView is a validated copy of a record.
+type recordView struct {
+	name       string
+	kind       Kind
+	mode       GaugeMode // GaugeSum unless kind is KindGauge
+	valueOff   uint64    // in the value heap, 8-aligned, words within valUsed
+	valueWords uint64
+}
+
+// parseRecord validates record i against the used parts of the string
+// table and value heap (strUsed and valUsed, already checked against their
+// capacities) and copies it out. Every offset and length is checked before
+// it is used, so a corrupt region is an error, never a panic. The writer
+// (indexing, folding, histogram adds) and the reader share it.
+func parseRecord(mem []byte, g geometry, i, strUsed, valUsed uint64) (recordView, error) {
+	if i >= g.maxRecords {
+		return recordView{}, formatErr("record %d beyond capacity %d", i, g.maxRecords)
+	}
+	r := g.record(i)
+	if load32(mem, r+rState) != recordUsed {
+		return recordView{}, formatErr("record %d is not in use", i)
+	}
+	v := recordView{kind: Kind(mem[r+rKind]), mode: GaugeMode(mem[r+rMode])}
+	switch v.kind {
+	case KindCounter, KindHistogram:
+		v.mode = GaugeSum
+	case KindGauge:
+		if v.mode != GaugeSum && v.mode != GaugeNewest {
+			return recordView{}, formatErr("record %d gauge mode %d", i, v.mode)
+		}
+	default:
+		return recordView{}, formatErr("record %d has unknown kind %d", i, v.kind)
+	}
+	nameOff, nameLen := load(mem, r+rNameOff), load(mem, r+rNameLen)
+	if nameOff > strUsed || nameLen > strUsed-nameOff {
+		return recordView{}, formatErr("record %d name [%d,+%d) outside the used string table (%d bytes)", i, nameOff, nameLen, strUsed)
+	}
+	v.name = string(mem[g.stringsOff+nameOff : g.stringsOff+nameOff+nameLen])
+	if hashName(v.name) != load(mem, r+rHash) {
+		return recordView{}, formatErr("record %d name hash mismatch", i)
+	}
+	v.valueOff, v.valueWords = load(mem, r+rValueOff), load(mem, r+rValueWords)
+	if v.valueWords != v.kind.valueWords() || v.valueOff%8 != 0 || v.valueOff > valUsed || v.valueWords*8 > valUsed-v.valueOff {
+		return recordView{}, formatErr("record %d (%s) value [%d,+%d words) outside the used value heap (%d bytes)", i, v.kind, v.valueOff, v.valueWords, valUsed)
+	}
+	return v, nil
+}
+
+// usedSizes reads and validates the used sizes of the string table and
+// value heap and the record count.
+func usedSizes(mem []byte, g geometry) (n, strUsed, valUsed uint64, err error) {
+	n = load(mem, hNRecords)
+	if n > g.maxRecords {
+		return 0, 0, 0, formatErr("record count %d exceeds capacity %d", n, g.maxRecords)
+	}
+	strUsed = load(mem, hStringsUsed)
+	if strUsed > g.stringBytes {
+		return 0, 0, 0, formatErr("string table use %d exceeds its size %d", strUsed, g.stringBytes)
+	}
+	valUsed = load(mem, hValuesUsed)
+	if valUsed > g.valueBytes || valUsed%8 != 0 {
+		return 0, 0, 0, formatErr("value heap use %d invalid (size %d, must be a multiple of 8)", valUsed, g.valueBytes)
+	}
+	return n, strUsed, valUsed, nil
 }

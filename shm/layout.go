@@ -10,7 +10,7 @@ import (
 // bytes, and a region of another major version is refused. See LAYOUT.md.
 const (
 	LayoutMajor = 1
-	LayoutMinor = 0
+	LayoutMinor = 1
 )
 
 // Magic is the first 8 bytes of a region file ("HPXSTATS", little-endian).
@@ -63,6 +63,7 @@ const (
 	hStringsUsed = 144
 	hValuesUsed  = 152
 	hCreated     = 160
+	hHealStamp   = 168 // since 1.1: set when a generation restores a truncated region
 )
 
 // Owner entry field offsets.

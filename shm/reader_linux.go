@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 
 	"github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
@@ -132,21 +131,4 @@ func (r *Reader) Close() error {
 		r.f = nil
 	}
 	return errors.Join(errs...)
-}
-
-// guardFault runs fn turning a memory fault (SIGBUS on a mapping whose file
-// shrank after the size check) into an error instead of a crash.
-func guardFault(fn func() error) (err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if p := recover(); p != nil {
-			if e, ok := p.(interface{ Addr() uintptr }); ok {
-				err = formatErr("memory fault at %#x reading the mapping: the file shrank while being read (truncated)", e.Addr())
-				return
-			}
-			panic(p)
-		}
-	}()
-	return fn()
 }

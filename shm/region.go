@@ -108,15 +108,35 @@ type Region struct {
 	lanes uint64
 	// claimedSlot is set once slot is ours (under the OFD lock).
 	claimedSlot bool
-	log         hclog.Logger
+	// epoch and start are what our owner entry says, kept to write it again
+	// if the file is truncated under us.
+	epoch, start uint64
+	log          hclog.Logger
 
-	// mu guards index, indexed and closed, and serialises allocation
-	// within this process (an OFD lock does not exclude goroutines that
-	// share the open file).
-	mu      sync.Mutex
-	index   map[uint64][]uint32 // name hash -> record indexes below indexed
-	indexed uint64
-	closed  bool
+	// truncations counts the times this Region found its file shorter than
+	// the region and restored its size (see Check).
+	truncations atomic.Uint64
+	// sizeRestored is set when restoreSize grew the file back, until the
+	// contents are rebuilt (healLocked).
+	sizeRestored atomic.Bool
+	// stopWatch stops the goroutine that restores the file at once when it
+	// shrinks (nil if there is none).
+	stopWatch func()
+
+	// mu guards index, known, healStamp and closed, and serialises
+	// allocation within this process (an OFD lock does not exclude
+	// goroutines that share the open file).
+	mu    sync.Mutex
+	index map[uint64][]uint32 // name hash -> record indexes below len(known)
+	// known holds validated copies of records 0..len(known)-1, in record
+	// order. Lookups use them, never the region's bytes a second time, and
+	// after a truncation they are what is written back.
+	known []recordView
+	// healStamp is the region's heal stamp (header word hHealStamp) as of
+	// our last check; a change means another generation restored the file
+	// and we must check our own records and owner entry.
+	healStamp uint64
+	closed    bool
 }
 
 // Path returns the region file's path.
@@ -134,33 +154,44 @@ func (r *Region) ld(off uint64) uint64 { return atomic.LoadUint64(r.word(off)) }
 
 func (r *Region) st(off, v uint64) { atomic.StoreUint64(r.word(off), v) }
 
-// refreshIndexLocked indexes records published since the last call.
-// Published records are immutable, so this needs no OFD lock.
-func (r *Region) refreshIndexLocked() {
-	n := r.ld(hNRecords)
-	if n > r.g.maxRecords {
-		n = r.g.maxRecords
-	}
-	for ; r.indexed < n; r.indexed++ {
-		h := r.ld(r.g.record(r.indexed) + rHash)
-		r.index[h] = append(r.index[h], uint32(r.indexed))
-	}
+// adviceForeign is appended to errors about a file that is not a usable
+// region.
+const adviceForeign = "use another base-id or stats path, or delete the file if no hotproxy is running"
+
+// corrupt wraps an error about the region's bytes with the path and what
+// to do.
+func (r *Region) corrupt(err error) error {
+	return fmt.Errorf("shm: region %s: %w (%s)", r.path, err, adviceForeign)
 }
 
-func (r *Region) recordName(i uint64) string {
-	ro := r.g.record(i)
-	off, n := r.ld(ro+rNameOff), r.ld(ro+rNameLen)
-	return string(r.mem[r.g.stringsOff+off : r.g.stringsOff+off+n])
+// refreshIndexLocked validates and indexes the records published since the
+// last call. Published records are immutable, so this needs no OFD lock.
+// A record whose offsets or lengths do not check out is an error naming
+// the path, never a panic.
+func (r *Region) refreshIndexLocked() error {
+	n, strUsed, valUsed, err := usedSizes(r.mem, r.g)
+	if err != nil {
+		return r.corrupt(err)
+	}
+	for i := uint64(len(r.known)); i < n; i++ {
+		v, err := parseRecord(r.mem, r.g, i, strUsed, valUsed)
+		if err != nil {
+			return r.corrupt(err)
+		}
+		h := hashName(v.name)
+		r.index[h] = append(r.index[h], uint32(i))
+		r.known = append(r.known, v)
+	}
+	return nil
 }
 
 // lookupLocked finds name among the indexed records.
 func (r *Region) lookupLocked(name string, kind Kind, mode GaugeMode) (RecordID, bool, error) {
 	for _, i := range r.index[hashName(name)] {
-		if r.recordName(uint64(i)) != name {
+		if r.known[i].name != name {
 			continue
 		}
-		ro := r.g.record(uint64(i))
-		k, m := Kind(r.mem[ro+rKind]), GaugeMode(r.mem[ro+rMode])
+		k, m := r.known[i].kind, r.known[i].mode
 		if k != kind || (kind == KindGauge && m != mode) {
 			return 0, true, fmt.Errorf("%w: %q is a %s (mode %s), asked for a %s (mode %s)", ErrKindMismatch, name, k, m, kind, mode)
 		}
@@ -170,24 +201,35 @@ func (r *Region) lookupLocked(name string, kind Kind, mode GaugeMode) (RecordID,
 }
 
 // Lookup returns the record of name if it exists.
-func (r *Region) Lookup(name string, kind Kind, mode GaugeMode) (RecordID, bool, error) {
+func (r *Region) Lookup(name string, kind Kind, mode GaugeMode) (id RecordID, found bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return 0, false, os.ErrClosed
 	}
-	r.refreshIndexLocked()
-	return r.lookupLocked(name, kind, mode)
+	err = r.guardedLocked(true, func() error {
+		if err := r.refreshIndexLocked(); err != nil {
+			return err
+		}
+		id, found, err = r.lookupLocked(name, kind, mode)
+		return err
+	})
+	return id, found, err
 }
 
 // allocLocked appends a record. The caller holds mu and the OFD
 // allocation lock and has checked that name does not exist.
 func (r *Region) allocLocked(name string, kind Kind, mode GaugeMode) (RecordID, error) {
-	n := r.ld(hNRecords)
+	n, strUsed, valUsed, err := usedSizes(r.mem, r.g)
+	if err != nil {
+		return 0, r.corrupt(err)
+	}
+	if n != uint64(len(r.known)) {
+		return 0, fmt.Errorf("shm: region %s: %d records published, %d indexed", r.path, n, len(r.known))
+	}
 	if n >= r.g.maxRecords {
 		return 0, fmt.Errorf("%w: all %d records in use", ErrFull, r.g.maxRecords)
 	}
-	strUsed, valUsed := r.ld(hStringsUsed), r.ld(hValuesUsed)
 	if uint64(len(name)) > r.g.stringBytes-strUsed {
 		return 0, fmt.Errorf("%w: string table (%d bytes) has no room for a %d-byte name", ErrFull, r.g.stringBytes, len(name))
 	}
@@ -217,14 +259,18 @@ func (r *Region) allocLocked(name string, kind Kind, mode GaugeMode) (RecordID, 
 	return RecordID(n), nil
 }
 
-func (r *Region) checkRecord(id RecordID, kind Kind) error {
-	if uint64(id) >= r.ld(hNRecords) {
-		return fmt.Errorf("shm: record %d does not exist", id)
+// knownLocked returns the validated copy of record id, indexing new
+// records first if needed.
+func (r *Region) knownLocked(id RecordID) (recordView, error) {
+	if uint64(id) >= uint64(len(r.known)) {
+		if err := r.refreshIndexLocked(); err != nil {
+			return recordView{}, err
+		}
+		if uint64(id) >= uint64(len(r.known)) {
+			return recordView{}, fmt.Errorf("shm: record %d does not exist", id)
+		}
 	}
-	if k := Kind(r.mem[r.g.record(uint64(id))+rKind]); k != kind {
-		return fmt.Errorf("%w: record %d is a %s", ErrKindMismatch, id, k)
-	}
-	return nil
+	return r.known[id], nil
 }
 
 // Lane returns this owner's lane word of a counter or gauge record. Only
@@ -240,12 +286,13 @@ func (r *Region) Lane(id RecordID, lane int) (*uint64, error) {
 	if lane < 0 || uint64(lane) >= r.lanes {
 		return nil, fmt.Errorf("shm: lane %d out of range [0,%d)", lane, r.lanes)
 	}
-	if uint64(id) >= r.ld(hNRecords) {
-		return nil, fmt.Errorf("shm: record %d does not exist", id)
+	var v recordView
+	err := r.guardedLocked(true, func() (err error) { v, err = r.knownLocked(id); return err })
+	if err != nil {
+		return nil, err
 	}
-	ro := r.g.record(uint64(id))
-	if k := Kind(r.mem[ro+rKind]); k != KindCounter && k != KindGauge {
-		return nil, fmt.Errorf("%w: record %d is a %s, which has no lanes", ErrKindMismatch, id, k)
+	if v.kind != KindCounter && v.kind != KindGauge {
+		return nil, fmt.Errorf("%w: record %d is a %s, which has no lanes", ErrKindMismatch, id, v.kind)
 	}
 	return r.word(r.g.lane(r.slot, uint64(lane), uint64(id))), nil
 }
@@ -259,13 +306,32 @@ func (r *Region) AddHistogram(id RecordID, buckets []uint64, sum float64, count 
 	if r.closed {
 		return os.ErrClosed
 	}
-	if err := r.checkRecord(id, KindHistogram); err != nil {
-		return err
-	}
 	if len(buckets) > HistogramBuckets {
 		return fmt.Errorf("shm: %d histogram buckets, at most %d", len(buckets), HistogramBuckets)
 	}
-	base := r.g.valuesOff + r.ld(r.g.record(uint64(id))+rValueOff)
+	// No second try after a fault: the adds done before it would count twice.
+	return r.guardedLocked(false, func() error { return r.addHistogramLocked(id, buckets, sum, count) })
+}
+
+func (r *Region) addHistogramLocked(id RecordID, buckets []uint64, sum float64, count uint64) error {
+	if _, err := r.knownLocked(id); err != nil {
+		return err
+	}
+	// Read the record again rather than trust the copy: the value offset
+	// must be valid in the region as it is now (another generation may
+	// have written the record back elsewhere after a truncation).
+	_, strUsed, valUsed, err := usedSizes(r.mem, r.g)
+	if err != nil {
+		return r.corrupt(err)
+	}
+	v, err := parseRecord(r.mem, r.g, uint64(id), strUsed, valUsed)
+	if err != nil {
+		return r.corrupt(err)
+	}
+	if v.kind != KindHistogram {
+		return fmt.Errorf("%w: record %d is a %s", ErrKindMismatch, id, v.kind)
+	}
+	base := r.g.valuesOff + v.valueOff
 	for i, c := range buckets {
 		if c != 0 {
 			atomic.AddUint64(r.word(base+uint64(i)*8), c)
@@ -292,9 +358,37 @@ func (r *Region) Heartbeat() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
-		r.st(r.g.owner(r.slot)+oHeartbeat, uint64(time.Now().UnixNano()))
+		r.guardedLocked(true, func() error {
+			r.st(r.g.owner(r.slot)+oHeartbeat, uint64(time.Now().UnixNano()))
+			return nil
+		})
 	}
 }
+
+// guardedLocked runs fn, which touches the mapping, so that a truncation of
+// the file under it is an error, not a crash: on a memory fault the file is
+// restored (healLocked) and, if retry, fn runs once more. The caller holds
+// mu; fn must release anything it takes with defer.
+func (r *Region) guardedLocked(retry bool, fn func() error) error {
+	err := guardFault(fn)
+	if !isFault(err) {
+		return err
+	}
+	if herr := r.healLocked(); herr != nil {
+		return fmt.Errorf("shm: region %s: %w; restoring it: %w", r.path, err, herr)
+	}
+	if !retry {
+		return fmt.Errorf("shm: region %s: %w (restored; this update was lost)", r.path, err)
+	}
+	if err = guardFault(fn); isFault(err) {
+		return fmt.Errorf("shm: region %s: %w (again after restoring it)", r.path, err)
+	}
+	return err
+}
+
+// Truncations returns how many times this Region found its file truncated
+// and restored its size (see Check).
+func (r *Region) Truncations() uint64 { return r.truncations.Load() }
 
 // Snapshot reads the region like a Reader does (without locking or
 // writing), retrying while it changes.
@@ -305,7 +399,14 @@ func (r *Region) Snapshot() (*Snapshot, error) {
 	if closed {
 		return nil, os.ErrClosed
 	}
-	s, err := readRetry(r.mem, r.g)
+	var s *Snapshot
+	err := guardFault(func() (err error) { s, err = readRetry(r.mem, r.g); return err })
+	if isFault(err) {
+		r.mu.Lock()
+		r.healLocked()
+		r.mu.Unlock()
+		err = guardFault(func() (err error) { s, err = readRetry(r.mem, r.g); return err })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shm: region %s: %w", r.path, err)
 	}
@@ -337,3 +438,5 @@ func readRetry(mem []byte, g geometry) (*Snapshot, error) {
 	}
 	return nil, fmt.Errorf("%w after %d attempts: %v (a hotproxy process may have died while allocating; the next one to start repairs it)", ErrBusy, readAttempts, err)
 }
+
+func unsafePointer(mem []byte, off uint64) unsafe.Pointer { return unsafe.Pointer(&mem[off]) }

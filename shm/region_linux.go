@@ -11,16 +11,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// adviceForeign is appended to errors about a file that is not a usable
-// region.
-const adviceForeign = "use another base-id or stats path, or delete the file if no hotproxy is running"
+// errBeingRestored: the file is empty or its header wiped, but a live
+// generation holds an owner lock on it: it was truncated under that
+// generation, which is restoring it. Open waits for that.
+var errBeingRestored = errors.New("the region was truncated while a live generation uses it, and is being restored")
+
+// Waiting for a live generation to restore a truncated region (Open).
+const (
+	restoreWait = 2 * time.Second
+	restorePoll = 10 * time.Millisecond
+)
 
 // Open creates the region file, or attaches to an existing one, and claims
 // an owner slot for this generation. Under the allocation lock it first
 // repairs an interrupted fold and folds the owners that died. A file that is
-// truncated, of another layout major version, not a region at all, or owned
-// by another user is refused with an error naming the path; it is never
-// modified.
+// truncated, of another layout major version, not a region at all,
+// corrupt, owned by another user, or writable by group or others is refused
+// with an error naming the path; it is never modified. The Region then
+// watches its file: if it is truncated, the size is restored at once (the
+// values in the lost part start again from zero) and counted (Truncations).
 func Open(opts Options) (*Region, error) {
 	o := opts.withDefaults()
 	want, err := computeGeometry(uint64(o.MaxOwners), uint64(o.MaxLanes), uint64(o.MaxRecords),
@@ -28,18 +37,40 @@ func Open(opts Options) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: region %s: options: %w", o.Path, err)
 	}
+	if o.Mode&^os.ModePerm != 0 || o.Mode&0o022 != 0 {
+		return nil, fmt.Errorf("shm: region %s: mode %#o: %w", o.Path, o.Mode, errWritableMode)
+	}
+	deadline := time.Now().Add(restoreWait)
+	for {
+		r, err := open(o, want)
+		if errors.Is(err, errBeingRestored) && time.Now().Before(deadline) {
+			time.Sleep(restorePoll)
+			continue
+		}
+		return r, err
+	}
+}
+
+// errWritableMode explains why a region must not be writable by others.
+var errWritableMode = errors.New("writable by group or others: whoever can write the region can truncate it or corrupt the stats of every generation (use 0640 so the group may read it, or 0600)")
+
+func open(o Options, want geometry) (*Region, error) {
 	f, err := os.OpenFile(o.Path, os.O_RDWR|os.O_CREATE, o.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("shm: open region: %w (check the stats path and its permissions; if another user's hotproxy owns it, use another base-id)", err)
 	}
 	r := &Region{path: o.Path, f: f, log: o.Logger.Named("shm"), index: map[uint64][]uint32{}}
-	if err := r.open(o, want); err != nil {
+	if err := guardFault(func() error { return r.open(o, want) }); err != nil {
 		if r.unmap != nil {
 			r.unmap()
 		}
 		f.Close() // also drops any OFD lock taken
+		if isFault(err) {
+			err = fmt.Errorf("shm: region %s: %w while attaching; %s", r.path, err, adviceForeign)
+		}
 		return nil, err
 	}
+	r.startWatch()
 	return r, nil
 }
 
@@ -56,8 +87,23 @@ func (r *Region) open(o Options, want geometry) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("shm: region %s: not a regular file (%s)", r.path, adviceForeign)
 	}
+	// Root too refuses a file of another uid: its owner could truncate or
+	// rewrite it under a root process at any time.
 	if euid := uint32(os.Geteuid()); st.Uid != euid {
 		return fmt.Errorf("shm: region %s: owned by uid %d, this process runs as uid %d (run as that user, or %s)", r.path, st.Uid, euid, adviceForeign)
+	}
+	if perm := st.Mode & 0o7777; perm&0o022 != 0 {
+		return fmt.Errorf("shm: region %s: mode %#o: %w; chmod 0640 %s if you trust whoever could write it until now, else remove it if no hotproxy is running", r.path, perm, errWritableMode, r.path)
+	}
+	if st.Size == 0 || (st.Size >= HeaderSize && r.headerWiped()) {
+		// An empty file or a zeroed header with a live owner is a region
+		// truncated under a running generation, which restores it in a
+		// moment: wait, never create over it.
+		if held, err := r.ownerLockHeld(); err != nil {
+			return err
+		} else if held {
+			return fmt.Errorf("shm: region %s: %w", r.path, errBeingRestored)
+		}
 	}
 	if st.Size == 0 {
 		if err := r.create(o, want); err != nil {
@@ -66,6 +112,11 @@ func (r *Region) open(o Options, want geometry) error {
 	} else if err := r.attach(st.Size); err != nil {
 		if !errors.Is(err, errNotReady) {
 			return err
+		}
+		if held, err := r.ownerLockHeld(); err != nil {
+			return err
+		} else if held {
+			return fmt.Errorf("shm: region %s: %w", r.path, errBeingRestored)
 		}
 		// Magic present but never marked ready, and we hold the lock that
 		// its creator held while creating it: the creator died. Recreate.
@@ -83,10 +134,59 @@ func (r *Region) open(o Options, want geometry) error {
 		return fmt.Errorf("shm: region %s: %d lanes asked, the region has %d per owner (use fewer workers, or delete the file if no hotproxy is running so it is recreated with Options.MaxLanes)", r.path, o.Lanes, r.g.maxLanes)
 	}
 	r.lanes = uint64(o.Lanes)
+	if err := r.validateOwners(); err != nil {
+		return err
+	}
+	if err := r.refreshIndexLocked(); err != nil {
+		return err
+	}
 	if err := r.repairLocked(); err != nil {
 		return err
 	}
+	r.healStamp = r.ld(hHealStamp)
 	return r.claimLocked(o)
+}
+
+// validateOwners checks every owner entry of an attached region.
+func (r *Region) validateOwners() error {
+	for s := uint64(0); s < r.g.maxOwners; s++ {
+		if _, _, err := parseOwner(r.mem, r.g, s); err != nil {
+			return r.corrupt(err)
+		}
+	}
+	return nil
+}
+
+// headerWiped reports whether the first header page of the file reads as
+// zeros (the file was truncated and extended again). It reads the file,
+// not a mapping.
+func (r *Region) headerWiped() bool {
+	var buf [HeaderSize]byte
+	if n, err := r.f.ReadAt(buf[:], 0); n != HeaderSize && err != nil {
+		return false
+	}
+	for _, b := range buf {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ownerLockHeld reports whether another open file description holds the
+// owner lock of any slot a region can have: a live generation maps the
+// file.
+func (r *Region) ownerLockHeld() (bool, error) {
+	for s := int64(0); s < maxOwnersLimit; s++ {
+		held, err := ofdLocked(r.f, ownerLockBase+s)
+		if err != nil {
+			return false, fmt.Errorf("shm: region %s: owner lock %d: %w", r.path, s, err)
+		}
+		if held {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (r *Region) mapFile(size int64) error {
@@ -192,20 +292,27 @@ func (r *Region) claimLocked(o Options) error {
 		if err := ofdLock(r.f, ownerLockBase+int64(s), false); err != nil {
 			continue
 		}
-		now := uint64(time.Now().UnixNano())
-		r.st(ob+oPID, uint64(os.Getpid()))
-		r.st(ob+oEpoch, o.Epoch)
-		r.st(ob+oStart, now)
-		r.st(ob+oHeartbeat, now)
-		r.st(ob+oLanes, r.lanes)
-		r.st(ob+oFoldCursor, 0)
-		r.st(ob+oFoldJournal, 0)
-		r.st(ob+oState, uint64(OwnerLive))
-		r.slot = s
+		r.slot, r.epoch, r.start = s, o.Epoch, uint64(time.Now().UnixNano())
+		r.publishOwnerLocked()
 		r.claimedSlot = true
 		return nil
 	}
 	return fmt.Errorf("shm: region %s: %w: all %d are held by live generations", r.path, ErrNoOwnerSlot, r.g.maxOwners)
+}
+
+// publishOwnerLocked writes our owner entry, the state last. The caller
+// holds the OFD allocation lock and our owner lock.
+func (r *Region) publishOwnerLocked() {
+	ob := r.g.owner(r.slot)
+	r.st(ob+oPID, uint64(os.Getpid()))
+	r.st(ob+oEpoch, r.epoch)
+	r.st(ob+oStart, r.start)
+	r.st(ob+oHeartbeat, uint64(time.Now().UnixNano()))
+	r.st(ob+oLanes, r.lanes)
+	r.st(ob+oFoldCursor, 0)
+	r.st(ob+oFoldJournal, 0)
+	r.st(ob+oFoldNew, 0)
+	r.st(ob+oState, uint64(OwnerLive))
 }
 
 // foldLocked retires owner slot s: its counter lanes are added to the
@@ -237,24 +344,36 @@ func (r *Region) foldLocked(s uint64) {
 			}
 		}
 	}
-	retired := func(rec uint64) uint64 { return g.valuesOff + r.ld(g.record(rec)+rValueOff) }
+	// retired is the offset of a counter's retired word; ok is false for
+	// a record that is not a valid counter (a corrupt record is never
+	// written through).
+	strUsed, valUsed := min(r.ld(hStringsUsed), g.stringBytes), min(r.ld(hValuesUsed), g.valueBytes)
+	retired := func(rec uint64) (off uint64, ok bool) {
+		v, err := parseRecord(r.mem, g, rec, strUsed, valUsed)
+		if err != nil || v.kind != KindCounter {
+			return 0, false
+		}
+		return g.valuesOff + v.valueOff, true
+	}
 	if j := r.ld(ob + oFoldJournal); j != 0 && j <= n {
-		r.st(retired(j-1), r.ld(ob+oFoldNew))
+		if off, ok := retired(j - 1); ok {
+			r.st(off, r.ld(ob+oFoldNew))
+		}
 		zero(j - 1)
 		r.st(ob+oFoldJournal, 0)
 		r.st(ob+oFoldCursor, j)
 	}
 	for rec := r.ld(ob + oFoldCursor); rec < n; rec++ {
-		if Kind(r.mem[g.record(rec)+rKind]) == KindCounter {
+		if off, ok := retired(rec); ok {
 			var sum uint64
 			for l := uint64(0); l < lanes; l++ {
 				sum += r.ld(g.lane(s, l, rec))
 			}
 			if sum != 0 {
-				newTotal := r.ld(retired(rec)) + sum
+				newTotal := r.ld(off) + sum
 				r.st(ob+oFoldNew, newTotal)
 				r.st(ob+oFoldJournal, rec+1) // commit point
-				r.st(retired(rec), newTotal)
+				r.st(off, newTotal)
 			}
 		}
 		zero(rec)
@@ -284,9 +403,19 @@ func (r *Region) Alloc(name string, kind Kind, mode GaugeMode) (RecordID, error)
 	if r.closed {
 		return 0, os.ErrClosed
 	}
-	r.refreshIndexLocked()
-	if id, ok, err := r.lookupLocked(name, kind, mode); ok {
-		return id, err
+	var id RecordID
+	err := r.guardedLocked(true, func() (err error) { id, err = r.allocOnceLocked(name, kind, mode); return err })
+	return id, err
+}
+
+func (r *Region) allocOnceLocked(name string, kind Kind, mode GaugeMode) (RecordID, error) {
+	// Without the allocation lock a record being written back by another
+	// generation's restore may not check out yet: on an error, look again
+	// under the lock below.
+	if err := r.refreshIndexLocked(); err == nil {
+		if id, ok, err := r.lookupLocked(name, kind, mode); ok {
+			return id, err
+		}
 	}
 	if err := ofdLock(r.f, allocLockOffset, true); err != nil {
 		return 0, fmt.Errorf("shm: region %s: allocation lock: %w", r.path, err)
@@ -295,13 +424,15 @@ func (r *Region) Alloc(name string, kind Kind, mode GaugeMode) (RecordID, error)
 	if err := r.repairLocked(); err != nil {
 		return 0, err
 	}
-	r.refreshIndexLocked()
+	if err := r.refreshIndexLocked(); err != nil {
+		return 0, err
+	}
 	if id, ok, err := r.lookupLocked(name, kind, mode); ok {
 		return id, err
 	}
 	id, err := r.allocLocked(name, kind, mode)
 	if err == nil {
-		r.refreshIndexLocked()
+		err = r.refreshIndexLocked()
 	}
 	return id, err
 }
@@ -314,11 +445,13 @@ func (r *Region) Reap() error {
 	if r.closed {
 		return os.ErrClosed
 	}
-	if err := ofdLock(r.f, allocLockOffset, true); err != nil {
-		return fmt.Errorf("shm: region %s: allocation lock: %w", r.path, err)
-	}
-	defer ofdUnlock(r.f, allocLockOffset)
-	return r.repairLocked()
+	return r.guardedLocked(true, func() error {
+		if err := ofdLock(r.f, allocLockOffset, true); err != nil {
+			return fmt.Errorf("shm: region %s: allocation lock: %w", r.path, err)
+		}
+		defer ofdUnlock(r.f, allocLockOffset)
+		return r.repairLocked()
+	})
 }
 
 // Close retires this generation cleanly: its counter lanes fold into the
@@ -327,17 +460,23 @@ func (r *Region) Reap() error {
 // have stopped before Close: the lane words are unmapped. Close is
 // idempotent.
 func (r *Region) Close() error {
+	if r.stopWatch != nil {
+		r.stopWatch() // before mu: the watcher takes it
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil
 	}
+	// Make the file whole first if it was truncated since the last check,
+	// so that the fold below does not fault.
+	r.healLocked()
 	r.closed = true
 	var errs []error
 	if err := ofdLock(r.f, allocLockOffset, true); err != nil {
 		errs = append(errs, fmt.Errorf("allocation lock: %w", err))
 	} else {
-		// The file may have been truncated under us: a fault is an error.
+		// The file may be truncated again under us: a fault is an error.
 		if err := guardFault(func() error { r.foldLocked(r.slot); return nil }); err != nil {
 			errs = append(errs, err)
 		}
@@ -359,6 +498,9 @@ func (r *Region) Close() error {
 // abandon drops the region like a killed process would: no fold, the OFD
 // locks go with the file. For tests.
 func (r *Region) abandon() {
+	if r.stopWatch != nil {
+		r.stopWatch()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

@@ -17,6 +17,11 @@ func (r *Region) Alloc(name string, kind Kind, mode GaugeMode) (RecordID, error)
 	return 0, errUnsupported
 }
 
+// Check is not supported on this platform.
+func (r *Region) Check() error { return errUnsupported }
+
+func (r *Region) healLocked() error { return errUnsupported }
+
 // Reap is not supported on this platform.
 func (r *Region) Reap() error { return errUnsupported }
 

@@ -141,7 +141,7 @@ func TestScopeRemove(t *testing.T) {
 	for _, st := range snap.Stats {
 		names = append(names, st.Name)
 	}
-	if got := strings.Join(names, ","); got != "cluster.ab.rq_total,stats.overflow" {
+	if got := strings.Join(names, ","); got != "cluster.ab.rq_total,stats.overflow,stats.region_lost_writes,stats.region_truncated" {
 		t.Fatalf("after remove: %s", got)
 	}
 }
@@ -181,11 +181,11 @@ func TestLaneCache(t *testing.T) {
 }
 
 func TestOverflow(t *testing.T) {
-	region := smallRegion(t, 2, 2)
+	region := smallRegion(t, 2, 4)
 	var logbuf bytes.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logbuf, Level: hclog.Warn})
 	s := newStore(t, Options{Region: region, Workers: 1, Logger: log})
-	a := s.Counter("a")   // record 2 (stats.overflow is 1)
+	a := s.Counter("a")   // record 4 (stats.overflow, stats.region_truncated and _lost_writes are 1-3)
 	b := s.Counter("b")   // full
 	c := s.Gauge("c", 0)  // full
 	h := s.Histogram("h") // full

@@ -31,6 +31,13 @@ const (
 	// OverflowCounter counts stats kept in process memory because the
 	// region was full (or had the name with another kind).
 	OverflowCounter = "stats.overflow"
+	// RegionTruncatedCounter counts the times this generation found the
+	// region file truncated and restored it (the values in the lost part
+	// start again from zero).
+	RegionTruncatedCounter = "stats.region_truncated"
+	// RegionLostWritesCounter counts lane updates lost because the region
+	// file was truncated under them, before its size was restored.
+	RegionLostWritesCounter = "stats.region_lost_writes"
 )
 
 // Options configures a Store. The zero value is a region-less store with
@@ -58,6 +65,11 @@ type Store struct {
 	log      hclog.Logger
 	overflow CounterLane
 	warned   atomic.Bool
+
+	// Truncation accounting, on the main lane; seen* are the totals
+	// already counted (under flushMu).
+	truncated, lostWrites       CounterLane
+	seenTruncations, seenFaults uint64
 
 	// mu guards the maps below.
 	mu         sync.Mutex
@@ -96,6 +108,9 @@ func New(opts Options) (*Store, error) {
 			s.region.Path(), s.region.Lanes(), s.lanes, opts.Workers, s.lanes)
 	}
 	s.overflow = s.Counter(OverflowCounter).Lane(0)
+	s.truncated = s.Counter(RegionTruncatedCounter).Lane(0)
+	s.lostWrites = s.Counter(RegionLostWritesCounter).Lane(0)
+	s.seenFaults = laneFaults.Load()
 	return s, nil
 }
 
@@ -206,6 +221,14 @@ func (s *Store) Flush() error {
 	}
 	s.mu.Unlock()
 	var errs []error
+	if s.region != nil {
+		// First: if the file was truncated since the last check, restore it
+		// before the histograms are added into it.
+		if err := s.region.Check(); err != nil {
+			errs = append(errs, err)
+		}
+		s.countTruncationsLocked()
+	}
 	for _, h := range hs {
 		if err := h.flush(); err != nil {
 			errs = append(errs, fmt.Errorf("histogram %s: %w", h.name, err))
@@ -218,6 +241,25 @@ func (s *Store) Flush() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// countTruncationsLocked counts the region's truncations and the lane
+// updates they cost since the last flush, and says so loudly. The caller
+// holds flushMu.
+func (s *Store) countTruncationsLocked() {
+	n, faults := s.region.Truncations(), laneFaults.Load()
+	newTrunc, newFaults := n-s.seenTruncations, faults-s.seenFaults
+	s.seenTruncations, s.seenFaults = n, faults
+	if newFaults > 0 {
+		s.lostWrites.Add(newFaults)
+	}
+	if newTrunc == 0 {
+		return
+	}
+	s.truncated.Add(newTrunc)
+	s.log.Error("the stats region file was truncated under this generation; its size and records were restored and it keeps serving, but the counts in the lost part started again from zero. Only its owner or root can do this: find what truncates it (a cleanup job, a copy of the file?)",
+		"region", s.region.Path(), "times", newTrunc, "lost_lane_writes", newFaults,
+		"counted_in", RegionTruncatedCounter)
 }
 
 // Run flushes every flush interval until ctx is done, then flushes once
