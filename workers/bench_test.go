@@ -244,3 +244,30 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+// BenchmarkH1ProxyClose: a connection per proxied request (the client
+// says Connection: close); allocs/op include the client's dial.
+func BenchmarkH1ProxyClose(b *testing.B) {
+	be := rawKeepAliveBackend(b, benchResponse)
+	m := startManager(b, proxyConfig(be), 1)
+	a := addr(b, m, "web")
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example\r\nConnection: close\r\n\r\n")
+	buf := make([]byte, 4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		c, err := net.Dial("tcp", a)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
+		c.Close()
+	}
+}

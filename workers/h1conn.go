@@ -153,13 +153,20 @@ func (cc *clientConn) serve() {
 		cc.releaseState()
 		cc.Close()
 	}()
+	// A new connection reads its first request straight away: its client
+	// has just connected to send it, and is most often sent already, so
+	// a peek first would be one more syscall per connection. Until then
+	// it holds a buffer, for at most header_timeout (and max_connections
+	// bounds how many do).
+	fresh := true
 	for {
-		if cc.r == cc.w {
+		if cc.r == cc.w && !fresh {
 			cc.releaseState()
 			if !cc.waitReadable() {
 				return
 			}
 		}
+		fresh = false
 		cc.takeState()
 		if !cc.readHead() {
 			return
