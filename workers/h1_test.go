@@ -372,3 +372,72 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\r\n")
 	return line
 }
+
+// Responses without a body (HEAD, 204, 304, and 1xx before a final
+// answer) keep the connection in step: the next request on it is answered
+// normally, and a HEAD keeps its Content-Length.
+func TestBodilessResponsesKeepFraming(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			switch req.URL.Path {
+			case "/head":
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+			case "/204":
+				io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+			case "/304":
+				io.WriteString(c, "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n")
+			case "/103":
+				io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			default:
+				io.WriteString(c, okResponse)
+			}
+		}
+	})
+	m := startManager(t, proxyConfig(be), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	ask := func(method, path string) *http.Response {
+		t.Helper()
+		io.WriteString(c, method+" "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		req, _ := http.NewRequest(method, path, nil)
+		for {
+			r, err := http.ReadResponse(br, req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			if r.StatusCode >= 200 {
+				return r
+			}
+			if r.StatusCode != 103 || r.Header.Get("Link") == "" {
+				t.Fatalf("interim %d %v", r.StatusCode, r.Header)
+			}
+		}
+	}
+	if r := ask("HEAD", "/head"); r.StatusCode != 200 || r.ContentLength != 100 {
+		t.Fatalf("HEAD: %d Content-Length %d, want 200 and the upstream's 100", r.StatusCode, r.ContentLength)
+	}
+	if r := ask("GET", "/204"); r.StatusCode != 204 {
+		t.Fatalf("204: %d", r.StatusCode)
+	}
+	if r := ask("GET", "/304"); r.StatusCode != 304 || r.Header.Get("ETag") == "" {
+		t.Fatalf("304: %d %v", r.StatusCode, r.Header)
+	}
+	if r := ask("GET", "/103"); r.StatusCode != 200 {
+		t.Fatalf("after 103: %d", r.StatusCode)
+	}
+	if r := ask("GET", "/after"); r.StatusCode != 200 {
+		t.Fatalf("the connection is out of step: %d", r.StatusCode)
+	}
+}
