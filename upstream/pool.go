@@ -267,6 +267,9 @@ func (wc *WorkerCluster) closeIdle(forGood bool) {
 	}
 }
 
+// Name is the cluster's name.
+func (wc *WorkerCluster) Name() string { return wc.name }
+
 // IdleConns is the number of pooled connections (tests, admin).
 func (wc *WorkerCluster) IdleConns() int {
 	p := &wc.pool

@@ -441,3 +441,20 @@ func TestBodilessResponsesKeepFraming(t *testing.T) {
 		t.Fatalf("the connection is out of step: %d", r.StatusCode)
 	}
 }
+
+// A Connection header naming Host cannot strip it, and an HTTP/1.0
+// request without Host still sends the upstream one.
+func TestHostAlwaysReachesTheUpstream(t *testing.T) {
+	cb := newCaptureBackend(t, okResponse)
+	m := startManager(t, proxyConfig(cb.addr), 1)
+	a := addr(t, m, "web")
+	exchangeRaw(t, a, "GET /a HTTP/1.1\r\nHost: app.example\r\nConnection: close, host\r\n\r\n")
+	exchangeRaw(t, a, "GET /b HTTP/1.0\r\n\r\n")
+	got, n := cb.received()
+	if n != 2 || !strings.Contains(got, "GET /a HTTP/1.1\r\nHost: app.example\r\n") || !strings.Contains(got, "GET /b HTTP/1.1\r\nHost: backend\r\n") {
+		t.Fatalf("backend got %d requests:\n%s", n, got)
+	}
+	if strings.Count(strings.ToLower(got), "\r\nhost:") != 2 {
+		t.Fatalf("a request carried Host twice:\n%s", got)
+	}
+}

@@ -69,7 +69,7 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 
 	// The request head for the upstream, and as much of the body as is
 	// buffered, go out in one write.
-	b := cc.appendUpstreamHead(ex.wbuf[:0], x.head)
+	b := cc.appendUpstreamHead(ex.wbuf[:0], x.head, x.wc.Name())
 	cc.r += req.HeadLen
 	var err error
 	var bodyRef []byte // body bytes sent as they are, after b
@@ -142,12 +142,22 @@ func (x *exchange) retryable(err error) bool {
 // appendUpstreamHead writes the request head as the upstream gets it:
 // hop-by-hop fields removed, X-Forwarded-* and X-Request-Id set, framing
 // of the proxy's own.
-func (cc *clientConn) appendUpstreamHead(b, head []byte) []byte {
+func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
 	req := &cc.ex.req
 	b = append(b, req.Method.Bytes(head)...)
 	b = append(b, ' ')
 	b = append(b, req.Target.Bytes(head)...)
 	b = append(b, " HTTP/1.1\r\n"...)
+	// Host goes first and always: a Connection header that names it (the
+	// RFC makes it hop-by-hop then) must not strip it, and an HTTP/1.0
+	// request without one still gets one (the cluster's name).
+	b = append(b, "Host: "...)
+	if req.Host.Len() > 0 {
+		b = append(b, req.Host.Bytes(head)...)
+	} else {
+		b = append(b, upstreamHost...)
+	}
+	b = append(b, "\r\n"...)
 	hasID := false
 	for i := range req.NFields {
 		f := &req.Fields[i]
@@ -155,6 +165,9 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte) []byte {
 			continue
 		}
 		name := f.Name.Bytes(head)
+		if len(name) == 4 && http1.EqualFold(name, "host") {
+			continue
+		}
 		if isProxyAuth(name) {
 			continue // meant for this hop: the client's credentials for a proxy
 		}
