@@ -205,6 +205,8 @@ func TestExampleShowsDefaults(t *testing.T) {
 		"listeners.name": true, "listeners.address": true, "listeners.protocol": true,
 		"listeners.cluster": true, "listeners.routes": true,
 		"clusters.name": true, "clusters.endpoints": true,
+		// No default: left out, the check is a TCP connect.
+		"clusters.health_check.path": true,
 	}
 	checked := 0
 	var walk func(m map[string]any, path, human string)
