@@ -25,6 +25,12 @@ type Conn struct {
 	reused   bool  // taken from the pool, not freshly dialed
 	idleAt   int64 // monotonic time it went back to the pool
 	counted  *Stats
+	// The circuit-breaker slots the connection holds: one of
+	// max_connections while it is open (cx), one of max_requests (rq)
+	// and, for a retry, one of max_retries while a request uses it.
+	brk          *breakers
+	holdsRequest bool
+	holdsRetry   bool
 }
 
 // Endpoint is the address the connection goes to.
@@ -59,23 +65,52 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // endpoint when a connect fails. ctx aborts a dial (a forced drain). The
 // caller must Release the connection when the exchange is over.
 func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
-	n := len(wc.addrs)
-	if n == 0 {
+	if len(wc.addrs) == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
-	first := wc.bal.pick()
-	if c := wc.takeIdle(first); c != nil {
-		wc.bal.start(first)
+	brk := wc.state.breakers
+	if brk != nil && !take(&brk.requests, brk.maxRequests) {
+		wc.countOverflow(false)
+		return nil, brk.errRequests
+	}
+	c, err := wc.acquire(ctx, brk)
+	if brk != nil {
+		if err != nil {
+			brk.requests.n.Add(-1)
+		} else {
+			c.holdsRequest = true
+		}
+	}
+	return c, err
+}
+
+func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers) (*Conn, error) {
+	usable := wc.usable()
+	n := len(usable)
+	first := wc.bal.pick(usable)
+	if c := wc.takeIdle(int(usable[first])); c != nil {
+		wc.bal.start(c.endpoint)
 		return c, nil
+	}
+	if brk != nil {
+		// The request now waits for a connection of its own.
+		if !take(&brk.pending, brk.maxPending) {
+			wc.countOverflow(false)
+			return nil, brk.errPending
+		}
+		defer brk.pending.n.Add(-1)
 	}
 	var tried []string
 	var last error
 	for k := range n {
-		i := (first + k) % n
+		i := int(usable[(first+k)%n])
 		c, err := wc.dial(ctx, i)
 		if err == nil {
 			wc.bal.start(i)
 			return c, nil
+		}
+		if errors.Is(err, ErrOverflow) {
+			return nil, err
 		}
 		tried = append(tried, wc.addrs[i])
 		last = err
@@ -86,13 +121,50 @@ func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
 	return nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
 }
 
+// countOverflow counts a request refused by a circuit breaker: cx for
+// max_connections, otherwise a request breaker.
+func (wc *WorkerCluster) countOverflow(cx bool) {
+	st := wc.stats.Load()
+	if st == nil {
+		return
+	}
+	if cx {
+		st.CxOverflow.Inc()
+	} else {
+		st.RqPendingOverflow.Inc()
+	}
+}
+
 // AcquireFresh dials a new connection to the endpoint of c's cluster that c
 // went to, for the retry of a request that met a stale pooled connection.
-// c is not released by it.
+// c is not released by it. The retry holds one of max_retries (and of
+// max_requests) until it is released.
 func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn, error) {
+	brk := wc.state.breakers
+	if brk != nil {
+		if !take(&brk.retries, brk.maxRetries) {
+			wc.countOverflow(false)
+			return nil, brk.errRetries
+		}
+		if !take(&brk.requests, brk.maxRequests) {
+			brk.retries.n.Add(-1)
+			wc.countOverflow(false)
+			return nil, brk.errRequests
+		}
+	}
 	c, err := wc.dial(ctx, endpoint)
 	if err != nil {
+		if brk != nil {
+			brk.retries.n.Add(-1)
+			brk.requests.n.Add(-1)
+		}
+		if errors.Is(err, ErrOverflow) {
+			return nil, err
+		}
 		return nil, &ConnectError{Cluster: wc.name, Tried: []string{wc.addrs[endpoint]}, Err: err}
+	}
+	if brk != nil {
+		c.holdsRequest, c.holdsRetry = true, true
 	}
 	wc.bal.start(endpoint)
 	return c, nil
@@ -102,19 +174,34 @@ func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn,
 func (c *Conn) EndpointIndex() int { return c.endpoint }
 
 func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
+	brk := wc.state.breakers
+	if brk != nil && !take(&brk.connections, brk.maxConnections) {
+		wc.countOverflow(true)
+		return nil, brk.errConnections
+	}
 	nc, err := wc.dialer.DialContext(ctx, "tcp", wc.addrs[i])
 	st := wc.stats.Load()
 	if err != nil {
-		if st != nil && ctx.Err() == nil {
+		if brk != nil {
+			brk.connections.n.Add(-1)
+		}
+		if ctx.Err() == nil {
 			// A connect abandoned by the caller is not the
 			// endpoint's failure.
-			st.CxConnectFail.Inc()
+			if st != nil {
+				st.CxConnectFail.Inc()
+			}
+			wc.reportConnect(i, false)
 		}
 		return nil, err
 	}
+	wc.reportConnect(i, true)
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		nc.Close()
+		if brk != nil {
+			brk.connections.n.Add(-1)
+		}
 		return nil, errors.New("upstream: dial returned a non-TCP connection")
 	}
 	if st != nil {
@@ -124,9 +211,12 @@ func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
 	raw, err := tc.SyscallConn()
 	if err != nil {
 		tc.Close()
+		if brk != nil {
+			brk.connections.n.Add(-1)
+		}
 		return nil, err
 	}
-	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, counted: st}
+	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, counted: st, brk: brk}
 	c.peek = func(fd uintptr) { c.stale = peerClosed(fd) }
 	return c, nil
 }
@@ -191,6 +281,16 @@ func peerClosed(fd uintptr) bool {
 func (c *Conn) Release(keepAlive bool) {
 	wc := c.wc
 	wc.bal.finish(c.endpoint)
+	if c.brk != nil {
+		if c.holdsRequest {
+			c.brk.requests.n.Add(-1)
+			c.holdsRequest = false
+		}
+		if c.holdsRetry {
+			c.brk.retries.n.Add(-1)
+			c.holdsRetry = false
+		}
+	}
 	if !keepAlive || wc.maxIdle == 0 {
 		c.close()
 		return
@@ -223,6 +323,10 @@ func (c *Conn) close() {
 	if c.counted != nil {
 		c.counted.CxActive.Dec()
 		c.counted = nil
+	}
+	if c.brk != nil {
+		c.brk.connections.n.Add(-1)
+		c.brk = nil
 	}
 	c.TCPConn.Close()
 }

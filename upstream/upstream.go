@@ -62,6 +62,14 @@ type Cluster struct {
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
 	maxIdle        int
+
+	// spec is what the cluster was built from: its Monitor reads the
+	// health_check and outlier_detection tables.
+	spec config.Cluster
+	// state is shared with every worker view: the published HostSet,
+	// the reported failures, the circuit breakers. nil in a Cluster
+	// written as a literal until ForWorker makes one.
+	state *clusterState
 }
 
 // Endpoint is one resolved upstream address ("ip:port").
@@ -84,6 +92,7 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		connectTimeout: spec.ConnectTimeout.D(),
 		idleTimeout:    spec.IdleTimeout.D(),
 		maxIdle:        spec.MaxIdlePerEndpoint,
+		spec:           spec,
 	}
 	switch c.policy {
 	case "":
@@ -107,6 +116,7 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		}
 		c.Endpoints = append(c.Endpoints, Endpoint{Address: addr})
 	}
+	c.state = newClusterState(len(c.Endpoints), spec)
 	return c, nil
 }
 
@@ -151,13 +161,19 @@ func resolveEndpoint(ep string) (string, error) {
 // when a snapshot is built; the view is used only by that worker. Every
 // call returns a new view with its own balancer state and pool.
 func (c *Cluster) ForWorker(w int) *WorkerCluster {
+	if c.state == nil {
+		c.state = newClusterState(len(c.Endpoints), config.Cluster{Name: c.Name})
+	}
 	s := *c
 	wc := &WorkerCluster{
-		name:    c.Name,
-		addrs:   make([]string, len(c.Endpoints)),
-		timeout: s.connectTimeout,
-		dialer:  net.Dialer{Timeout: s.connectTimeout},
+		name:      c.Name,
+		addrs:     make([]string, len(c.Endpoints)),
+		timeout:   s.connectTimeout,
+		dialer:    net.Dialer{Timeout: s.connectTimeout},
+		state:     c.state,
+		hostStats: make([]hostCounters, len(c.Endpoints)),
 	}
+	c.state.register(wc)
 	for i, ep := range c.Endpoints {
 		wc.addrs[i] = ep.Address
 	}
@@ -176,6 +192,10 @@ type WorkerCluster struct {
 	dialer  net.Dialer
 	bal     balancer
 	stats   atomic.Pointer[Stats] // nil: not counted
+	// state is the cluster's, shared by all workers; hostStats are this
+	// worker's counts per endpoint.
+	state     *clusterState
+	hostStats []hostCounters
 	// The keep-alive pool: idleTimeout ages pooled connections out,
 	// maxIdle bounds them per endpoint (0: none is kept, every request
 	// dials).
@@ -189,15 +209,16 @@ type WorkerCluster struct {
 // done must be called when the connection is finished with (least_request
 // counts active connections with it).
 func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint string, done func(), err error) {
-	n := len(wc.addrs)
-	if n == 0 {
+	if len(wc.addrs) == 0 {
 		return nil, "", nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
-	first := wc.bal.pick()
+	usable := wc.usable()
+	n := len(usable)
+	first := wc.bal.pick(usable)
 	var tried []string
 	var last error
 	for k := range n {
-		i := (first + k) % n
+		i := int(usable[(first+k)%n])
 		addr := wc.addrs[i]
 		wc.bal.start(i)
 		c, err := wc.dialer.DialContext(ctx, "tcp", addr)
@@ -205,6 +226,7 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 			// A connect abandoned by the caller is not the
 			// endpoint's failure.
 			c = wc.dialed(c, err)
+			wc.reportConnect(i, err == nil)
 		}
 		if err == nil {
 			return c, addr, wc.doneFunc(i), nil
@@ -219,6 +241,18 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 		}
 	}
 	return nil, "", nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
+}
+
+// usable loads the cluster's current HostSet and returns the endpoints to
+// choose from (every one in panic mode, counted).
+func (wc *WorkerCluster) usable() []int32 {
+	hs := wc.state.hosts.Load()
+	if hs.panic {
+		if st := wc.stats.Load(); st != nil {
+			st.LBHealthyPanic.Inc()
+		}
+	}
+	return hs.usable
 }
 
 func noop() {}
