@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -404,5 +407,92 @@ func TestAcquireDoesNotAllocateWithResilience(t *testing.T) {
 	})
 	if n != 0 {
 		t.Errorf("%v allocations per pooled Acquire, report and Release", n)
+	}
+}
+
+// stuckListener returns a loopback address whose accept queue is full and
+// never drained: a connect to it hangs (the kernel drops the SYN) until
+// the dialer's timeout. The socket is made by hand for a backlog of 1.
+func stuckListener(tb testing.TB) string {
+	tb.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		tb.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	var held []net.Conn
+	tb.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	for range 16 { // bounded: a backlog of 1 fills after two or three
+		c, err := net.DialTimeout("tcp4", addr, 200*time.Millisecond)
+		if err != nil {
+			return addr // a connect that hangs: the queue is full
+		}
+		held = append(held, c)
+	}
+	tb.Skip("could not fill the accept queue of a loopback listener")
+	return ""
+}
+
+// TestMaxPendingRequests: requests waiting for a connection to be
+// established are bounded; one past the bound is refused at once.
+func TestMaxPendingRequests(t *testing.T) {
+	addr := stuckListener(t)
+	cfg := config.Config{Clusters: []config.Cluster{{Name: "pend", Endpoints: []string{addr},
+		ConnectTimeout:  config.Duration(3 * time.Second),
+		CircuitBreakers: &config.CircuitBreakers{MaxPendingRequests: 1}}}}
+	cfg.SetDefaults()
+	c, err := NewCluster(cfg.Clusters[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := stats.New(stats.Options{Workers: 1})
+	wc := c.ForWorker(0)
+	wc.BindStats(NewStats(st, "pend", 1))
+	ctx, cancel := context.WithCancel(context.Background())
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := wc.Acquire(ctx)
+		waiting <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Status().Breakers.PendingRequests != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never started to connect")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	_, err = wc.Acquire(context.Background())
+	var oe *OverflowError
+	if !errors.As(err, &oe) || oe.Limit != "max_pending_requests" {
+		t.Fatalf("second request: %v, want max_pending_requests overflow", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("refused after %v, want at once", d)
+	}
+	if n := st.Counter("cluster.pend.upstream_rq_pending_overflow").Value(); n != 1 {
+		t.Errorf("upstream_rq_pending_overflow = %d, want 1", n)
+	}
+	cancel()
+	if err := <-waiting; err == nil {
+		t.Error("the connect to a full accept queue succeeded")
+	}
+	if s := c.Status().Breakers; s.PendingRequests != 0 || s.Requests != 0 || s.Connections != 0 {
+		t.Errorf("breakers leak: %+v", s)
 	}
 }
