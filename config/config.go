@@ -25,6 +25,7 @@ const (
 	DefaultMaxHeaderBytes     = 64 << 10
 	DefaultUpstreamIdle       = 90 * time.Second
 	DefaultMaxIdlePerEndpoint = 64
+	DefaultDNSRefresh         = 5 * time.Second
 	DefaultLogLevel           = "info"
 	DefaultLogFormat          = "text"
 	DefaultCommitWindow       = 5 * time.Second
@@ -255,6 +256,10 @@ type Cluster struct {
 	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
 	// MaxIdlePerEndpoint bounds each worker's keep-alive pool per endpoint.
 	MaxIdlePerEndpoint int `toml:"max_idle_per_endpoint" json:"max_idle_per_endpoint"`
+	// DNSRefresh is how often an endpoint given by host name is resolved
+	// again (on the main side); a name that stops resolving keeps its
+	// last good address.
+	DNSRefresh Duration `toml:"dns_refresh" json:"dns_refresh"`
 
 	// HealthCheck, when set, checks every endpoint actively; nil: every
 	// endpoint counts as healthy (outlier detection may still eject).

@@ -258,6 +258,9 @@ func (c *Config) setDefaults(raw map[string]any) {
 		if !given(m, "max_idle_per_endpoint", cl.MaxIdlePerEndpoint == 0) {
 			cl.MaxIdlePerEndpoint = DefaultMaxIdlePerEndpoint
 		}
+		if !given(m, "dns_refresh", cl.DNSRefresh == 0) {
+			cl.DNSRefresh = Duration(DefaultDNSRefresh)
+		}
 		setResilienceDefaults(cl, m, given)
 	}
 }

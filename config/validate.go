@@ -54,6 +54,8 @@ var durationBounds = map[string]durationBound{
 	// minutes with the default net.ipv4.tcp_syn_retries = 6) anyway.
 	"clusters.connect_timeout": {10 * time.Millisecond, 5 * time.Minute},
 	"clusters.idle_timeout":    {100 * time.Millisecond, 24 * time.Hour},
+	// One lookup per interval and host name, on the main side.
+	"clusters.dns_refresh": {100 * time.Millisecond, 24 * time.Hour},
 	// One round of checks per interval and cluster, on the main side.
 	"clusters.health_check.interval": {10 * time.Millisecond, time.Hour},
 	"clusters.health_check.timeout":  {time.Millisecond, 5 * time.Minute},
@@ -321,6 +323,7 @@ func (v *validator) clusters() {
 		v.duration(key+".idle_timeout", "clusters.idle_timeout", c.IdleTimeout, DefaultUpstreamIdle)
 		v.number(key+".max_idle_per_endpoint", "clusters.max_idle_per_endpoint", c.MaxIdlePerEndpoint,
 			fmt.Sprintf("0 keeps no idle connections; leave it out for the default, %d", DefaultMaxIdlePerEndpoint))
+		v.duration(key+".dns_refresh", "clusters.dns_refresh", c.DNSRefresh, DefaultDNSRefresh)
 		v.resilience(key, c)
 	}
 }

@@ -14,6 +14,9 @@ import (
 // endpoint's health or ejection changes and publishes it with one atomic
 // store; balancers load it once per pick, without a lock (DESIGN §3, RCU).
 type HostSet struct {
+	// addrs[i] is endpoint i's address ("ip:port") now: a host name is
+	// re-resolved every dns_refresh, keeping the last good address.
+	addrs []string
 	// usable lists the endpoint indices traffic goes to: the healthy,
 	// not ejected ones, or every endpoint in panic mode.
 	usable []int32
@@ -28,8 +31,8 @@ type HostSet struct {
 
 // newHostSet builds the set for the given health and ejection of every
 // endpoint.
-func newHostSet(healthy, ejected []bool) *HostSet {
-	hs := &HostSet{healthy: healthy, ejected: ejected}
+func newHostSet(addrs []string, healthy, ejected []bool) *HostSet {
+	hs := &HostSet{addrs: addrs, healthy: healthy, ejected: ejected}
 	for i := range healthy {
 		if healthy[i] && !ejected[i] {
 			hs.usable = append(hs.usable, int32(i))
@@ -89,7 +92,8 @@ type clusterState struct {
 	views   []*WorkerCluster
 }
 
-func newClusterState(n int, spec config.Cluster) *clusterState {
+func newClusterState(addrs []string, spec config.Cluster) *clusterState {
+	n := len(addrs)
 	st := &clusterState{shared: make([]sharedHost, n), wake: make(chan struct{}, 1)}
 	healthy, ejected := make([]bool, n), make([]bool, n)
 	for i := range healthy {
@@ -98,7 +102,7 @@ func newClusterState(n int, spec config.Cluster) *clusterState {
 		// generation serves.
 		healthy[i] = spec.HealthCheck == nil
 	}
-	st.hosts.Store(newHostSet(healthy, ejected))
+	st.hosts.Store(newHostSet(addrs, healthy, ejected))
 	if od := spec.OutlierDetection; od != nil {
 		st.consecutive5xx = int32(od.Consecutive5xx)
 		st.consecutiveConnectFail = int32(od.ConsecutiveConnectFailure)

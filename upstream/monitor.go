@@ -34,6 +34,7 @@ type Monitor struct {
 	od  *config.OutlierDetection // nil: no ejection
 	log hclog.Logger
 
+	addrs     []string // endpoint addresses now (see dns_refresh)
 	healthy   []bool
 	known     []bool // checked at least once
 	successes []int  // passed checks in a row
@@ -59,12 +60,15 @@ type monitorStats struct {
 	attempt, success, failure         stats.CounterLane
 	ejectionsTotal, ejectionsOverflow stats.CounterLane
 	ejectionsActive                   stats.GaugeLane
+	// Only for a cluster with names to resolve (Envoy's names).
+	updateAttempt, updateSuccess, updateFailure stats.CounterLane
 }
 
-// NewMonitor returns the monitor of c, or nil when c has neither health
-// checks nor outlier detection (nothing changes, nothing to run).
+// NewMonitor returns the monitor of c, or nil when c has no health
+// checks, no outlier detection and no host name to re-resolve (nothing
+// changes, nothing to run).
 func NewMonitor(c *Cluster, log hclog.Logger) *Monitor {
-	if c.state == nil || (c.spec.HealthCheck == nil && c.spec.OutlierDetection == nil) {
+	if c.state == nil || (c.spec.HealthCheck == nil && c.spec.OutlierDetection == nil && !c.resolvesNames()) {
 		return nil
 	}
 	if log == nil {
@@ -76,6 +80,7 @@ func NewMonitor(c *Cluster, log hclog.Logger) *Monitor {
 		hc:        c.spec.HealthCheck,
 		od:        c.spec.OutlierDetection,
 		log:       log.Named("upstream").With("cluster", c.Name),
+		addrs:     slices.Clone(c.state.hosts.Load().addrs),
 		healthy:   make([]bool, n),
 		known:     make([]bool, n),
 		successes: make([]int, n),
@@ -103,7 +108,7 @@ func (m *Monitor) CheckOnce(ctx context.Context) {
 	if m.hc == nil {
 		return
 	}
-	m.apply(m.round(ctx))
+	m.apply(m.round(ctx, m.addrs))
 	m.publish()
 }
 
@@ -120,6 +125,11 @@ func (m *Monitor) Start(st *stats.Store) {
 			ejectionsTotal:    st.Counter(sc + "outlier_detection.ejections_enforced_total").Lane(0),
 			ejectionsOverflow: st.Counter(sc + "outlier_detection.ejections_overflow").Lane(0),
 			ejectionsActive:   st.Gauge(sc+"outlier_detection.ejections_active", stats.GaugeNewest).Lane(0),
+		}
+		if m.c.resolvesNames() {
+			m.st.updateAttempt = st.Counter(sc + "update_attempt").Lane(0)
+			m.st.updateSuccess = st.Counter(sc + "update_success").Lane(0)
+			m.st.updateFailure = st.Counter(sc + "update_failure").Lane(0)
 		}
 		m.st.attempt.Add(m.attempts)
 		m.st.success.Add(m.passes)
@@ -147,30 +157,63 @@ type roundResult []bool
 
 func (m *Monitor) run(ctx context.Context) {
 	defer close(m.done)
-	var nextRound <-chan time.Time
-	var roundTimer *time.Timer
+	// A stopped timer: its channel never fires until Reset.
+	stopped := func() *time.Timer {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}
+	roundTimer, dnsTimer, unejectTimer := stopped(), stopped(), stopped()
+	defer roundTimer.Stop()
+	defer dnsTimer.Stop()
+	defer unejectTimer.Stop()
 	if m.hc != nil {
-		roundTimer = time.NewTimer(m.wait())
-		defer roundTimer.Stop()
-		nextRound = roundTimer.C
+		roundTimer.Reset(m.wait())
+	}
+	if m.c.resolvesNames() {
+		dnsTimer.Reset(m.c.dnsRefresh)
 	}
 	results := make(chan roundResult, 1)
-	unejectTimer := time.NewTimer(time.Hour)
-	unejectTimer.Stop()
-	defer unejectTimer.Stop()
+	resolved := make(chan []resolution, 1)
+	roundInFlight, recheck := false, false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-nextRound:
-			go func() { results <- m.round(ctx) }()
+		case <-roundTimer.C:
+			roundInFlight = true
+			addrs := slices.Clone(m.addrs)
+			go func() { results <- m.round(ctx, addrs) }()
 		case r := <-results:
 			if ctx.Err() != nil {
 				return
 			}
+			roundInFlight = false
 			m.apply(r)
 			m.publish()
-			roundTimer.Reset(m.wait())
+			if recheck {
+				// An address changed during the round: check the
+				// new one now.
+				recheck = false
+				roundTimer.Reset(0)
+			} else {
+				roundTimer.Reset(m.wait())
+			}
+		case <-dnsTimer.C:
+			current := slices.Clone(m.addrs)
+			go func() { resolved <- m.c.resolveNames(current) }()
+		case res := <-resolved:
+			if m.applyResolutions(res) {
+				m.publish()
+				if m.hc != nil {
+					if roundInFlight {
+						recheck = true
+					} else {
+						roundTimer.Reset(0)
+					}
+				}
+			}
+			dnsTimer.Reset(m.c.dnsRefresh)
 		case <-m.c.state.wake:
 			if m.ejectOutliers(time.Now()) {
 				m.publish()
@@ -186,6 +229,80 @@ func (m *Monitor) run(ctx context.Context) {
 	}
 }
 
+// resolution is one host name's new address, or why it has none.
+type resolution struct {
+	endpoint int
+	addr     string
+	err      error
+}
+
+// resolvesNames reports whether the cluster has endpoints given by host
+// name to resolve again every dns_refresh.
+func (c *Cluster) resolvesNames() bool {
+	if c.dnsRefresh <= 0 {
+		return false
+	}
+	for _, n := range c.names {
+		if n != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveNames resolves every endpoint given by name (each bounded by
+// ResolveTimeout), keeping an address of current when it is still among
+// the answers. It runs off the monitor's goroutine.
+func (c *Cluster) resolveNames(current []string) []resolution {
+	var out []resolution
+	for i, name := range c.names {
+		if name == "" {
+			continue
+		}
+		addr, err := resolveEndpoint(name, current[i])
+		out = append(out, resolution{endpoint: i, addr: addr, err: err})
+	}
+	return out
+}
+
+// applyResolutions moves endpoints whose name resolves elsewhere now; a
+// name that does not resolve keeps its last good address. It reports
+// whether an address changed. An endpoint at a new address must pass a
+// health check (when there are checks) before it takes traffic again.
+func (m *Monitor) applyResolutions(res []resolution) bool {
+	changed := false
+	for _, r := range res {
+		if m.st != nil {
+			m.st.updateAttempt.Inc()
+		}
+		if r.err != nil {
+			if m.st != nil {
+				m.st.updateFailure.Inc()
+			}
+			m.log.Warn("endpoint name no longer resolves: keeping its last address", "endpoint", m.c.names[r.endpoint], "address", m.addrs[r.endpoint], "error", r.err)
+			continue
+		}
+		if m.st != nil {
+			m.st.updateSuccess.Inc()
+		}
+		i := r.endpoint
+		if r.addr == m.addrs[i] {
+			continue
+		}
+		m.log.Info("endpoint name resolves to a new address", "endpoint", m.c.names[i], "from", m.addrs[i], "to", r.addr)
+		m.addrs[i] = r.addr
+		h := &m.c.state.shared[i]
+		h.consecutive5xx.Store(0)
+		h.consecutiveConnectFail.Store(0)
+		if m.hc != nil {
+			m.healthy[i], m.known[i] = false, false
+			m.successes[i], m.failures[i] = 0, 0
+		}
+		changed = true
+	}
+	return changed
+}
+
 // wait is the time to the next round: the interval and a jitter.
 func (m *Monitor) wait() time.Duration {
 	d := m.hc.Interval.D()
@@ -195,17 +312,18 @@ func (m *Monitor) wait() time.Duration {
 	return d
 }
 
-// round checks every endpoint at once, each bounded by the timeout.
-func (m *Monitor) round(ctx context.Context) roundResult {
-	res := make(roundResult, len(m.c.Endpoints))
+// round checks every endpoint at once (at addrs, the monitor's copy
+// when the round started), each bounded by the timeout.
+func (m *Monitor) round(ctx context.Context, addrs []string) roundResult {
+	res := make(roundResult, len(addrs))
 	var wg sync.WaitGroup
-	for i, ep := range m.c.Endpoints {
+	for i, addr := range addrs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, m.hc.Timeout.D())
 			defer cancel()
-			res[i] = m.check(cctx, ep.Address)
+			res[i] = m.check(cctx, addr)
 		}()
 	}
 	wg.Wait()
@@ -264,7 +382,7 @@ func (m *Monitor) apply(r roundResult) {
 			}
 		}
 		if m.healthy[i] != was || !known {
-			m.log.Info("endpoint health", "endpoint", m.c.Endpoints[i].Address, "healthy", m.healthy[i], "first_check", !known)
+			m.log.Info("endpoint health", "endpoint", m.addrs[i], "healthy", m.healthy[i], "first_check", !known)
 		}
 	}
 }
@@ -312,7 +430,7 @@ func (m *Monitor) ejectOutliers(now time.Time) bool {
 			if m.st != nil {
 				m.st.ejectionsOverflow.Inc()
 			}
-			m.log.Warn("endpoint not ejected: max_ejection_percent reached", "endpoint", m.c.Endpoints[i].Address, "max_ejection_percent", od.MaxEjectionPercent)
+			m.log.Warn("endpoint not ejected: max_ejection_percent reached", "endpoint", m.addrs[i], "max_ejection_percent", od.MaxEjectionPercent)
 			continue
 		}
 		m.ejections[i]++
@@ -322,7 +440,7 @@ func (m *Monitor) ejectOutliers(now time.Time) bool {
 		if m.st != nil {
 			m.st.ejectionsTotal.Inc()
 		}
-		m.log.Warn("endpoint ejected", "endpoint", m.c.Endpoints[i].Address, "for", d, "ejections", m.ejections[i])
+		m.log.Warn("endpoint ejected", "endpoint", m.addrs[i], "for", d, "ejections", m.ejections[i])
 	}
 	return changed
 }
@@ -347,7 +465,7 @@ func (m *Monitor) unejectDue(now time.Time) bool {
 			h.consecutive5xx.Store(0)
 			h.consecutiveConnectFail.Store(0)
 			changed = true
-			m.log.Info("endpoint returned from ejection", "endpoint", m.c.Endpoints[i].Address)
+			m.log.Info("endpoint returned from ejection", "endpoint", m.addrs[i])
 		}
 	}
 	return changed
@@ -367,11 +485,11 @@ func (m *Monitor) nextUneject() (time.Time, bool) {
 // publish stores a new HostSet for the workers, the admin view and the
 // membership gauges.
 func (m *Monitor) publish() {
-	hs := newHostSet(slices.Clone(m.healthy), slices.Clone(m.ejected))
+	hs := newHostSet(slices.Clone(m.addrs), slices.Clone(m.healthy), slices.Clone(m.ejected))
 	m.c.state.hosts.Store(hs)
 	view := make([]EndpointHealth, len(m.healthy))
 	for i := range view {
-		eh := EndpointHealth{Address: m.c.Endpoints[i].Address, Healthy: m.healthy[i], Ejected: m.ejected[i], Ejections: m.ejections[i]}
+		eh := EndpointHealth{Address: m.addrs[i], Healthy: m.healthy[i], Ejected: m.ejected[i], Ejections: m.ejections[i]}
 		switch {
 		case m.hc == nil:
 			eh.Check = CheckNone

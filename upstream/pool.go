@@ -21,9 +21,10 @@ type Conn struct {
 	peek     func(fd uintptr)
 	stale    bool
 	wc       *WorkerCluster
-	endpoint int   // index into wc.addrs
-	reused   bool  // taken from the pool, not freshly dialed
-	idleAt   int64 // monotonic time it went back to the pool
+	endpoint int    // index of the endpoint in the cluster
+	addr     string // the endpoint's address when it was dialed
+	reused   bool   // taken from the pool, not freshly dialed
+	idleAt   int64  // monotonic time it went back to the pool
 	counted  *Stats
 	// The circuit-breaker slots the connection holds: one of
 	// max_connections while it is open (cx), one of max_requests (rq)
@@ -34,7 +35,7 @@ type Conn struct {
 }
 
 // Endpoint is the address the connection goes to.
-func (c *Conn) Endpoint() string { return c.wc.addrs[c.endpoint] }
+func (c *Conn) Endpoint() string { return c.addr }
 
 // Reused reports whether the connection carried an earlier request. A
 // request that fails on a reused connection before any byte of a response
@@ -65,7 +66,7 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // endpoint when a connect fails. ctx aborts a dial (a forced drain). The
 // caller must Release the connection when the exchange is over.
 func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
-	if len(wc.addrs) == 0 {
+	if wc.n == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
 	brk := wc.state.breakers
@@ -85,12 +86,15 @@ func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
 }
 
 func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers) (*Conn, error) {
-	usable := wc.usable()
+	hs := wc.hosts()
+	usable := hs.usable
 	n := len(usable)
 	first := wc.bal.pick(usable)
-	if c := wc.takeIdle(int(usable[first])); c != nil {
-		wc.bal.start(c.endpoint)
-		return c, nil
+	if i := int(usable[first]); wc.maxIdle > 0 {
+		if c := wc.takeIdle(i, hs.addrs[i]); c != nil {
+			wc.bal.start(i)
+			return c, nil
+		}
 	}
 	if brk != nil {
 		// The request now waits for a connection of its own.
@@ -104,7 +108,7 @@ func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers) (*Conn, err
 	var last error
 	for k := range n {
 		i := int(usable[(first+k)%n])
-		c, err := wc.dial(ctx, i)
+		c, err := wc.dial(ctx, i, hs.addrs[i])
 		if err == nil {
 			wc.bal.start(i)
 			return c, nil
@@ -112,7 +116,7 @@ func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers) (*Conn, err
 		if errors.Is(err, ErrOverflow) {
 			return nil, err
 		}
-		tried = append(tried, wc.addrs[i])
+		tried = append(tried, hs.addrs[i])
 		last = err
 		if ctx.Err() != nil {
 			break
@@ -152,7 +156,8 @@ func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn,
 			return nil, brk.errRequests
 		}
 	}
-	c, err := wc.dial(ctx, endpoint)
+	addr := wc.state.hosts.Load().addrs[endpoint]
+	c, err := wc.dial(ctx, endpoint, addr)
 	if err != nil {
 		if brk != nil {
 			brk.retries.n.Add(-1)
@@ -161,7 +166,7 @@ func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn,
 		if errors.Is(err, ErrOverflow) {
 			return nil, err
 		}
-		return nil, &ConnectError{Cluster: wc.name, Tried: []string{wc.addrs[endpoint]}, Err: err}
+		return nil, &ConnectError{Cluster: wc.name, Tried: []string{addr}, Err: err}
 	}
 	if brk != nil {
 		c.holdsRequest, c.holdsRetry = true, true
@@ -173,13 +178,13 @@ func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn,
 // EndpointIndex is the index of c's endpoint, for AcquireFresh.
 func (c *Conn) EndpointIndex() int { return c.endpoint }
 
-func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
+func (wc *WorkerCluster) dial(ctx context.Context, i int, addr string) (*Conn, error) {
 	brk := wc.state.breakers
 	if brk != nil && !take(&brk.connections, brk.maxConnections) {
 		wc.countOverflow(true)
 		return nil, brk.errConnections
 	}
-	nc, err := wc.dialer.DialContext(ctx, "tcp", wc.addrs[i])
+	nc, err := wc.dialer.DialContext(ctx, "tcp", addr)
 	st := wc.stats.Load()
 	if err != nil {
 		if brk != nil {
@@ -216,15 +221,16 @@ func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
 		}
 		return nil, err
 	}
-	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, counted: st, brk: brk}
+	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, addr: addr, counted: st, brk: brk}
 	c.peek = func(fd uintptr) { c.stale = peerClosed(fd) }
 	return c, nil
 }
 
 // takeIdle pops the most recently pooled connection to endpoint i that has
-// not been idle longer than the cluster's idle timeout; older ones are
-// closed on the way.
-func (wc *WorkerCluster) takeIdle(i int) *Conn {
+// not been idle longer than the cluster's idle timeout and still goes to
+// addr, the endpoint's address now (its name may resolve elsewhere since);
+// the others are closed on the way.
+func (wc *WorkerCluster) takeIdle(i int, addr string) *Conn {
 	if wc.maxIdle == 0 {
 		return nil
 	}
@@ -239,7 +245,7 @@ func (wc *WorkerCluster) takeIdle(i int) *Conn {
 			last := q[len(q)-1]
 			q[len(q)-1] = nil
 			q = q[:len(q)-1]
-			if time.Duration(now-last.idleAt) < wc.idleTimeout && !last.closedByPeer() {
+			if time.Duration(now-last.idleAt) < wc.idleTimeout && last.addr == addr && !last.closedByPeer() {
 				c = last
 				break
 			}
@@ -304,7 +310,7 @@ func (c *Conn) Release(keepAlive bool) {
 		return
 	}
 	if p.idle == nil {
-		p.idle = make([][]*Conn, len(wc.addrs))
+		p.idle = make([][]*Conn, wc.n)
 	}
 	q := p.idle[c.endpoint]
 	if len(q) >= wc.maxIdle {

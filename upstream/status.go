@@ -51,7 +51,11 @@ func (c *Cluster) Status() ClusterStatus {
 	if st == nil {
 		return cs
 	}
-	cs.Panic = st.hosts.Load().Panic()
+	hs := st.hosts.Load()
+	cs.Panic = hs.Panic()
+	for i := range cs.Endpoints {
+		cs.Endpoints[i].Address = hs.addrs[i]
+	}
 	if m := st.monitor.Load(); m != nil {
 		for i, eh := range m.Endpoints() {
 			e := &cs.Endpoints[i]
