@@ -61,6 +61,8 @@ max_ejection_percent = 101`, `max_ejection_percent: 101: must be between 0 and 1
 max_requests = 0`, `circuit_breakers.max_requests: 0: must be between 1 and`},
 		{`[clusters.circuit_breakers]
 max_request = 5`, `unknown key (did you mean max_requests?)`},
+		{`[clusters.health_check]
+timeout = "20s"`, `health_check.timeout: "20s": must be shorter than [hot_restart] handoff_timeout ("10s")`},
 	} {
 		data := "[[clusters]]\nname = \"a\"\nendpoints = [\"127.0.0.1:9000\"]\n" + tc.body + "\n"
 		_, err := Parse([]byte(data), "r.toml")

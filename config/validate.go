@@ -345,7 +345,13 @@ func (v *validator) resilience(key string, c *Cluster) {
 			}
 		}
 		v.duration(k+".interval", "clusters.health_check.interval", hc.Interval, DefaultHealthCheckInterval)
-		v.duration(k+".timeout", "clusters.health_check.timeout", hc.Timeout, DefaultHealthCheckTimeout)
+		if v.duration(k+".timeout", "clusters.health_check.timeout", hc.Timeout, DefaultHealthCheckTimeout) &&
+			hc.Timeout >= v.c.HotRestart.HandoffTimeout {
+			// A generation checks every endpoint once before it is
+			// ready, which must fit in the wait for its readiness.
+			v.ps.add(k+".timeout", "%q: must be shorter than [hot_restart] handoff_timeout (%q): a new generation checks every endpoint once before it is ready; lower timeout or raise handoff_timeout",
+				durationString(hc.Timeout), durationString(v.c.HotRestart.HandoffTimeout))
+		}
 		v.number(k+".unhealthy_threshold", "clusters.health_check.unhealthy_threshold", hc.UnhealthyThreshold,
 			fmt.Sprintf("failed checks in a row; default %d", DefaultUnhealthyThreshold))
 		v.number(k+".healthy_threshold", "clusters.health_check.healthy_threshold", hc.HealthyThreshold,
