@@ -496,3 +496,47 @@ func TestMaxPendingRequests(t *testing.T) {
 		t.Errorf("breakers leak: %+v", s)
 	}
 }
+
+// TestDialTCPMaxConnections: a TCP listener's upstream connections count
+// against max_connections too, and Close gives the slot back once.
+func TestDialTCPMaxConnections(t *testing.T) {
+	be := newBackend(t, "b", nil)
+	for _, withStats := range []bool{false, true} {
+		cfg := config.Config{Clusters: []config.Cluster{{Name: "tcp", Endpoints: addrs(be),
+			CircuitBreakers: &config.CircuitBreakers{MaxConnections: 1}}}}
+		cfg.SetDefaults()
+		c, err := NewCluster(cfg.Clusters[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := c.ForWorker(0)
+		var st *stats.Store
+		if withStats {
+			st, _ = stats.New(stats.Options{Workers: 1})
+			wc.BindStats(NewStats(st, "tcp", 1))
+		}
+		up, _, done, err := wc.DialTCP(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var oe *OverflowError
+		if _, _, _, err := wc.DialTCP(context.Background()); !errors.As(err, &oe) || oe.Limit != "max_connections" {
+			t.Fatalf("stats %v: second connection: %v, want max_connections overflow", withStats, err)
+		}
+		up.Close()
+		up.Close() // a second Close gives nothing back twice
+		done()
+		if n := c.Status().Breakers.Connections; n != 0 {
+			t.Fatalf("stats %v: %d connections counted after Close", withStats, n)
+		}
+		up2, _, done2, err := wc.DialTCP(context.Background())
+		if err != nil {
+			t.Fatalf("stats %v: after Close: %v", withStats, err)
+		}
+		up2.Close()
+		done2()
+		if withStats && st.Counter("cluster.tcp.upstream_cx_overflow").Value() != 1 {
+			t.Errorf("upstream_cx_overflow not counted")
+		}
+	}
+}

@@ -77,32 +77,47 @@ func (wc *WorkerCluster) BindStats(s *Stats) { wc.stats.Store(s) }
 func (wc *WorkerCluster) Stats() *Stats { return wc.stats.Load() }
 
 // dialed counts the outcome of one connect and returns the connection to
-// use: c wrapped so that its close is counted once, or nil.
-func (wc *WorkerCluster) dialed(c net.Conn, err error) net.Conn {
+// use: c wrapped so that its close is counted once (and gives back its
+// slot of brk's max_connections, which the caller took), or nil.
+func (wc *WorkerCluster) dialed(c net.Conn, err error, brk *breakers) net.Conn {
 	s := wc.stats.Load()
-	if s == nil {
-		return c
-	}
 	if err != nil {
-		s.CxConnectFail.Inc()
+		if s != nil {
+			s.CxConnectFail.Inc()
+		}
 		return nil
 	}
-	s.CxTotal.Inc()
-	s.CxActive.Inc()
-	return &countedConn{Conn: c, active: s.CxActive}
+	if s == nil && brk == nil {
+		return c
+	}
+	cc := &countedConn{Conn: c, brk: brk}
+	if s != nil {
+		s.CxTotal.Inc()
+		s.CxActive.Inc()
+		cc.active, cc.counted = s.CxActive, true
+	}
+	return cc
 }
 
 // countedConn is an upstream connection counted in upstream_cx_active
+// (when counted) and in its cluster's max_connections (when brk is set)
 // until its first Close.
 type countedConn struct {
 	net.Conn
-	active stats.GaugeLane
-	closed atomic.Bool
+	active  stats.GaugeLane
+	counted bool
+	brk     *breakers
+	closed  atomic.Bool
 }
 
 func (c *countedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		c.active.Dec()
+		if c.counted {
+			c.active.Dec()
+		}
+		if c.brk != nil {
+			c.brk.connections.n.Add(-1)
+		}
 	}
 	return c.Conn.Close()
 }

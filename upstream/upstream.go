@@ -238,10 +238,16 @@ type WorkerCluster struct {
 // DialTCP picks an endpoint with the balancer and connects within the
 // cluster's connect timeout, trying the next endpoint when one fails.
 // done must be called when the connection is finished with (least_request
-// counts active connections with it).
+// counts active connections with it). Past the circuit breaker's
+// max_connections it fails at once with an OverflowError.
 func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint string, done func(), err error) {
 	if wc.n == 0 {
 		return nil, "", nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
+	}
+	brk := wc.state.breakers
+	if brk != nil && !take(&brk.connections, brk.maxConnections) {
+		wc.countOverflow(true)
+		return nil, "", nil, brk.errConnections
 	}
 	hs := wc.hosts()
 	usable := hs.usable
@@ -257,7 +263,7 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 		if err == nil || ctx.Err() == nil {
 			// A connect abandoned by the caller is not the
 			// endpoint's failure.
-			c = wc.dialed(c, err)
+			c = wc.dialed(c, err, brk)
 			wc.reportConnect(i, err == nil)
 		}
 		if err == nil {
@@ -271,6 +277,9 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 			// endpoints are not to blame.
 			break
 		}
+	}
+	if brk != nil {
+		brk.connections.n.Add(-1)
 	}
 	return nil, "", nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
 }
