@@ -141,7 +141,7 @@ func (wc *WorkerCluster) ReportStatus(endpoint, status int) {
 	}
 	hc := &wc.hostStats[endpoint]
 	st := wc.state
-	if status >= 200 && status < 500 {
+	if status > 0 && status < 500 { // a 101 too: the upgrade worked
 		hc.rq.Add(1)
 		if st.consecutive5xx > 0 {
 			if h := &st.shared[endpoint]; h.consecutive5xx.Load() != 0 {

@@ -540,3 +540,28 @@ func TestDialTCPMaxConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestReportStatusCountsOnly5xxAndFailures: 2xx-4xx and 101 reset the
+// run of failures; 5xx and failures after connect (status 0) extend it.
+func TestReportStatusCountsOnly5xxAndFailures(t *testing.T) {
+	cfg := config.Config{Clusters: []config.Cluster{{Name: "r", Endpoints: []string{"127.0.0.1:1"},
+		OutlierDetection: &config.OutlierDetection{Consecutive5xx: 100}}}}
+	cfg.SetDefaults()
+	c, err := NewCluster(cfg.Clusters[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := c.ForWorker(0)
+	for _, tc := range []struct {
+		status int
+		want   int32
+	}{{500, 1}, {0, 2}, {503, 3}, {101, 0}, {502, 1}, {404, 0}, {504, 1}, {200, 0}} {
+		wc.ReportStatus(0, tc.status)
+		if got := c.state.shared[0].consecutive5xx.Load(); got != tc.want {
+			t.Fatalf("after %d: %d failures in a row, want %d", tc.status, got, tc.want)
+		}
+	}
+	if e := c.Status().Endpoints[0]; e.Rq5xx != 5 || e.RqTotal != 7 { // the failure after connect has no response
+		t.Errorf("rq_5xx %d rq_total %d, want 5 and 7", e.Rq5xx, e.RqTotal)
+	}
+}
