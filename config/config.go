@@ -25,6 +25,7 @@ const (
 	DefaultMaxHeaderBytes     = 64 << 10
 	DefaultUpstreamIdle       = 90 * time.Second
 	DefaultMaxIdlePerEndpoint = 64
+	DefaultDNSRefresh         = 5 * time.Second
 	DefaultLogLevel           = "info"
 	DefaultLogFormat          = "text"
 	DefaultCommitWindow       = 5 * time.Second
@@ -36,6 +37,26 @@ const (
 	// the stats region (and server.uptime, server.memory_allocated
 	// refreshed).
 	DefaultStatsFlushInterval = time.Second
+
+	// Health checks, outlier detection and circuit breakers, when their
+	// table is present; Envoy's circuit-breaker defaults.
+	DefaultHealthCheckInterval         = time.Second
+	DefaultHealthCheckTimeout          = 500 * time.Millisecond
+	DefaultUnhealthyThreshold          = 2
+	DefaultHealthyThreshold            = 1
+	DefaultExpectedStatus              = 200
+	DefaultConsecutive5xx              = 5
+	DefaultConsecutiveConnectFailure   = 3
+	DefaultBaseEjectionTime            = 30 * time.Second
+	DefaultMaxEjectionPercent          = 50
+	DefaultCircuitBreakerMaxConnection = 1024
+	DefaultCircuitBreakerMaxPending    = 1024
+	DefaultCircuitBreakerMaxRequests   = 1024
+	DefaultCircuitBreakerMaxRetries    = 3
+	// HealthCheckJitterPercent: each wait between two rounds of checks
+	// is the interval plus a random share of it up to this, so that the
+	// checks of many proxies do not arrive at an endpoint together.
+	HealthCheckJitterPercent = 10
 )
 
 // Listener protocols.
@@ -235,6 +256,68 @@ type Cluster struct {
 	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
 	// MaxIdlePerEndpoint bounds each worker's keep-alive pool per endpoint.
 	MaxIdlePerEndpoint int `toml:"max_idle_per_endpoint" json:"max_idle_per_endpoint"`
+	// DNSRefresh is how often an endpoint given by host name is resolved
+	// again (on the main side); a name that stops resolving keeps its
+	// last good address.
+	DNSRefresh Duration `toml:"dns_refresh" json:"dns_refresh"`
+
+	// HealthCheck, when set, checks every endpoint actively; nil: every
+	// endpoint counts as healthy (outlier detection may still eject).
+	HealthCheck *HealthCheck `toml:"health_check,omitempty" json:"health_check,omitempty"`
+	// OutlierDetection, when set, ejects endpoints that fail requests.
+	OutlierDetection *OutlierDetection `toml:"outlier_detection,omitempty" json:"outlier_detection,omitempty"`
+	// CircuitBreakers, when set, bounds what the cluster is asked to
+	// carry at once; past a bound a request is answered 503 at once.
+	CircuitBreakers *CircuitBreakers `toml:"circuit_breakers,omitempty" json:"circuit_breakers,omitempty"`
+}
+
+// HealthCheck is a cluster's active health check, run by the main side
+// against every endpoint, every Interval (plus a random jitter of up to
+// HealthCheckJitterPercent of it).
+type HealthCheck struct {
+	// Path, when set, makes the check an HTTP GET of this path whose
+	// status must be one of ExpectedStatuses; empty: a TCP connect.
+	Path string `toml:"path,omitempty" json:"path,omitempty"`
+	// ExpectedStatuses are the statuses that pass an HTTP check.
+	ExpectedStatuses []int    `toml:"expected_statuses" json:"expected_statuses"`
+	Interval         Duration `toml:"interval" json:"interval"`
+	// Timeout bounds one check, connect and response together.
+	Timeout Duration `toml:"timeout" json:"timeout"`
+	// UnhealthyThreshold: consecutive failed checks that make a healthy
+	// endpoint unhealthy.
+	UnhealthyThreshold int `toml:"unhealthy_threshold" json:"unhealthy_threshold"`
+	// HealthyThreshold: consecutive passed checks that make an unhealthy
+	// endpoint healthy again (one is enough for an endpoint not yet
+	// checked, when a generation starts).
+	HealthyThreshold int `toml:"healthy_threshold" json:"healthy_threshold"`
+}
+
+// OutlierDetection ejects an endpoint that fails requests in a row, for
+// BaseEjectionTime times the number of times it has been ejected.
+type OutlierDetection struct {
+	// Consecutive5xx: 5xx responses (or upstream failures after
+	// connect) in a row that eject an endpoint; 0 disables.
+	Consecutive5xx int `toml:"consecutive_5xx" json:"consecutive_5xx"`
+	// ConsecutiveConnectFailure: failed connects in a row that eject an
+	// endpoint; 0 disables.
+	ConsecutiveConnectFailure int      `toml:"consecutive_connect_failure" json:"consecutive_connect_failure"`
+	BaseEjectionTime          Duration `toml:"base_ejection_time" json:"base_ejection_time"`
+	// MaxEjectionPercent: no endpoint is ejected while this share of
+	// the cluster's endpoints is ejected already.
+	MaxEjectionPercent int `toml:"max_ejection_percent" json:"max_ejection_percent"`
+}
+
+// CircuitBreakers bound a cluster's load, summed over all workers.
+type CircuitBreakers struct {
+	// MaxConnections bounds the open upstream connections.
+	MaxConnections int `toml:"max_connections" json:"max_connections"`
+	// MaxPendingRequests bounds the requests waiting for a new
+	// connection to be established.
+	MaxPendingRequests int `toml:"max_pending_requests" json:"max_pending_requests"`
+	// MaxRequests bounds the requests in flight.
+	MaxRequests int `toml:"max_requests" json:"max_requests"`
+	// MaxRetries bounds the retries in flight.
+	MaxRetries int `toml:"max_retries" json:"max_retries"`
 }
 
 // Duration is a time.Duration written as a string ("30s", "1m30s").

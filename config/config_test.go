@@ -94,11 +94,11 @@ func TestIssueConfig(t *testing.T) {
 		Clusters: []Cluster{
 			{
 				Name: "backend", LBPolicy: LBRoundRobin, Endpoints: []string{"127.0.0.1:9000", "127.0.0.1:9001"},
-				ConnectTimeout: Duration(time.Second), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: DefaultMaxIdlePerEndpoint,
+				ConnectTimeout: Duration(time.Second), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: DefaultMaxIdlePerEndpoint, DNSRefresh: Duration(DefaultDNSRefresh),
 			},
 			{
 				Name: "pg", LBPolicy: LBRoundRobin, Endpoints: []string{"127.0.0.1:5432"},
-				ConnectTimeout: Duration(DefaultConnectTimeout), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: DefaultMaxIdlePerEndpoint,
+				ConnectTimeout: Duration(DefaultConnectTimeout), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: DefaultMaxIdlePerEndpoint, DNSRefresh: Duration(DefaultDNSRefresh),
 			},
 		},
 		Source: "hotproxy.toml",

@@ -143,6 +143,9 @@ func (c *Config) normalize() {
 		if len(c.Clusters[i].Endpoints) == 0 {
 			c.Clusters[i].Endpoints = nil
 		}
+		if hc := c.Clusters[i].HealthCheck; hc != nil && len(hc.ExpectedStatuses) == 0 {
+			hc.ExpectedStatuses = nil
+		}
 	}
 }
 
@@ -254,6 +257,65 @@ func (c *Config) setDefaults(raw map[string]any) {
 		// out gets the default; in code, SetDefaults cannot tell.
 		if !given(m, "max_idle_per_endpoint", cl.MaxIdlePerEndpoint == 0) {
 			cl.MaxIdlePerEndpoint = DefaultMaxIdlePerEndpoint
+		}
+		if !given(m, "dns_refresh", cl.DNSRefresh == 0) {
+			cl.DNSRefresh = Duration(DefaultDNSRefresh)
+		}
+		setResilienceDefaults(cl, m, given)
+	}
+}
+
+// setResilienceDefaults fills in the defaults of a cluster's health_check,
+// outlier_detection and circuit_breakers tables, when they are present;
+// m is the cluster's table in the file (nil: set every zero value).
+func setResilienceDefaults(cl *Cluster, m map[string]any, given func(map[string]any, string, bool) bool) {
+	if hc := cl.HealthCheck; hc != nil {
+		t := subTable(m, "health_check")
+		if !given(t, "expected_statuses", len(hc.ExpectedStatuses) == 0) {
+			hc.ExpectedStatuses = []int{DefaultExpectedStatus}
+		}
+		if !given(t, "interval", hc.Interval == 0) {
+			hc.Interval = Duration(DefaultHealthCheckInterval)
+		}
+		if !given(t, "timeout", hc.Timeout == 0) {
+			hc.Timeout = Duration(DefaultHealthCheckTimeout)
+		}
+		if !given(t, "unhealthy_threshold", hc.UnhealthyThreshold == 0) {
+			hc.UnhealthyThreshold = DefaultUnhealthyThreshold
+		}
+		if !given(t, "healthy_threshold", hc.HealthyThreshold == 0) {
+			hc.HealthyThreshold = DefaultHealthyThreshold
+		}
+	}
+	if od := cl.OutlierDetection; od != nil {
+		t := subTable(m, "outlier_detection")
+		// 0 disables a trigger, so only a key left out gets the default.
+		if !given(t, "consecutive_5xx", od.Consecutive5xx == 0) {
+			od.Consecutive5xx = DefaultConsecutive5xx
+		}
+		if !given(t, "consecutive_connect_failure", od.ConsecutiveConnectFailure == 0) {
+			od.ConsecutiveConnectFailure = DefaultConsecutiveConnectFailure
+		}
+		if !given(t, "base_ejection_time", od.BaseEjectionTime == 0) {
+			od.BaseEjectionTime = Duration(DefaultBaseEjectionTime)
+		}
+		if !given(t, "max_ejection_percent", od.MaxEjectionPercent == 0) {
+			od.MaxEjectionPercent = DefaultMaxEjectionPercent
+		}
+	}
+	if cb := cl.CircuitBreakers; cb != nil {
+		t := subTable(m, "circuit_breakers")
+		if !given(t, "max_connections", cb.MaxConnections == 0) {
+			cb.MaxConnections = DefaultCircuitBreakerMaxConnection
+		}
+		if !given(t, "max_pending_requests", cb.MaxPendingRequests == 0) {
+			cb.MaxPendingRequests = DefaultCircuitBreakerMaxPending
+		}
+		if !given(t, "max_requests", cb.MaxRequests == 0) {
+			cb.MaxRequests = DefaultCircuitBreakerMaxRequests
+		}
+		if !given(t, "max_retries", cb.MaxRetries == 0) {
+			cb.MaxRetries = DefaultCircuitBreakerMaxRetries
 		}
 	}
 }

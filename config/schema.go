@@ -23,6 +23,7 @@ const (
 	kBool          // bool or *bool
 	kDuration      // Duration, written as a string
 	kStrings       // []string
+	kInts          // []int
 	kTable         // struct or *struct
 	kTables        // []struct: an array of tables
 )
@@ -89,6 +90,8 @@ func schemaOf(t reflect.Type, path, title string) *table {
 			f.kind = kBool
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.String:
 			f.kind = kStrings
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Int:
+			f.kind = kInts
 		case ft.Kind() == reflect.Struct:
 			f.kind, f.sub = kTable, schemaOf(ft, full, "["+full+"]")
 		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct:
@@ -235,6 +238,24 @@ func (c *checker) value(f *field, v any, human string) {
 			if _, ok := e.(string); !ok {
 				c.badType = true
 				c.problems.add(fmt.Sprintf("%s[%d]", human, i), "expected a string, got %s", show(e))
+			}
+		}
+	case kInts:
+		arr, ok := v.([]any)
+		if !ok {
+			if n, isInt := v.(int64); isInt {
+				c.badType = true
+				c.problems.add(human, "expected an array of integers, got integer %d (write %s = [%d])", n, f.name, n)
+				return
+			}
+			bad("an array of integers")
+			return
+		}
+		for i, e := range arr {
+			n, ok := e.(int64)
+			if !ok || n > math.MaxInt32 || n < math.MinInt32 {
+				c.badType = true
+				c.problems.add(fmt.Sprintf("%s[%d]", human, i), "expected an integer, got %s", show(e))
 			}
 		}
 	case kTable:

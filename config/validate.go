@@ -54,6 +54,14 @@ var durationBounds = map[string]durationBound{
 	// minutes with the default net.ipv4.tcp_syn_retries = 6) anyway.
 	"clusters.connect_timeout": {10 * time.Millisecond, 5 * time.Minute},
 	"clusters.idle_timeout":    {100 * time.Millisecond, 24 * time.Hour},
+	// One lookup per interval and host name, on the main side.
+	"clusters.dns_refresh": {100 * time.Millisecond, 24 * time.Hour},
+	// One round of checks per interval and cluster, on the main side.
+	"clusters.health_check.interval": {10 * time.Millisecond, time.Hour},
+	"clusters.health_check.timeout":  {time.Millisecond, 5 * time.Minute},
+	// Multiplied by the number of ejections; a day keeps the product
+	// far from overflowing.
+	"clusters.outlier_detection.base_ejection_time": {10 * time.Millisecond, 24 * time.Hour},
 }
 
 // An intBound is the range an integer key accepts.
@@ -75,7 +83,16 @@ var intBounds = map[string]intBound{
 	"listeners.routes.direct_response.status": {200, 599},
 	// Connections from one address to one endpoint are bounded by the
 	// ephemeral port range.
-	"clusters.max_idle_per_endpoint": {0, 65535},
+	"clusters.max_idle_per_endpoint":                         {0, 65535},
+	"clusters.health_check.unhealthy_threshold":              {1, 1000},
+	"clusters.health_check.healthy_threshold":                {1, 1000},
+	"clusters.outlier_detection.consecutive_5xx":             {0, 1000},
+	"clusters.outlier_detection.consecutive_connect_failure": {0, 1000},
+	"clusters.outlier_detection.max_ejection_percent":        {0, 100},
+	"clusters.circuit_breakers.max_connections":              {1, MaxConnectionsLimit},
+	"clusters.circuit_breakers.max_pending_requests":         {1, MaxConnectionsLimit},
+	"clusters.circuit_breakers.max_requests":                 {1, MaxConnectionsLimit},
+	"clusters.circuit_breakers.max_retries":                  {0, MaxConnectionsLimit},
 }
 
 var (
@@ -310,6 +327,60 @@ func (v *validator) clusters() {
 		v.duration(key+".idle_timeout", "clusters.idle_timeout", c.IdleTimeout, DefaultUpstreamIdle)
 		v.number(key+".max_idle_per_endpoint", "clusters.max_idle_per_endpoint", c.MaxIdlePerEndpoint,
 			fmt.Sprintf("0 keeps no idle connections; leave it out for the default, %d", DefaultMaxIdlePerEndpoint))
+		v.duration(key+".dns_refresh", "clusters.dns_refresh", c.DNSRefresh, DefaultDNSRefresh)
+		v.resilience(key, c)
+	}
+}
+
+// resilience checks a cluster's health_check, outlier_detection and
+// circuit_breakers tables.
+func (v *validator) resilience(key string, c *Cluster) {
+	if hc := c.HealthCheck; hc != nil {
+		k := key + ".health_check"
+		if hc.Path != "" && (!strings.HasPrefix(hc.Path, "/") || strings.ContainsAny(hc.Path, " \t\r\n")) {
+			v.ps.add(k+".path", "%s: must start with \"/\" and contain no spaces or control characters (leave path out for a TCP connect check)", quote(hc.Path))
+		}
+		if len(hc.ExpectedStatuses) == 0 {
+			v.ps.add(k+".expected_statuses", "empty: list the statuses that pass, like expected_statuses = [200] (the default)")
+		}
+		for i, st := range hc.ExpectedStatuses {
+			if st < 200 || st > 599 {
+				v.ps.add(fmt.Sprintf("%s.expected_statuses[%d]", k, i), "%d: not a final HTTP status (200 to 599)", st)
+			}
+		}
+		v.duration(k+".interval", "clusters.health_check.interval", hc.Interval, DefaultHealthCheckInterval)
+		if v.duration(k+".timeout", "clusters.health_check.timeout", hc.Timeout, DefaultHealthCheckTimeout) &&
+			hc.Timeout >= v.c.HotRestart.HandoffTimeout {
+			// A generation checks every endpoint once before it is
+			// ready, which must fit in the wait for its readiness.
+			v.ps.add(k+".timeout", "%q: must be shorter than [hot_restart] handoff_timeout (%q): a new generation checks every endpoint once before it is ready; lower timeout or raise handoff_timeout",
+				durationString(hc.Timeout), durationString(v.c.HotRestart.HandoffTimeout))
+		}
+		v.number(k+".unhealthy_threshold", "clusters.health_check.unhealthy_threshold", hc.UnhealthyThreshold,
+			fmt.Sprintf("failed checks in a row; default %d", DefaultUnhealthyThreshold))
+		v.number(k+".healthy_threshold", "clusters.health_check.healthy_threshold", hc.HealthyThreshold,
+			fmt.Sprintf("passed checks in a row; default %d", DefaultHealthyThreshold))
+	}
+	if od := c.OutlierDetection; od != nil {
+		k := key + ".outlier_detection"
+		v.number(k+".consecutive_5xx", "clusters.outlier_detection.consecutive_5xx", od.Consecutive5xx,
+			fmt.Sprintf("0 disables; default %d", DefaultConsecutive5xx))
+		v.number(k+".consecutive_connect_failure", "clusters.outlier_detection.consecutive_connect_failure", od.ConsecutiveConnectFailure,
+			fmt.Sprintf("0 disables; default %d", DefaultConsecutiveConnectFailure))
+		v.duration(k+".base_ejection_time", "clusters.outlier_detection.base_ejection_time", od.BaseEjectionTime, DefaultBaseEjectionTime)
+		v.number(k+".max_ejection_percent", "clusters.outlier_detection.max_ejection_percent", od.MaxEjectionPercent,
+			fmt.Sprintf("a percentage; default %d", DefaultMaxEjectionPercent))
+	}
+	if cb := c.CircuitBreakers; cb != nil {
+		k := key + ".circuit_breakers"
+		v.number(k+".max_connections", "clusters.circuit_breakers.max_connections", cb.MaxConnections,
+			fmt.Sprintf("default %d", DefaultCircuitBreakerMaxConnection))
+		v.number(k+".max_pending_requests", "clusters.circuit_breakers.max_pending_requests", cb.MaxPendingRequests,
+			fmt.Sprintf("default %d", DefaultCircuitBreakerMaxPending))
+		v.number(k+".max_requests", "clusters.circuit_breakers.max_requests", cb.MaxRequests,
+			fmt.Sprintf("default %d", DefaultCircuitBreakerMaxRequests))
+		v.number(k+".max_retries", "clusters.circuit_breakers.max_retries", cb.MaxRetries,
+			fmt.Sprintf("default %d", DefaultCircuitBreakerMaxRetries))
 	}
 }
 

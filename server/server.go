@@ -98,6 +98,7 @@ type Server struct {
 	handedOver atomic.Bool
 
 	snapshot *workers.Snapshot
+	health   healthMonitors // see health.go
 	workers  *workers.Manager
 	adminLn  *adminListener
 	admin    *http.Server
@@ -159,6 +160,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
 	}
 	s.snapshot = snap
+	s.startHealthChecks()
 
 	// The hand-over comes first (DESIGN §4): the previous generation
 	// checks who this is before anything of theirs is touched, the stats
@@ -177,12 +179,14 @@ func New(opts Options) (*Server, error) {
 			adminLn.Close()
 		}
 		s.closeHotRestart()
+		s.stopHealthMonitors()
 		s.closeStats()
 		return nil, err
 	}
 	if err := s.openStats(); err != nil {
 		return fail(err)
 	}
+	s.runHealthMonitors()
 	if err := s.listenForSuccessor(); err != nil {
 		return fail(err)
 	}
@@ -239,6 +243,7 @@ func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeHotRestart()
 	defer s.runStats()()
+	defer s.stopHealthMonitors()
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -381,6 +386,7 @@ func (s *Server) requestQuit(reason string) {
 // built but never run.
 func (s *Server) Close() error {
 	s.closeHotRestart()
+	s.stopHealthMonitors()
 	return errors.Join(s.workers.Close(), s.adminLn.Close(), s.closeStats())
 }
 

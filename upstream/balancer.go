@@ -7,12 +7,14 @@ import (
 	"github.com/hotproxy/hotproxy/config"
 )
 
-// balancer chooses an endpoint, by index, for each connection or request of
-// one worker. Its methods are called from many goroutines of that worker at
-// once, so its state is atomics only: no lock on the request path.
+// balancer chooses an endpoint for each connection or request of one
+// worker, among the usable endpoints of the cluster's current HostSet. Its
+// methods are called from many goroutines of that worker at once, so its
+// state is atomics only: no lock on the request path.
 type balancer interface {
-	// pick returns the index of the endpoint to try first.
-	pick() int
+	// pick returns the position in usable (endpoint indices, never
+	// empty) of the endpoint to try first.
+	pick(usable []int32) int
 	// start and finish bracket the use of endpoint i (from the attempt to
 	// connect until the connection or response is done with).
 	start(i int)
@@ -50,11 +52,12 @@ type roundRobin struct {
 	n    uint64
 }
 
-func (b *roundRobin) pick() int {
-	if b.n == 0 {
+func (b *roundRobin) pick(usable []int32) int {
+	n := uint64(len(usable))
+	if n <= 1 {
 		return 0
 	}
-	return int((b.next.Add(1) - 1) % b.n)
+	return int((b.next.Add(1) - 1) % n)
 }
 
 func (*roundRobin) start(int)    {}
@@ -65,11 +68,11 @@ func (*roundRobin) counts() bool { return false }
 // generator, so goroutines of every worker draw without contention.
 type random struct{ n int }
 
-func (b *random) pick() int {
-	if b.n <= 1 {
+func (b *random) pick(usable []int32) int {
+	if len(usable) <= 1 {
 		return 0
 	}
-	return rand.IntN(b.n)
+	return rand.IntN(len(usable))
 }
 
 func (*random) start(int)    {}
@@ -92,8 +95,8 @@ type leastRequest struct {
 	active []paddedCount
 }
 
-func (b *leastRequest) pick() int {
-	n := len(b.active)
+func (b *leastRequest) pick(usable []int32) int {
+	n := len(usable)
 	if n <= 1 {
 		return 0
 	}
@@ -102,7 +105,7 @@ func (b *leastRequest) pick() int {
 	if j >= i {
 		j++
 	}
-	if b.active[j].n.Load() < b.active[i].n.Load() {
+	if b.active[usable[j]].n.Load() < b.active[usable[i]].n.Load() {
 		return j
 	}
 	return i

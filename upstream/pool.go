@@ -21,14 +21,21 @@ type Conn struct {
 	peek     func(fd uintptr)
 	stale    bool
 	wc       *WorkerCluster
-	endpoint int   // index into wc.addrs
-	reused   bool  // taken from the pool, not freshly dialed
-	idleAt   int64 // monotonic time it went back to the pool
+	endpoint int    // index of the endpoint in the cluster
+	addr     string // the endpoint's address when it was dialed
+	reused   bool   // taken from the pool, not freshly dialed
+	idleAt   int64  // monotonic time it went back to the pool
 	counted  *Stats
+	// The circuit-breaker slots the connection holds: one of
+	// max_connections while it is open (cx), one of max_requests (rq)
+	// and, for a retry, one of max_retries while a request uses it.
+	brk          *breakers
+	holdsRequest bool
+	holdsRetry   bool
 }
 
 // Endpoint is the address the connection goes to.
-func (c *Conn) Endpoint() string { return c.wc.addrs[c.endpoint] }
+func (c *Conn) Endpoint() string { return c.addr }
 
 // Reused reports whether the connection carried an earlier request. A
 // request that fails on a reused connection before any byte of a response
@@ -63,36 +70,69 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // without a check; AcquireChecked is for requests that could not be
 // retried if it turned out stale.
 func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
-	return wc.acquire(ctx, peekAfterIdle)
+	return wc.acquireLimited(ctx, peekAfterIdle)
 }
 
 // AcquireChecked is Acquire for a request that cannot be sent twice (not
 // idempotent, or with a body streamed from the client): every pooled
 // connection is checked for a close by the upstream first, one syscall.
 func (wc *WorkerCluster) AcquireChecked(ctx context.Context) (*Conn, error) {
-	return wc.acquire(ctx, 0)
+	return wc.acquireLimited(ctx, 0)
 }
 
-func (wc *WorkerCluster) acquire(ctx context.Context, peekAfter time.Duration) (*Conn, error) {
-	n := len(wc.addrs)
-	if n == 0 {
+// acquireLimited is Acquire within the circuit breakers.
+func (wc *WorkerCluster) acquireLimited(ctx context.Context, peekAfter time.Duration) (*Conn, error) {
+	if wc.n == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
-	first := wc.bal.pick()
-	if c := wc.takeIdle(first, peekAfter); c != nil {
-		wc.bal.start(first)
-		return c, nil
+	brk := wc.state.breakers
+	if brk != nil && !take(&brk.requests, brk.maxRequests) {
+		wc.countOverflow(false)
+		return nil, brk.errRequests
+	}
+	c, err := wc.acquire(ctx, brk, peekAfter)
+	if brk != nil {
+		if err != nil {
+			brk.requests.n.Add(-1)
+		} else {
+			c.holdsRequest = true
+		}
+	}
+	return c, err
+}
+
+func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers, peekAfter time.Duration) (*Conn, error) {
+	hs := wc.hosts()
+	usable := hs.usable
+	n := len(usable)
+	first := wc.bal.pick(usable)
+	if i := int(usable[first]); wc.maxIdle > 0 {
+		if c := wc.takeIdle(i, hs.addrs[i], peekAfter); c != nil {
+			wc.bal.start(i)
+			return c, nil
+		}
+	}
+	if brk != nil {
+		// The request now waits for a connection of its own.
+		if !take(&brk.pending, brk.maxPending) {
+			wc.countOverflow(false)
+			return nil, brk.errPending
+		}
+		defer brk.pending.n.Add(-1)
 	}
 	var tried []string
 	var last error
 	for k := range n {
-		i := (first + k) % n
-		c, err := wc.dial(ctx, i)
+		i := int(usable[(first+k)%n])
+		c, err := wc.dial(ctx, i, hs.addrs[i])
 		if err == nil {
 			wc.bal.start(i)
 			return c, nil
 		}
-		tried = append(tried, wc.addrs[i])
+		if errors.Is(err, ErrOverflow) {
+			return nil, err
+		}
+		tried = append(tried, hs.addrs[i])
 		last = err
 		if ctx.Err() != nil {
 			break
@@ -101,13 +141,51 @@ func (wc *WorkerCluster) acquire(ctx context.Context, peekAfter time.Duration) (
 	return nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
 }
 
+// countOverflow counts a request refused by a circuit breaker: cx for
+// max_connections, otherwise a request breaker.
+func (wc *WorkerCluster) countOverflow(cx bool) {
+	st := wc.stats.Load()
+	if st == nil {
+		return
+	}
+	if cx {
+		st.CxOverflow.Inc()
+	} else {
+		st.RqPendingOverflow.Inc()
+	}
+}
+
 // AcquireFresh dials a new connection to the endpoint of c's cluster that c
 // went to, for the retry of a request that met a stale pooled connection.
-// c is not released by it.
+// c is not released by it. The retry holds one of max_retries (and of
+// max_requests) until it is released.
 func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn, error) {
-	c, err := wc.dial(ctx, endpoint)
+	brk := wc.state.breakers
+	if brk != nil {
+		if !take(&brk.retries, brk.maxRetries) {
+			wc.countOverflow(false)
+			return nil, brk.errRetries
+		}
+		if !take(&brk.requests, brk.maxRequests) {
+			brk.retries.n.Add(-1)
+			wc.countOverflow(false)
+			return nil, brk.errRequests
+		}
+	}
+	addr := wc.state.hosts.Load().addrs[endpoint]
+	c, err := wc.dial(ctx, endpoint, addr)
 	if err != nil {
-		return nil, &ConnectError{Cluster: wc.name, Tried: []string{wc.addrs[endpoint]}, Err: err}
+		if brk != nil {
+			brk.retries.n.Add(-1)
+			brk.requests.n.Add(-1)
+		}
+		if errors.Is(err, ErrOverflow) {
+			return nil, err
+		}
+		return nil, &ConnectError{Cluster: wc.name, Tried: []string{addr}, Err: err}
+	}
+	if brk != nil {
+		c.holdsRequest, c.holdsRetry = true, true
 	}
 	wc.bal.start(endpoint)
 	return c, nil
@@ -116,20 +194,35 @@ func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn,
 // EndpointIndex is the index of c's endpoint, for AcquireFresh.
 func (c *Conn) EndpointIndex() int { return c.endpoint }
 
-func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
-	nc, err := wc.dialer.DialContext(ctx, "tcp", wc.addrs[i])
+func (wc *WorkerCluster) dial(ctx context.Context, i int, addr string) (*Conn, error) {
+	brk := wc.state.breakers
+	if brk != nil && !take(&brk.connections, brk.maxConnections) {
+		wc.countOverflow(true)
+		return nil, brk.errConnections
+	}
+	nc, err := wc.dialer.DialContext(ctx, "tcp", addr)
 	st := wc.stats.Load()
 	if err != nil {
-		if st != nil && ctx.Err() == nil {
+		if brk != nil {
+			brk.connections.n.Add(-1)
+		}
+		if ctx.Err() == nil {
 			// A connect abandoned by the caller is not the
 			// endpoint's failure.
-			st.CxConnectFail.Inc()
+			if st != nil {
+				st.CxConnectFail.Inc()
+			}
+			wc.reportConnect(i, false)
 		}
 		return nil, err
 	}
+	wc.reportConnect(i, true)
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		nc.Close()
+		if brk != nil {
+			brk.connections.n.Add(-1)
+		}
 		return nil, errors.New("upstream: dial returned a non-TCP connection")
 	}
 	if st != nil {
@@ -139,17 +232,21 @@ func (wc *WorkerCluster) dial(ctx context.Context, i int) (*Conn, error) {
 	raw, err := tc.SyscallConn()
 	if err != nil {
 		tc.Close()
+		if brk != nil {
+			brk.connections.n.Add(-1)
+		}
 		return nil, err
 	}
-	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, counted: st}
+	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, addr: addr, counted: st, brk: brk}
 	c.peek = func(fd uintptr) { c.stale = peerClosed(fd) }
 	return c, nil
 }
 
 // takeIdle pops the most recently pooled connection to endpoint i that has
-// not been idle longer than the cluster's idle timeout; older ones are
-// closed on the way.
-func (wc *WorkerCluster) takeIdle(i int, peekAfter time.Duration) *Conn {
+// not been idle longer than the cluster's idle timeout and still goes to
+// addr, the endpoint's address now (its name may resolve elsewhere since);
+// the others are closed on the way.
+func (wc *WorkerCluster) takeIdle(i int, addr string, peekAfter time.Duration) *Conn {
 	if wc.maxIdle == 0 {
 		return nil
 	}
@@ -165,7 +262,7 @@ func (wc *WorkerCluster) takeIdle(i int, peekAfter time.Duration) *Conn {
 			q[len(q)-1] = nil
 			q = q[:len(q)-1]
 			idle := time.Duration(now - last.idleAt)
-			if idle < wc.idleTimeout && (idle < peekAfter || !last.closedByPeer()) {
+			if idle < wc.idleTimeout && last.addr == addr && (idle < peekAfter || !last.closedByPeer()) {
 				c = last
 				break
 			}
@@ -213,6 +310,16 @@ func peerClosed(fd uintptr) bool {
 func (c *Conn) Release(keepAlive bool) {
 	wc := c.wc
 	wc.bal.finish(c.endpoint)
+	if c.brk != nil {
+		if c.holdsRequest {
+			c.brk.requests.n.Add(-1)
+			c.holdsRequest = false
+		}
+		if c.holdsRetry {
+			c.brk.retries.n.Add(-1)
+			c.holdsRetry = false
+		}
+	}
 	if !keepAlive || wc.maxIdle == 0 {
 		c.close()
 		return
@@ -226,7 +333,7 @@ func (c *Conn) Release(keepAlive bool) {
 		return
 	}
 	if p.idle == nil {
-		p.idle = make([][]*Conn, len(wc.addrs))
+		p.idle = make([][]*Conn, wc.n)
 	}
 	q := p.idle[c.endpoint]
 	if len(q) >= wc.maxIdle {
@@ -245,6 +352,10 @@ func (c *Conn) close() {
 	if c.counted != nil {
 		c.counted.CxActive.Dec()
 		c.counted = nil
+	}
+	if c.brk != nil {
+		c.brk.connections.n.Add(-1)
+		c.brk = nil
 	}
 	c.TCPConn.Close()
 }

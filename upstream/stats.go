@@ -19,12 +19,20 @@ import (
 //	                                   client request, whatever the connect retries)
 //	upstream_rq_time          histogram  milliseconds from sending a request to
 //	                                   the upstream's response headers
+//	upstream_cx_overflow      counter  requests refused by max_connections
+//	upstream_rq_pending_overflow counter  requests refused by max_requests,
+//	                                   max_pending_requests or max_retries
+//	lb_healthy_panic          counter  picks made in panic mode (no endpoint
+//	                                   healthy and not ejected: all used)
 type Stats struct {
-	CxTotal       stats.CounterLane
-	CxActive      stats.GaugeLane
-	CxConnectFail stats.CounterLane
-	RqTotal       stats.CounterLane
-	RqTime        *stats.HistogramLane
+	CxTotal           stats.CounterLane
+	CxActive          stats.GaugeLane
+	CxConnectFail     stats.CounterLane
+	RqTotal           stats.CounterLane
+	RqTime            *stats.HistogramLane
+	CxOverflow        stats.CounterLane
+	RqPendingOverflow stats.CounterLane
+	LBHealthyPanic    stats.CounterLane
 }
 
 // NewStats resolves the stats of cluster on lane (1 + the worker index,
@@ -37,18 +45,27 @@ func NewStats(st *stats.Store, cluster string, lane int) *Stats {
 		CxConnectFail: st.Counter(sc + "upstream_cx_connect_fail").Lane(lane),
 		RqTotal:       st.Counter(sc + "upstream_rq_total").Lane(lane),
 		RqTime:        st.Histogram(sc + "upstream_rq_time").Lane(lane),
+
+		CxOverflow:        st.Counter(sc + "upstream_cx_overflow").Lane(lane),
+		RqPendingOverflow: st.Counter(sc + "upstream_rq_pending_overflow").Lane(lane),
+		LBHealthyPanic:    st.Counter(sc + "lb_healthy_panic").Lane(lane),
 	}
 }
 
 // SetMembership sets cluster.<name>.membership_total and
 // membership_healthy (gauges, newest generation) on lane 0: the main
-// goroutine calls it when it publishes a snapshot. There is no health
-// checking yet, so every endpoint counts as healthy.
+// goroutine calls it when it publishes a snapshot, and the cluster's
+// Monitor whenever the host set changes. Healthy counts the endpoints
+// that are healthy and not ejected (0 in panic mode).
 func (c *Cluster) SetMembership(st *stats.Store) {
 	n := int64(len(c.Endpoints))
+	healthy := n
+	if c.state != nil {
+		healthy = int64(c.state.hosts.Load().Usable())
+	}
 	sc := "cluster." + c.Name + "."
 	st.Gauge(sc+"membership_total", stats.GaugeNewest).Lane(0).Set(n)
-	st.Gauge(sc+"membership_healthy", stats.GaugeNewest).Lane(0).Set(n)
+	st.Gauge(sc+"membership_healthy", stats.GaugeNewest).Lane(0).Set(healthy)
 }
 
 // BindStats makes the view count into s (nil: count nothing). Safe to call
@@ -60,32 +77,47 @@ func (wc *WorkerCluster) BindStats(s *Stats) { wc.stats.Store(s) }
 func (wc *WorkerCluster) Stats() *Stats { return wc.stats.Load() }
 
 // dialed counts the outcome of one connect and returns the connection to
-// use: c wrapped so that its close is counted once, or nil.
-func (wc *WorkerCluster) dialed(c net.Conn, err error) net.Conn {
+// use: c wrapped so that its close is counted once (and gives back its
+// slot of brk's max_connections, which the caller took), or nil.
+func (wc *WorkerCluster) dialed(c net.Conn, err error, brk *breakers) net.Conn {
 	s := wc.stats.Load()
-	if s == nil {
-		return c
-	}
 	if err != nil {
-		s.CxConnectFail.Inc()
+		if s != nil {
+			s.CxConnectFail.Inc()
+		}
 		return nil
 	}
-	s.CxTotal.Inc()
-	s.CxActive.Inc()
-	return &countedConn{Conn: c, active: s.CxActive}
+	if s == nil && brk == nil {
+		return c
+	}
+	cc := &countedConn{Conn: c, brk: brk}
+	if s != nil {
+		s.CxTotal.Inc()
+		s.CxActive.Inc()
+		cc.active, cc.counted = s.CxActive, true
+	}
+	return cc
 }
 
 // countedConn is an upstream connection counted in upstream_cx_active
+// (when counted) and in its cluster's max_connections (when brk is set)
 // until its first Close.
 type countedConn struct {
 	net.Conn
-	active stats.GaugeLane
-	closed atomic.Bool
+	active  stats.GaugeLane
+	counted bool
+	brk     *breakers
+	closed  atomic.Bool
 }
 
 func (c *countedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		c.active.Dec()
+		if c.counted {
+			c.active.Dec()
+		}
+		if c.brk != nil {
+			c.brk.connections.n.Add(-1)
+		}
 	}
 	return c.Conn.Close()
 }

@@ -62,6 +62,19 @@ type Cluster struct {
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
 	maxIdle        int
+
+	// names[i] is endpoint i's host name when it was given as one (its
+	// Monitor re-resolves it every dnsRefresh), "" for an IP address.
+	names      []string
+	dnsRefresh time.Duration
+
+	// spec is what the cluster was built from: its Monitor reads the
+	// health_check and outlier_detection tables.
+	spec config.Cluster
+	// state is shared with every worker view: the published HostSet,
+	// the reported failures, the circuit breakers. nil in a Cluster
+	// written as a literal until ForWorker makes one.
+	state *clusterState
 }
 
 // Endpoint is one resolved upstream address ("ip:port").
@@ -84,6 +97,7 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		connectTimeout: spec.ConnectTimeout.D(),
 		idleTimeout:    spec.IdleTimeout.D(),
 		maxIdle:        spec.MaxIdlePerEndpoint,
+		spec:           spec,
 	}
 	switch c.policy {
 	case "":
@@ -100,19 +114,40 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster %q: no endpoints (list at least one \"host:port\" in endpoints)", spec.Name)
 	}
 	c.Endpoints = make([]Endpoint, 0, len(spec.Endpoints))
-	for _, ep := range spec.Endpoints {
-		addr, err := resolveEndpoint(ep)
+	c.names = make([]string, len(spec.Endpoints))
+	addrs := make([]string, 0, len(spec.Endpoints))
+	for i, ep := range spec.Endpoints {
+		addr, err := resolveEndpoint(ep, "")
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: endpoint %q: %w", spec.Name, ep, err)
 		}
+		if host, _, _ := net.SplitHostPort(ep); !isIP(host) {
+			c.names[i] = ep
+		}
 		c.Endpoints = append(c.Endpoints, Endpoint{Address: addr})
+		addrs = append(addrs, addr)
 	}
+	c.dnsRefresh = spec.DNSRefresh.D()
+	c.state = newClusterState(addrs, spec)
 	return c, nil
 }
 
-// resolveEndpoint turns "host:port" into "ip:port". Names are resolved once,
-// when the config is built: a worker never waits on DNS.
-func resolveEndpoint(ep string) (string, error) {
+func isIP(host string) bool {
+	_, err := netip.ParseAddr(host)
+	return err == nil
+}
+
+// lookupHost resolves a host name; tests replace it.
+var lookupHost = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	return resolver.LookupNetIP(ctx, "ip", host)
+}
+
+// resolveEndpoint turns "host:port" into "ip:port". Names are resolved when
+// the config is built and then by the cluster's Monitor, every dns_refresh,
+// on the main side: a worker never waits on DNS. current, when still among
+// the answers, is kept, so that a name with several addresses does not
+// move its traffic at every refresh.
+func resolveEndpoint(ep, current string) (string, error) {
 	host, port, err := net.SplitHostPort(ep)
 	if err != nil {
 		return "", fmt.Errorf("not a \"host:port\" address: %w", err)
@@ -128,12 +163,17 @@ func resolveEndpoint(ep string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ResolveTimeout)
 	defer cancel()
-	ips, err := resolver.LookupNetIP(ctx, "ip", host)
+	ips, err := lookupHost(ctx, host)
 	if err == nil && len(ips) == 0 {
 		err = errors.New("no addresses")
 	}
 	if err != nil {
 		return "", fmt.Errorf("cannot resolve host %q: %w", host, err)
+	}
+	for _, ip := range ips {
+		if a := net.JoinHostPort(ip.Unmap().String(), port); a == current {
+			return a, nil
+		}
 	}
 	// IPv4 first: a name with both families most often has a v4 backend
 	// listening, and hosts without v6 routes are common.
@@ -151,17 +191,24 @@ func resolveEndpoint(ep string) (string, error) {
 // when a snapshot is built; the view is used only by that worker. Every
 // call returns a new view with its own balancer state and pool.
 func (c *Cluster) ForWorker(w int) *WorkerCluster {
+	if c.state == nil {
+		addrs := make([]string, len(c.Endpoints))
+		for i, ep := range c.Endpoints {
+			addrs[i] = ep.Address
+		}
+		c.state = newClusterState(addrs, config.Cluster{Name: c.Name})
+	}
 	s := *c
 	wc := &WorkerCluster{
-		name:    c.Name,
-		addrs:   make([]string, len(c.Endpoints)),
-		timeout: s.connectTimeout,
-		dialer:  net.Dialer{Timeout: s.connectTimeout},
+		name:      c.Name,
+		n:         len(c.Endpoints),
+		timeout:   s.connectTimeout,
+		dialer:    net.Dialer{Timeout: s.connectTimeout},
+		state:     c.state,
+		hostStats: make([]hostCounters, len(c.Endpoints)),
 	}
-	for i, ep := range c.Endpoints {
-		wc.addrs[i] = ep.Address
-	}
-	wc.bal = newBalancer(s.policy, len(wc.addrs), w)
+	c.state.register(wc)
+	wc.bal = newBalancer(s.policy, wc.n, w)
 	wc.idleTimeout = s.idleTimeout
 	wc.maxIdle = s.maxIdle
 	return wc
@@ -171,11 +218,15 @@ func (c *Cluster) ForWorker(w int) *WorkerCluster {
 // keep-alive pool.
 type WorkerCluster struct {
 	name    string
-	addrs   []string // endpoint addresses, copied: the view owns them
+	n       int // endpoints; their addresses are in the HostSet
 	timeout time.Duration
 	dialer  net.Dialer
 	bal     balancer
 	stats   atomic.Pointer[Stats] // nil: not counted
+	// state is the cluster's, shared by all workers; hostStats are this
+	// worker's counts per endpoint.
+	state     *clusterState
+	hostStats []hostCounters
 	// The keep-alive pool: idleTimeout ages pooled connections out,
 	// maxIdle bounds them per endpoint (0: none is kept, every request
 	// dials).
@@ -187,24 +238,33 @@ type WorkerCluster struct {
 // DialTCP picks an endpoint with the balancer and connects within the
 // cluster's connect timeout, trying the next endpoint when one fails.
 // done must be called when the connection is finished with (least_request
-// counts active connections with it).
+// counts active connections with it). Past the circuit breaker's
+// max_connections it fails at once with an OverflowError.
 func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint string, done func(), err error) {
-	n := len(wc.addrs)
-	if n == 0 {
+	if wc.n == 0 {
 		return nil, "", nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
-	first := wc.bal.pick()
+	brk := wc.state.breakers
+	if brk != nil && !take(&brk.connections, brk.maxConnections) {
+		wc.countOverflow(true)
+		return nil, "", nil, brk.errConnections
+	}
+	hs := wc.hosts()
+	usable := hs.usable
+	n := len(usable)
+	first := wc.bal.pick(usable)
 	var tried []string
 	var last error
 	for k := range n {
-		i := (first + k) % n
-		addr := wc.addrs[i]
+		i := int(usable[(first+k)%n])
+		addr := hs.addrs[i]
 		wc.bal.start(i)
 		c, err := wc.dialer.DialContext(ctx, "tcp", addr)
 		if err == nil || ctx.Err() == nil {
 			// A connect abandoned by the caller is not the
 			// endpoint's failure.
-			c = wc.dialed(c, err)
+			c = wc.dialed(c, err, brk)
+			wc.reportConnect(i, err == nil)
 		}
 		if err == nil {
 			return c, addr, wc.doneFunc(i), nil
@@ -218,7 +278,22 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 			break
 		}
 	}
+	if brk != nil {
+		brk.connections.n.Add(-1)
+	}
 	return nil, "", nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
+}
+
+// hosts loads the cluster's current HostSet, whose usable endpoints are
+// the ones to choose from (every one in panic mode, counted here).
+func (wc *WorkerCluster) hosts() *HostSet {
+	hs := wc.state.hosts.Load()
+	if hs.panic {
+		if st := wc.stats.Load(); st != nil {
+			st.LBHealthyPanic.Inc()
+		}
+	}
+	return hs
 }
 
 func noop() {}

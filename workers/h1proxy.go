@@ -115,6 +115,9 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 		return cc.failBeforeResponse(x, err)
 	}
 	x.wc.RecordRequest(start, true)
+	// Hook (upstream resilience): the outcome feeds outlier detection
+	// and the per-endpoint counters; atomics only.
+	x.wc.ReportStatus(x.up.EndpointIndex(), int(cc.ex.resp.Status))
 	return x.forwardResponse(keep)
 }
 
@@ -502,6 +505,11 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 		err = perr
 	}
 	if x.up != nil {
+		if !errors.Is(err, errClientBody) && !errors.Is(err, context.Canceled) {
+			// Hook (upstream resilience): an upstream that failed
+			// after the connect counts as a 5xx for outlier detection.
+			x.wc.ReportStatus(x.up.EndpointIndex(), 0)
+		}
 		x.up.Discard()
 		x.wc.RecordRequest(x.start, false)
 	}
@@ -535,11 +543,15 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 }
 
 // classify maps an upstream failure to a status and a short body: 503
-// when no upstream took the request, 504 on a timeout, 502 otherwise.
+// when no upstream took the request (or a circuit breaker refused it), 504
+// on a timeout, 502 otherwise.
 func classify(err error) (int, string) {
 	var ce *upstream.ConnectError
 	var pe *http1.Error
 	switch {
+	case errors.Is(err, upstream.ErrOverflow):
+		// A circuit breaker refused the request: at once, not queued.
+		return 503, "upstream overflow"
 	case errors.As(err, &ce):
 		return 503, "upstream connect error: " + dialReason(ce.Err)
 	case errors.Is(err, upstream.ErrNoEndpoint):

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,18 @@ type Snapshot struct {
 	clusters  map[string]*upstream.Cluster
 	// views[w] is worker w's view of every cluster, by name.
 	views []map[string]*upstream.WorkerCluster
+}
+
+// Clusters returns the snapshot's clusters, sorted by name: the main side
+// runs their health monitors and the admin API shows them. (Added for
+// upstream resilience, issue 12.)
+func (s *Snapshot) Clusters() []*upstream.Cluster {
+	out := make([]*upstream.Cluster, 0, len(s.clusters))
+	for _, c := range s.clusters {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *upstream.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Workers is the number of workers the snapshot has views for.
