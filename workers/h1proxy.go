@@ -49,8 +49,7 @@ type exchange struct {
 }
 
 // proxy forwards the request to rt's cluster and the response back. It
-// returns the status sent (0: none) and whether the client connection may
-// carry another request.
+// reports whether the client connection may carry another request.
 func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep bool) bool {
 	ex := cc.ex
 	req := &ex.req

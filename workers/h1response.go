@@ -54,8 +54,8 @@ func appendField(b, name, value []byte) []byte {
 }
 
 // forwardResponse sends the parsed final response and its body to the
-// client and settles the upstream connection. It returns the status and
-// whether the client connection may carry another request.
+// client and settles the upstream connection. It reports whether the
+// client connection may carry another request.
 func (x *exchange) forwardResponse(keep bool) bool {
 	cc := x.cc
 	ex := cc.ex
