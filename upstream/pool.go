@@ -297,12 +297,6 @@ func (c *Conn) closedByPeer() bool {
 	return c.stale
 }
 
-func peerClosed(fd uintptr) bool {
-	var b [1]byte
-	n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
-}
-
 // Release ends the request's use of c. A connection whose last exchange
 // left its framing beyond doubt goes back to the pool (keepAlive); any
 // other is closed: after a 101, a body read until close, an exchange cut

@@ -228,14 +228,6 @@ func (cc *clientConn) readable(fd uintptr) bool {
 	return peekFD(fd)
 }
 
-// peekFD peeks at one byte without waiting: ready when there is a byte,
-// EOF or an error to read.
-func peekFD(fd uintptr) bool {
-	var b [1]byte
-	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return err != syscall.EAGAIN && err != syscall.EINTR
-}
-
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if
 // the current one is later than that (too lax) or more than deadlineSlack
 // earlier (too soon).

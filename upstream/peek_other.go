@@ -1,0 +1,7 @@
+//go:build !unix
+
+package upstream
+
+// peerClosed: without a non-blocking peek, a pooled connection is taken
+// as it is; a stale one is caught by the retry of a safe request.
+func peerClosed(uintptr) bool { return false }
