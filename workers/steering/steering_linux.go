@@ -103,6 +103,7 @@ func New(mode Mode) (*Group, error) {
 	})
 	if err != nil {
 		g.Close()
+		g.unmap()
 		return nil, explain("load the SK_REUSEPORT program", err)
 	}
 	return g, nil
@@ -114,7 +115,7 @@ func Probe() error {
 	if err != nil {
 		return err
 	}
-	return g.Close()
+	return errors.Join(g.Close(), g.unmap())
 }
 
 // explain wraps a refusal of the kernel with what to do about it.
@@ -270,16 +271,14 @@ func (g *Group) Migrated() uint64 {
 // Mode is the group's mode.
 func (g *Group) Mode() Mode { return g.mode }
 
-// Close releases this process's descriptors of the program and maps and
-// unmaps the state. It does not detach the program. Do not use Active's
-// counters after Close.
+// Close releases this process's descriptors of the program and maps. It
+// does not detach the program, and it leaves the state mapped: a
+// connection that outlives its Manager may still count itself out through
+// Active's counter, which must never point at unmapped memory. The page
+// (and the map it keeps alive) goes with the process.
 func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
 		var errs []error
-		if g.mem != nil {
-			errs = append(errs, unix.Munmap(g.mem))
-			g.mem, g.words = nil, nil
-		}
 		for _, c := range []interface{ Close() error }{g.prog, g.state, g.sockets} {
 			if c != nil && !isNilPtr(c) {
 				errs = append(errs, c.Close())
@@ -288,6 +287,16 @@ func (g *Group) Close() error {
 		g.closeErr = errors.Join(errs...)
 	})
 	return g.closeErr
+}
+
+// unmap releases the state mapping of a Group whose counters nobody holds.
+func (g *Group) unmap() error {
+	if g.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(g.mem)
+	g.mem, g.words = nil, nil
+	return err
 }
 
 func isNilPtr(c interface{ Close() error }) bool {
