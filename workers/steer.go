@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -54,7 +53,8 @@ func startSteering(ml *mlistener, workers int, reuse bool) {
 	case !want:
 		return
 	case !reuse:
-		ml.steerErr = errors.New("server.reuse_port = false: one socket shared by all workers, nothing to steer")
+		// One socket shared by all workers: nothing to steer, and no
+		// sibling to migrate to. Not a fallback: nothing is missing.
 		return
 	case workers > steering.MaxSockets:
 		ml.steerErr = fmt.Errorf("%d workers: the program steers among at most %d", workers, steering.MaxSockets)

@@ -400,8 +400,22 @@ func (s *Snapshot) closeIdle() {
 
 // Sockets returns the listening sockets by key, as files (dups) that the
 // caller may pass to another process.
+//
+// A listener steered by an eBPF program first lets go of its sockets in
+// the program's socket array: the next generation puts them in its own
+// (a socket can be in one array only), and until it attaches its program
+// the kernel spreads by flow hash. A next generation that fails leaves
+// this one with the kernel's spread; a rollback loads the program anew.
 func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
 	out := make(map[SocketKey]*os.File)
+	for _, ml := range m.listeners {
+		if ml.steer != nil {
+			if err := ml.steer.Release(); err != nil {
+				m.log.Warn("listener balance: cannot hand the sockets' steering over; the next generation will fall back to the kernel's flow hash",
+					"listener", ml.name, "error", err)
+			}
+		}
+	}
 	for _, ml := range m.listeners {
 		for _, s := range ml.sockets {
 			f, err := s.ln.File()

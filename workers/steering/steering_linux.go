@@ -232,6 +232,23 @@ func (g *Group) Attach(conns []syscall.Conn) error {
 	return nil
 }
 
+// Release takes the sockets out of the group's socket array, so that
+// another generation can put them in its own: a socket can be in one
+// socket array only (the kernel answers EBUSY). Until that generation
+// attaches its program, this one picks nothing and the kernel spreads
+// new connections by flow hash; a closing socket's queue still migrates
+// (by flow hash). Release is for the hand-over; it is idempotent.
+func (g *Group) Release() error {
+	live := atomic.SwapUint64(&g.words[wordLive], 0)
+	var errs []error
+	for i := range min(live, MaxSockets) {
+		if err := g.sockets.Delete(uint32(i)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("steering: take socket %d out of the socket array: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Detach removes whatever program c's SO_REUSEPORT group has (a previous
 // generation's), so that the kernel spreads by flow hash again. A group
 // with no program is not an error.

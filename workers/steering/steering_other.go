@@ -28,3 +28,6 @@ func MigrateSysctl() (bool, error)         { return false, fmt.Errorf("tcp_migra
 
 // Mode: none here.
 func (*Group) Mode() Mode { return LeastConn }
+
+// Release: nothing to release here.
+func (*Group) Release() error { return nil }
