@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -62,7 +63,7 @@ func startSteering(ml *mlistener, workers int, reuse bool) {
 	}
 	g, err := steering.New(mode)
 	if err != nil {
-		ml.steerErr = err
+		ml.steerErr, ml.steerUnloadable = err, true
 		return
 	}
 	ml.steer = g
@@ -85,7 +86,20 @@ func attachSteering(ml *mlistener, workers int, inherited bool) {
 				}
 				conns[s.owner] = s.ln
 			}
-			return ml.steer.Attach(conns)
+			err := ml.steer.Attach(conns)
+			for try := 0; errors.Is(err, syscall.EBUSY) && try < attachRetries; try++ {
+				// Another generation's socket array still holds the
+				// sockets: one that handed them over without
+				// letting go (an older binary), or a next generation
+				// that died and left its program on the group (a
+				// rollback). Taking its program off the group frees
+				// its array, and the sockets with it, once the
+				// kernel's RCU grace period has passed.
+				_ = steering.Detach(ml.sockets[0].ln)
+				time.Sleep(attachRetryDelay)
+				err = ml.steer.Attach(conns)
+			}
+			return err
 		}()
 		if err == nil {
 			return
@@ -99,6 +113,13 @@ func attachSteering(ml *mlistener, workers int, inherited bool) {
 		_ = steering.Detach(ml.sockets[0].ln)
 	}
 }
+
+// Attach retries while another generation's socket array lets go of the
+// sockets (attachSteering): bounded, 0.5s in all.
+const (
+	attachRetries    = 50
+	attachRetryDelay = 10 * time.Millisecond
+)
 
 // logSteering says once per listener how its connections are spread and
 // what protects a closing socket's queue. Where the program was wanted but
@@ -119,21 +140,36 @@ func logSteering(log hclog.Logger, ml *mlistener, emptying bool) {
 		log.Info("listener balance", "listener", ml.name, "balance", ml.balance, "workers", len(ml.sockets), "protection", ml.protection)
 	case ml.steerErr != nil:
 		ml.protection = fallbackProtection()
-		if on, err := steering.MigrateSysctl(); on {
+		// Where the program cannot load at all (no CAP_BPF, an old
+		// kernel, seccomp) the kernel's own migration is the next
+		// best thing; it is a setting of the whole network
+		// namespace, so a program that loaded but could not attach
+		// (a passing state of a hand-over) leaves it as it is.
+		if ml.steerUnloadable {
+			if on, err := steering.MigrateSysctl(); on {
+				ml.protection = protectSysctl
+			} else {
+				log.Debug("net.ipv4.tcp_migrate_req stays off", "error", err)
+			}
+		} else if migrateSysctlOn() {
 			ml.protection = protectSysctl
-		} else {
-			log.Debug("net.ipv4.tcp_migrate_req stays off", "error", err)
 		}
 		log.Warn("listener balance: the eBPF program cannot run; falling back to the kernel's flow hash",
 			"listener", ml.name, "balance_wanted", ml.balance, "balance", config.BalanceKernel,
 			"reason", ml.steerErr.Error(), "protection", ml.protection)
 	default:
 		ml.protection = fallbackProtection()
-		if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_migrate_req"); err == nil && len(b) > 0 && b[0] == '1' {
+		if migrateSysctlOn() {
 			ml.protection = protectSysctl
 		}
 		log.Info("listener balance", "listener", ml.name, "balance", config.BalanceKernel, "protection", ml.protection)
 	}
+}
+
+// migrateSysctlOn reports whether net.ipv4.tcp_migrate_req is on.
+func migrateSysctlOn() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_migrate_req")
+	return err == nil && len(b) > 0 && b[0] == '1'
 }
 
 // migratedPoll is how often the program's migration count reaches the

@@ -296,3 +296,53 @@ func TestFallbackWithoutCapBPF(t *testing.T) {
 	}
 	t.Logf("the child's fallback line: %s", warn)
 }
+
+// TestRollbackReattaches: a next generation that dies leaves its program
+// on the socket group, its socket array holding the sockets; the old
+// generation, rebuilt on its kept sockets (a rollback), still steers: it
+// takes the dead one's program off and attaches its own.
+func TestRollbackReattaches(t *testing.T) {
+	requireSteering(t)
+	build := func(files map[SocketKey]*os.File) *Manager {
+		t.Helper()
+		cfg := balanceConfig(config.BalanceLeastConn)
+		cfg.SetDefaults()
+		snap, err := BuildSnapshotN(cfg, Identity{}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(Options{Config: cfg, Concurrency: 2, Inherited: files, Logger: testLogger()}, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	sockets := func(m *Manager) map[SocketKey]*os.File {
+		t.Helper()
+		f, err := m.Sockets()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	m1 := build(nil)
+	child := build(sockets(m1))
+	if child.listeners[0].steer == nil {
+		t.Fatalf("the next generation does not steer: %v", child.listeners[0].steerErr)
+	}
+	child.Close() // dies; its program stays on the group
+	m2 := build(sockets(m1))
+	if m2.listeners[0].steer == nil {
+		t.Fatalf("after the rollback the listener does not steer: %v", m2.listeners[0].steerErr)
+	}
+	m2.Start()
+	a := addr(t, m2, "web")
+	for range 4 {
+		keepAlive(t, a)
+	}
+	w0, w1 := counter(m2, "worker.0."+statCxTotal), counter(m2, "worker.1."+statCxTotal)
+	if w0 != 2 || w1 != 2 {
+		t.Errorf("after the rollback, 4 long-lived connections spread %d, %d; want 2, 2", w0, w1)
+	}
+}

@@ -127,9 +127,10 @@ type mlistener struct {
 	// over its workers' sockets and migrates a closing socket's queue;
 	// nil: the kernel's flow hash (steerErr says why, when the program
 	// was wanted).
-	steer      *steering.Group
-	steerErr   error
-	protection string // what protects a closing socket's queue, as logged
+	steer           *steering.Group
+	steerErr        error
+	steerUnloadable bool   // steerErr is the kernel refusing the program itself
+	protection      string // what protects a closing socket's queue, as logged
 }
 
 // worker is one worker's state. Nothing in it is written by another
