@@ -5,6 +5,7 @@ package steering
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -145,7 +146,13 @@ func explain(what string, err error) error {
 // the group's live sockets: for a migration too, never a reset. The scan
 // is unrolled MaxSockets times with constant bounds, which every verifier
 // since 5.14 accepts; the index is masked so that it provably stays in
-// the map value.
+// the map value. The scan has no branch but its exit: the index is
+// (start+i) % live, not a compare and subtract, and the minimum is taken
+// with a sign mask (counts stay far below 2^63). With CAP_BPF but not
+// CAP_PERFMON the verifier applies its Spectre v1 rules: it refuses
+// pointer arithmetic whose scalar comes from paths with different bounds,
+// and explores speculative paths too, so a branch per step would cost
+// it 2^MaxSockets states.
 func program(stateFD, socketsFD int) asm.Instructions {
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1), // ctx
@@ -165,28 +172,33 @@ func program(stateFD, socketsFD int) asm.Instructions {
 		asm.Mov.Reg(asm.R0, asm.R8), // chosen index
 		asm.LoadMem(asm.R1, asm.R7, wordMode*8, asm.DWord),
 		asm.JEq.Imm(asm.R1, int32(Hash), "select"),
-		asm.LoadImm(asm.R1, -1, asm.DWord), // fewest so far
+		asm.LoadImm(asm.R1, math.MaxInt64, asm.DWord), // fewest so far
 	}
 	for i := range MaxSockets {
-		next := "select"
-		if i+1 < MaxSockets {
-			next = fmt.Sprintf("scan%d", i+1)
-		}
-		inRange := fmt.Sprintf("inrange%d", i)
 		insns = append(insns,
 			asm.JLE.Imm(asm.R9, int32(i), "select").WithSymbol(fmt.Sprintf("scan%d", i)),
+			// r2 = (start + i) % live: the candidate
 			asm.Mov.Reg(asm.R2, asm.R8),
 			asm.Add.Imm(asm.R2, int32(i)),
-			asm.JLT.Reg(asm.R2, asm.R9, inRange),
-			asm.Sub.Reg(asm.R2, asm.R9),
-			asm.And.Imm(asm.R2, MaxSockets-1).WithSymbol(inRange),
+			asm.Mod.Reg(asm.R2, asm.R9),
+			asm.And.Imm(asm.R2, MaxSockets-1),
+			// r3 = state->active[r2]
 			asm.Mov.Reg(asm.R3, asm.R2),
 			asm.LSh.Imm(asm.R3, 3),
 			asm.Add.Reg(asm.R3, asm.R7),
 			asm.LoadMem(asm.R3, asm.R3, wordActive*8, asm.DWord),
-			asm.JGE.Reg(asm.R3, asm.R1, next),
-			asm.Mov.Reg(asm.R1, asm.R3),
-			asm.Mov.Reg(asm.R0, asm.R2),
+			// r4 = all ones if r3 < r1 (fewest so far), else 0
+			asm.Mov.Reg(asm.R4, asm.R3),
+			asm.Sub.Reg(asm.R4, asm.R1),
+			asm.Mov.Reg(asm.R5, asm.R4),
+			asm.ArSh.Imm(asm.R4, 63),
+			// r1 = min(r1, r3); r0 = r4 ? r2 : r0
+			asm.And.Reg(asm.R5, asm.R4),
+			asm.Add.Reg(asm.R1, asm.R5),
+			asm.Mov.Reg(asm.R5, asm.R2),
+			asm.Xor.Reg(asm.R5, asm.R0),
+			asm.And.Reg(asm.R5, asm.R4),
+			asm.Xor.Reg(asm.R0, asm.R5),
 		)
 	}
 	insns = append(insns,
