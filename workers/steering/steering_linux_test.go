@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// requireSteeringEnv makes requireSteering fail rather than skip when
+// not root: set for the child of TestCapBPFIsEnough.
+const requireSteeringEnv = "HOTPROXY_TEST_REQUIRE_STEERING"
 
 // requireSteering skips when the process may not load BPF programs, and
 // fails when it should be able to (root) but cannot.
@@ -24,7 +30,7 @@ func requireSteering(tb testing.TB) {
 	if err == nil {
 		return
 	}
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 && os.Getenv(requireSteeringEnv) == "" {
 		tb.Skipf("not root, and the program does not load: %v", err)
 	}
 	tb.Fatalf("root, but the program does not load: %v", err)
@@ -241,5 +247,55 @@ func TestDetachWithoutProgram(t *testing.T) {
 	l := listenReusePort(t, "127.0.0.1:0")
 	if err := Detach(l); err != nil {
 		t.Errorf("Detach on a group with no program: %v", err)
+	}
+}
+
+// TestCapBPFIsEnough: the program loads, steers and migrates in a process
+// that is not root and holds CAP_BPF alone (what the systemd unit
+// grants): the test binary re-executed as uid 65534 with CAP_BPF as an
+// ambient capability.
+func TestCapBPFIsEnough(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a child as uid 65534 with CAP_BPF")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hotproxy-capbpf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "steering.test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []string{"TestCloseMigratesQueueWithProgram", "TestLeastConnBalances"}
+	// Bounded: a hung child is killed after a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), requireSteeringEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: []uintptr{unix.CAP_BPF},
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid 65534 with CAP_BPF: %v\n%s", err, out)
+	}
+	for _, name := range tests {
+		if !strings.Contains(string(out), "--- PASS: "+name) {
+			t.Errorf("as uid 65534 with CAP_BPF, %s did not pass:\n%s", name, out)
+		}
 	}
 }
