@@ -88,7 +88,8 @@ type Manager struct {
 	// queueEmptying: a drain empties the queues (off only by
 	// queueEmptyingEnv).
 	queueEmptying bool
-	// migrationsDone closes when countMigrations has counted the last.
+	// stopMigrations ends countMigrations (Close); migrationsDone closes
+	// once it has counted the last migration.
 	stopMigrations chan struct{}
 	migrationsDone chan struct{}
 

@@ -123,7 +123,7 @@ func Probe() error {
 func explain(what string, err error) error {
 	switch {
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return fmt.Errorf("%s: %w (the process lacks CAP_BPF, or a seccomp filter refuses bpf(2): grant CAP_BPF and CAP_NET_ADMIN, allow the bpf system call, or set balance = \"kernel\")", what, err)
+		return fmt.Errorf("%s: %w (the process lacks CAP_BPF, or a seccomp filter refuses bpf(2): grant CAP_BPF, allow the bpf system call, or set balance = \"kernel\")", what, err)
 	case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
 		return fmt.Errorf("%s: %w (needs Linux 5.14 or later for BPF_SK_REUSEPORT_SELECT_OR_MIGRATE): %w", what, err, ErrNotSupported)
 	}
