@@ -227,11 +227,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		switch l.Protocol {
 		case config.ProtocolHTTP, config.ProtocolTCP:
 			startSteering(ml, n, cfg.Server.ReusePortEnabled())
-			inherited := len(inh) > 0
 			err = openListener(ml, n, cfg.Server.ReusePortEnabled(), inh)
-			if err == nil {
-				attachSteering(ml, n, inherited)
-			}
 		default:
 			err = fmt.Errorf("listener %q: protocol %q is not one of %q, %q", l.Name, l.Protocol, config.ProtocolHTTP, config.ProtocolTCP)
 		}
@@ -248,6 +244,11 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 			cancel()
 			return nil, err
 		}
+	}
+	// Only once every listener is open: a generation that fails in New
+	// never takes a socket group from the previous generation's program.
+	for _, ml := range m.listeners {
+		attachSteering(ml, n, len(opts.Inherited) > 0)
 	}
 	m.unused = inh
 	m.queueEmptying = os.Getenv(queueEmptyingEnv) != "off"
