@@ -44,6 +44,8 @@ func TestBadConfigs(t *testing.T) {
 		{"zero flush interval", "[stats]\nflush_interval = \"0s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"0s"`, "between 10ms and 5m", "default, 1s"}, 1},
 		{"negative flush interval", "[stats]\nflush_interval = \"-1s\"\n" + webOK + clusterC, []string{`stats.flush_interval`, `"-1s"`}, 1},
 		{"file mode as integer", "[stats]\nfile_mode = 416\n" + webOK + clusterC, []string{`stats.file_mode`, "integer"}, 0},
+		// listeners.balance
+		{"unknown balance", listener("address = \"127.0.0.1:8080\"\nprotocol = \"http\"\nbalance = \"round_robin\"\nroutes = [{ prefix = \"/\", cluster = \"c\" }]") + clusterC, []string{`listeners[0] ("web").balance`, `"round_robin"`, "least_conn, hash or kernel"}, 1},
 		// Syntax, unknown keys and types.
 		{"syntax error", "[server]\nconcurrency = = 2\n", []string{"line 2, column 15", "syntax error", "concurrency = = 2"}, 0},
 		{"escape at end of file", "\"\\", []string{"syntax error", "invalid escape"}, 0}, // toml's ErrorWithPosition panicked here

@@ -65,6 +65,24 @@ const (
 	ProtocolTCP  = "tcp"
 )
 
+// Listener balance modes: how new connections are spread over the
+// workers' SO_REUSEPORT sockets.
+const (
+	// BalanceLeastConn: an eBPF program picks the worker with the fewest
+	// active connections (ties by flow hash), and moves a closing
+	// socket's queue to a live one.
+	BalanceLeastConn = "least_conn"
+	// BalanceHash: the program picks by flow hash over the live workers,
+	// and migrates like least_conn.
+	BalanceHash = "hash"
+	// BalanceKernel: no program; the kernel's own flow hash.
+	BalanceKernel = "kernel"
+	// DefaultBalance. Where the program cannot load (no CAP_BPF, a kernel
+	// before 5.14, seccomp) a listener falls back to kernel, and says so
+	// once in the log.
+	DefaultBalance = BalanceLeastConn
+)
+
 // Load-balancing policies.
 const (
 	LBRoundRobin   = "round_robin"
@@ -212,6 +230,10 @@ type Listener struct {
 	// past it, new connections are accepted and closed at once, and
 	// counted. 0: only the server-wide bound applies.
 	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections"`
+	// Balance is how new connections are spread over the workers'
+	// sockets: BalanceLeastConn, BalanceHash or BalanceKernel. It needs
+	// server.reuse_port (one socket per worker).
+	Balance string `toml:"balance" json:"balance"`
 }
 
 // TrustsForwardedFor reports whether the client's X-Forwarded-For chain is

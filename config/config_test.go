@@ -85,10 +85,11 @@ func TestIssueConfig(t *testing.T) {
 				MaxHeaderBytes:    DefaultMaxHeaderBytes,
 				WriteTimeout:      Duration(DefaultWriteTimeout),
 				TrustForwardedFor: ptr(true),
+				Balance:           DefaultBalance,
 			},
 			{
 				Name: "db", Address: "127.0.0.1:15432", Protocol: ProtocolTCP, Cluster: "pg",
-				IdleTimeout: Duration(DefaultTCPIdleTimeout),
+				IdleTimeout: Duration(DefaultTCPIdleTimeout), Balance: DefaultBalance,
 			},
 		},
 		Clusters: []Cluster{
@@ -280,6 +281,8 @@ endpoints = ["backend.internal:9000"]
 		{"http max_connections", c.Listeners[0].MaxConnections, 0},
 		{"tcp max_connections", c.Listeners[1].MaxConnections, 0},
 		{"server max_connections", c.Server.MaxConnections, 0},
+		{"http balance", c.Listeners[0].Balance, BalanceLeastConn},
+		{"tcp balance", c.Listeners[1].Balance, BalanceLeastConn},
 		{"admin allow_remote", c.Admin.AllowRemote, false},
 		{"tcp idle_timeout", c.Listeners[1].IdleTimeout.D(), DefaultTCPIdleTimeout},
 		{"tcp request_timeout", c.Listeners[1].RequestTimeout.D(), time.Duration(0)},

@@ -233,6 +233,9 @@ func (c *Config) setDefaults(raw map[string]any) {
 				l.TrustForwardedFor = &trust
 			}
 		}
+		if !given(m, "balance", l.Balance == "") {
+			l.Balance = DefaultBalance
+		}
 		// max_connections stays 0 when left out: 0 is the default and
 		// means "no bound of this listener's own".
 	}

@@ -97,6 +97,7 @@ var intBounds = map[string]intBound{
 
 var (
 	lbPolicies = []string{LBRoundRobin, LBLeastRequest, LBRandom}
+	balances   = []string{BalanceLeastConn, BalanceHash, BalanceKernel}
 	logLevels  = []string{"trace", "debug", "info", "warn", "error"}
 	logFormats = []string{"text", "json"}
 	protocols  = []string{ProtocolHTTP, ProtocolTCP}
@@ -220,6 +221,9 @@ func (v *validator) listeners() {
 		}
 		v.number(key+".max_connections", "listeners.max_connections", l.MaxConnections,
 			"0, the default, leaves only [server] max_connections")
+		if !slices.Contains(balances, l.Balance) {
+			v.ps.add(key+".balance", "%s: unknown balance (use %s; default %s)", quote(l.Balance), orList(balances), quote(DefaultBalance))
+		}
 	}
 }
 

@@ -92,6 +92,13 @@ func openListener(ml *mlistener, workers int, reuse bool, inh map[SocketKey]*os.
 	shared := false
 	have := make(map[int]bool, len(keys))
 	for _, k := range keys {
+		if ml.steer != nil && k.Worker >= workers {
+			// The program steers among one socket per worker and
+			// never picks this one: it stays in inh, for the
+			// caller to hand back (Unused). Whoever closes it last,
+			// its queue moves to a live socket of the group.
+			continue
+		}
 		f := inh[k]
 		delete(inh, k)
 		ln, err := adopt(f)
@@ -145,6 +152,11 @@ func openListener(ml *mlistener, workers int, reuse bool, inh map[SocketKey]*os.
 		probe.Close()
 	}
 	lc := net.ListenConfig{Control: reusePortControl, KeepAlive: noKeepAlive}
+	if ml.steer != nil {
+		// Go listens with MPTCP by default where the kernel has it,
+		// and a reuseport socket array takes plain TCP sockets only.
+		lc.SetMultipathTCP(false)
+	}
 	for w := range workers {
 		if have[w] {
 			continue

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotproxy/hotproxy/stats"
@@ -46,6 +47,11 @@ type listenerStats struct {
 	workerCx stats.CounterLane
 
 	cxOverflow stats.CounterLane // connections refused (statCxOverflow)
+	// steerActive is this worker's active-connection count in the
+	// listener's eBPF state map, which the least_conn program reads
+	// (steer.go); nil without a program. A plain atomic add on shared
+	// memory: no syscall per connection.
+	steerActive *atomic.Uint64
 }
 
 func newListenerStats(st *stats.Store, listener string, worker int) *listenerStats {
@@ -74,6 +80,9 @@ func (ls *listenerStats) accepted() {
 	ls.cxTotal.Inc()
 	ls.workerCx.Inc()
 	ls.cxActive.Inc()
+	if ls.steerActive != nil {
+		ls.steerActive.Add(1)
+	}
 }
 
 // closed counts the end of a client connection. The gauge goes last: once
@@ -81,6 +90,9 @@ func (ls *listenerStats) accepted() {
 // server's retirement from the region).
 func (ls *listenerStats) closed() {
 	ls.cxDestroy.Inc()
+	if ls.steerActive != nil {
+		ls.steerActive.Add(^uint64(0))
+	}
 	ls.cxActive.Dec()
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
+	"github.com/hotproxy/hotproxy/workers/steering"
 )
 
 // Identity is what direct responses may show of the running generation.
@@ -84,6 +85,13 @@ type Manager struct {
 	// not, the Manager is being closed at once).
 	// sockets, so their queues are emptied before they close.
 	emptyQueuesUntil atomic.Int64
+	// queueEmptying: a drain empties the queues (off only by
+	// queueEmptyingEnv).
+	queueEmptying bool
+	// stopMigrations ends countMigrations (Close); migrationsDone closes
+	// once it has counted the last migration.
+	stopMigrations chan struct{}
+	migrationsDone chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -114,6 +122,16 @@ type mlistener struct {
 	sockets  []*socket
 	h1       *h1Settings // http
 	slots    *connSlots  // the listener's connection bound, shared by its workers
+
+	balance string // config: least_conn, hash, kernel ("" is kernel)
+	// steer is the eBPF program that spreads the listener's connections
+	// over its workers' sockets and migrates a closing socket's queue;
+	// nil: the kernel's flow hash (steerErr says why, when the program
+	// was wanted).
+	steer           *steering.Group
+	steerErr        error
+	steerUnloadable bool   // steerErr is the kernel refusing the program itself
+	protection      string // what protects a closing socket's queue, as logged
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -196,15 +214,19 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		cancel:     cancel,
 		stopAccept: make(chan struct{}),
 		force:      make(chan struct{}),
-		drainDone:  make(chan struct{}),
+
+		stopMigrations: make(chan struct{}),
+		migrationsDone: make(chan struct{}),
+		drainDone:      make(chan struct{}),
 	}
 	for i := range cfg.Listeners {
 		l := &cfg.Listeners[i]
-		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol}
+		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol, balance: l.Balance}
 		m.listeners = append(m.listeners, ml)
 		var err error
 		switch l.Protocol {
 		case config.ProtocolHTTP, config.ProtocolTCP:
+			startSteering(ml, n, cfg.Server.ReusePortEnabled())
 			err = openListener(ml, n, cfg.Server.ReusePortEnabled(), inh)
 		default:
 			err = fmt.Errorf("listener %q: protocol %q is not one of %q, %q", l.Name, l.Protocol, config.ProtocolHTTP, config.ProtocolTCP)
@@ -214,13 +236,25 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 				for _, s := range ml.sockets {
 					s.close()
 				}
+				if ml.steer != nil {
+					ml.steer.Close()
+				}
 			}
 			closeInherited()
 			cancel()
 			return nil, err
 		}
 	}
+	// Only once every listener is open: a generation that fails in New
+	// never takes a socket group from the previous generation's program.
+	for _, ml := range m.listeners {
+		attachSteering(ml, n, len(opts.Inherited) > 0)
+	}
 	m.unused = inh
+	m.queueEmptying = os.Getenv(queueEmptyingEnv) != "off"
+	for _, ml := range m.listeners {
+		logSteering(log, ml, m.queueEmptying)
+	}
 	m.budget = newConnBudget(cfg, log)
 	for i, ml := range m.listeners {
 		ml.slots = newConnSlots(m.budget, i, &cfg.Listeners[i], log)
@@ -230,6 +264,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners))}
 		for i, ml := range m.listeners {
 			wk.stats[i] = newListenerStats(st, ml.name, w)
+			wk.stats[i].steerActive = activeCount(ml, w)
 		}
 		m.workers[w] = wk
 	}
@@ -270,6 +305,10 @@ func (m *Manager) Start() {
 		return
 	}
 	m.started = true
+	go func() {
+		defer close(m.migrationsDone)
+		m.countMigrations(m.stopMigrations)
+	}()
 	for _, ml := range m.listeners {
 		for _, s := range ml.sockets {
 			for w, wk := range m.workers {
@@ -364,8 +403,22 @@ func (s *Snapshot) closeIdle() {
 
 // Sockets returns the listening sockets by key, as files (dups) that the
 // caller may pass to another process.
+//
+// A listener steered by an eBPF program first lets go of its sockets in
+// the program's socket array: the next generation puts them in its own
+// (a socket can be in one array only), and until it attaches its program
+// the kernel spreads by flow hash. A next generation that fails leaves
+// this one with the kernel's spread; a rollback loads the program anew.
 func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
 	out := make(map[SocketKey]*os.File)
+	for _, ml := range m.listeners {
+		if ml.steer != nil {
+			if err := ml.steer.Release(); err != nil {
+				m.log.Warn("listener balance: cannot hand the sockets' steering over; the next generation will fall back to the kernel's flow hash",
+					"listener", ml.name, "error", err)
+			}
+		}
+	}
 	for _, ml := range m.listeners {
 		for _, s := range ml.sockets {
 			f, err := s.ln.File()
@@ -499,7 +552,7 @@ func (m *Manager) Drain(ctx context.Context, opts DrainOptions) error {
 func (m *Manager) drain(opts DrainOptions) {
 	defer close(m.drainDone)
 	m.draining.Store(true)
-	m.stopAccepting(true)
+	m.stopAccepting(m.queueEmptying)
 
 	var httpDeadline <-chan time.Time
 	if opts.HTTPTimeout > 0 {
@@ -580,6 +633,18 @@ func (m *Manager) Close() error {
 		}
 		if snap != nil {
 			snap.closeIdle()
+		}
+		m.mu.Lock()
+		started := m.started
+		m.mu.Unlock()
+		close(m.stopMigrations)
+		if started {
+			<-m.migrationsDone
+		}
+		for _, ml := range m.listeners {
+			if ml.steer != nil {
+				errs = append(errs, ml.steer.Close())
+			}
 		}
 		m.closeErr = errors.Join(errs...)
 	})

@@ -1,0 +1,301 @@
+//go:build linux
+
+package steering
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// requireSteeringEnv makes requireSteering fail rather than skip when
+// not root: set for the child of TestCapBPFIsEnough.
+const requireSteeringEnv = "HOTPROXY_TEST_REQUIRE_STEERING"
+
+// requireSteering skips when the process may not load BPF programs, and
+// fails when it should be able to (root) but cannot.
+func requireSteering(tb testing.TB) {
+	tb.Helper()
+	err := Probe()
+	if err == nil {
+		return
+	}
+	if os.Geteuid() != 0 && os.Getenv(requireSteeringEnv) == "" {
+		tb.Skipf("not root, and the program does not load: %v", err)
+	}
+	tb.Fatalf("root, but the program does not load: %v", err)
+}
+
+// requireNoKernelMigration: the "problem" half of a test proves nothing
+// if the kernel migrates queues on its own.
+func requireNoKernelMigration(tb testing.TB) {
+	tb.Helper()
+	b, err := os.ReadFile(migrateSysctl)
+	if err == nil && strings.TrimSpace(string(b)) != "0" {
+		tb.Skipf("net.ipv4.tcp_migrate_req is on here: the kernel migrates without the program, the comparison proves nothing")
+	}
+}
+
+// listenReusePort opens a SO_REUSEPORT listening socket on addr.
+func listenReusePort(tb testing.TB, addr string) *net.TCPListener {
+	tb.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	// Go listens with MPTCP by default where the kernel has it; the
+	// socket array takes plain TCP sockets only.
+	lc.SetMultipathTCP(false)
+	l, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l.(*net.TCPListener)
+}
+
+func dial(tb testing.TB, addr string) *net.TCPConn {
+	tb.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// queueInClosedSocket builds a group of two sockets with n connections
+// queued (handshake done, never accepted) in the first, attaches the
+// program when steer, closes the first, and returns the second socket
+// and the clients.
+func queueInClosedSocket(t *testing.T, n int, steer bool) (*net.TCPListener, []*net.TCPConn, *Group) {
+	first := listenReusePort(t, "127.0.0.1:0")
+	addr := first.Addr().String()
+	var clients []*net.TCPConn
+	for range n {
+		// The first socket is alone in the group: every connection
+		// queues in it.
+		clients = append(clients, dial(t, addr))
+	}
+	second := listenReusePort(t, addr)
+	var g *Group
+	if steer {
+		var err error
+		if g, err = New(LeastConn); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		if err := g.Attach([]syscall.Conn{first, second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first.Close()
+	return second, clients, g
+}
+
+// TestCloseResetsQueueWithoutProgram is the problem: closing a socket of a
+// reuseport group resets every connection still queued in it, though
+// another socket of the group is listening.
+func TestCloseResetsQueueWithoutProgram(t *testing.T) {
+	requireNoKernelMigration(t)
+	const n = 8
+	second, clients, _ := queueInClosedSocket(t, n, false)
+	reset := 0
+	for _, c := range clients {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) {
+			reset++
+		} else {
+			t.Errorf("client %v: read: %v (want a reset)", c.LocalAddr(), err)
+		}
+	}
+	second.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	if c, err := second.Accept(); err == nil {
+		c.Close()
+		t.Errorf("the live socket got a connection of the closed one without the program")
+	}
+	t.Logf("without the program: %d of %d queued clients reset", reset, n)
+}
+
+// TestCloseMigratesQueueWithProgram is the cure: with the program, every
+// connection queued in the closed socket is accepted by the live one and
+// works.
+func TestCloseMigratesQueueWithProgram(t *testing.T) {
+	requireSteering(t)
+	const n = 8
+	second, clients, g := queueInClosedSocket(t, n, true)
+	second.SetDeadline(time.Now().Add(5 * time.Second))
+	for i := range n {
+		c, err := second.Accept()
+		if err != nil {
+			t.Fatalf("accepted %d of %d on the live socket: %v", i, n, err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte{'x'}); err != nil {
+			t.Fatalf("write to migrated connection %d: %v", i, err)
+		}
+	}
+	for _, c := range clients {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(c, b); err != nil || b[0] != 'x' {
+			t.Errorf("client %v: read %q, %v (want the server's byte)", c.LocalAddr(), b, err)
+		}
+	}
+	if got := g.Migrated(); got != n {
+		t.Errorf("Migrated() = %d, want %d", got, n)
+	}
+}
+
+// spread opens 8 connections one after another on a group of 4 sockets
+// and returns how many each socket accepted. With the group, the test
+// plays the workers: +1 on the accepting socket's active count.
+func spread(t *testing.T, g *Group) [4]int {
+	const workers, conns = 4, 8
+	first := listenReusePort(t, "127.0.0.1:0")
+	addr := first.Addr().String()
+	lns := []*net.TCPListener{first}
+	for range workers - 1 {
+		lns = append(lns, listenReusePort(t, addr))
+	}
+	if g != nil {
+		sc := make([]syscall.Conn, len(lns))
+		for i, l := range lns {
+			sc[i] = l
+		}
+		if err := g.Attach(sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accepted := make(chan int, conns)
+	for i, l := range lns {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { c.Close() })
+				if g != nil {
+					g.Active(i).Add(1)
+				}
+				accepted <- i
+			}
+		}()
+	}
+	var got [4]int
+	for range conns {
+		dial(t, addr)
+		select {
+		case i := <-accepted:
+			got[i]++
+		case <-time.After(5 * time.Second):
+			t.Fatal("a connection was not accepted within 5s")
+		}
+	}
+	return got
+}
+
+// TestLeastConnBalances: 4 workers, 8 long-lived connections opened one
+// after another: least_conn gives every worker 2; the kernel's flow hash
+// is reported for comparison.
+func TestLeastConnBalances(t *testing.T) {
+	requireSteering(t)
+	g, err := New(LeastConn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := spread(t, g)
+	if got != [4]int{2, 2, 2, 2} {
+		t.Errorf("least_conn spread %v, want [2 2 2 2]", got)
+	}
+	t.Logf("least_conn spread: %v; kernel (flow hash) spread: %v", got, spread(t, nil))
+}
+
+// TestHashIsStable: hash mode picks by flow hash among the live sockets;
+// every connection lands on some socket and the program never drops one.
+func TestHashMode(t *testing.T) {
+	requireSteering(t)
+	g, err := New(Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := spread(t, g)
+	if sum := got[0] + got[1] + got[2] + got[3]; sum != 8 {
+		t.Errorf("hash spread %v accepted %d, want 8", got, sum)
+	}
+}
+
+func TestDetachWithoutProgram(t *testing.T) {
+	l := listenReusePort(t, "127.0.0.1:0")
+	if err := Detach(l); err != nil {
+		t.Errorf("Detach on a group with no program: %v", err)
+	}
+}
+
+// TestCapBPFIsEnough: the program loads, steers and migrates in a process
+// that is not root and holds CAP_BPF alone (what the systemd unit
+// grants): the test binary re-executed as uid 65534 with CAP_BPF as an
+// ambient capability.
+func TestCapBPFIsEnough(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a child as uid 65534 with CAP_BPF")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "hotproxy-capbpf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "steering.test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []string{"TestCloseMigratesQueueWithProgram", "TestLeastConnBalances"}
+	// Bounded: a hung child is killed after a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), requireSteeringEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: []uintptr{unix.CAP_BPF},
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid 65534 with CAP_BPF: %v\n%s", err, out)
+	}
+	for _, name := range tests {
+		if !strings.Contains(string(out), "--- PASS: "+name) {
+			t.Errorf("as uid 65534 with CAP_BPF, %s did not pass:\n%s", name, out)
+		}
+	}
+}
