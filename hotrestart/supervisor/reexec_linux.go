@@ -200,6 +200,6 @@ func (s *Supervisor) resume() (bool, error) {
 		writeResponse(f, Response{OK: true, Status: s.status()})
 		f.Close()
 	}
-	s.sendNotify(statusLine("re-executed in place (" + st.From + " → " + version.Version + "); " + s.summary()))
+	s.notify(statusLine("re-executed in place (" + st.From + " → " + version.Version + "); " + s.summary()))
 	return true, nil
 }
