@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // Address is where generation epoch of base-id baseID listens for its
@@ -220,14 +221,15 @@ func (p *Parent) session(uc *net.UnixConn) {
 		p.mu.Unlock()
 	}()
 
-	uid, pid, err := PeerCred(uc)
-	if err != nil {
-		p.refuse(c, refusedStranger, "cannot identify the peer: "+err.Error())
+	pid, err := unixsock.Authorize(uc)
+	var stranger *unixsock.StrangerError
+	switch {
+	case errors.As(err, &stranger):
+		p.refuse(c, refusedStranger, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", stranger.UID, stranger.Self),
+			"peer_pid", pid, "peer_uid", stranger.UID)
 		return
-	}
-	if self := os.Getuid(); uid != self && uid != 0 {
-		p.refuse(c, refusedStranger, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
-			"peer_pid", pid, "peer_uid", uid)
+	case err != nil:
+		p.refuse(c, refusedStranger, err.Error())
 		return
 	}
 

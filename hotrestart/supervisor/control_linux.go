@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
-	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // controlServer accepts control connections and hands their requests to
@@ -50,24 +49,13 @@ func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
 	}
-	ua := &net.UnixAddr{Name: path, Net: "unix"}
-	ln, err := net.ListenUnix("unix", ua)
-	if err != nil && errors.Is(err, unix.EADDRINUSE) {
-		if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
-			c.Close()
-			return nil, fmt.Errorf("control socket %s: another supervisor is listening there (use another --base-id or --control-socket)", path)
-		}
-		os.Remove(path)
-		ln, err = net.ListenUnix("unix", ua)
+	ln, err := unixsock.Listen("unix", path)
+	if errors.Is(err, unixsock.ErrInUse) {
+		return nil, fmt.Errorf("control socket %s: another supervisor is listening there (use another --base-id or --control-socket)", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
 	return newControlServer(ln, path, log), nil
 }
 
@@ -119,14 +107,15 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 			conn.Close()
 		}
 	}()
-	uid, pid, err := hotrestart.PeerCred(conn)
-	if err != nil {
-		c.refusals.Warn("refused a control connection: cannot identify the peer", "error", err)
+	_, err := unixsock.Authorize(conn)
+	var stranger *unixsock.StrangerError
+	switch {
+	case errors.As(err, &stranger):
+		c.refusals.Warn("refused a control connection from another user", "uid", stranger.UID, "pid", stranger.PID)
+		refuse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", stranger.UID, stranger.Self)})
 		return
-	}
-	if uid != 0 && uid != os.Getuid() {
-		c.refusals.Warn("refused a control connection from another user", "uid", uid, "pid", pid)
-		refuse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", uid, os.Getuid())})
+	case err != nil:
+		c.refusals.Warn("refused a control connection", "error", err)
 		return
 	}
 	conn.SetReadDeadline(time.Now().Add(ControlReadTimeout))
