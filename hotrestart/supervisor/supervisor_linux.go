@@ -17,7 +17,6 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
-	"github.com/hotproxy/hotproxy/internal/version"
 )
 
 // The Linux process layer under the machine (machine.go): fork-exec,
@@ -347,63 +346,4 @@ func exitOf(ws unix.WaitStatus) exit {
 		return exit{how: "killed by " + ws.Signal().String()}
 	}
 	return exit{how: fmt.Sprintf("wait status %#x", uint32(ws))}
-}
-
-// status builds a Status.
-func (s *Supervisor) status() *Status {
-	st := &Status{
-		PID: os.Getpid(), Version: version.Version, Started: s.started, BaseID: s.opts.BaseID,
-		Config: s.opts.ConfigPath, Binary: s.binary, Reexecs: s.reexecs, ServingEpoch: -1,
-		Reloads: s.reloads, FailedReloads: s.failed, LastFailure: s.lastFailure, Stopping: s.machine.stopping,
-		Generations: []GenerationStatus{},
-	}
-	if st.Config == "" {
-		st.Config = config.DefaultSource
-	}
-	if s.ctl != nil {
-		st.RefusedControlPeers = s.ctl.refused()
-	}
-	now := time.Now()
-	for _, g := range s.gens {
-		st.Generations = append(st.Generations, GenerationStatus{
-			Epoch: g.epoch, PID: g.pid, State: g.state, Started: g.started,
-			AgeSeconds: now.Sub(g.started).Round(time.Millisecond).Seconds(), Version: g.version, Binary: g.binary,
-		})
-		if g.state == StateServing {
-			st.ServingEpoch = g.epoch
-		}
-	}
-	return st
-}
-
-// onControl answers a control request (reload asynchronously).
-func (s *Supervisor) onControl(r ctlReq) {
-	switch r.op {
-	case OpStatus:
-		r.reply <- Response{OK: true, Status: s.status()}
-	case OpReload:
-		res := make(chan ReloadResult, 1)
-		s.requestReload(res)
-		go func() {
-			rr := <-res
-			r.reply <- Response{OK: rr.OK, Error: rr.Error, Reload: &rr}
-		}()
-	case OpReexec:
-		if s.reexecReq != nil || s.machine.stopping {
-			resp := Response{Error: "reexec: a re-execution is already pending"}
-			if s.machine.stopping {
-				resp.Error = "reexec: " + ErrStopping.Error()
-			}
-			if r.conn != nil {
-				writeResponse(r.conn, resp)
-				r.conn.Close()
-			} else {
-				r.reply <- resp
-			}
-			return
-		}
-		s.reexecReq = &r
-	default:
-		r.reply <- Response{Error: "unknown op " + strconv.Quote(r.op)}
-	}
 }
