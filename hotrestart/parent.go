@@ -44,6 +44,16 @@ type Handler interface {
 	ChildLost(child Identity, drained bool, err error)
 }
 
+// EarlyCommitter is a Handler that can commit a hand-over before its
+// commit window ends. Commit is called when the child, after it asked this
+// generation to drain, hands over in turn to a newer generation: the newer
+// one supersedes it as the generation to return to, so this one's way
+// back must close now (two generations must never be able to serve again
+// at once). It must return promptly.
+type EarlyCommitter interface {
+	Commit(child Identity)
+}
+
 // ParentOptions configure a Parent. The zero value of each optional field
 // is the default.
 type ParentOptions struct {
@@ -282,6 +292,10 @@ func (p *Parent) session(uc *net.UnixConn) {
 
 	self := p.opts.Self
 	self.Features = append(slices.Clone(self.Features), FeatureUnusedSockets)
+	committer, canCommit := p.opts.Handler.(EarlyCommitter)
+	if canCommit {
+		self.Features = append(self.Features, FeatureEarlyCommit)
+	}
 	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
 		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
 		return
@@ -321,6 +335,14 @@ func (p *Parent) session(uc *net.UnixConn) {
 				p.opts.Handler.Drain(child, m.Unused)
 			}
 			c.send(&Message{Type: MsgOK}, nil)
+		case MsgCommit:
+			if !drained || !canCommit {
+				err := fmt.Errorf("commit before drain, or to a parent that did not offer %s", FeatureEarlyCommit)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+			committer.Commit(child)
 		default:
 			err := fmt.Errorf("unexpected %s message after hello", m.Type)
 			c.send(&Message{Type: MsgError, Error: err.Error()}, nil)

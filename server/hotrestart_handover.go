@@ -98,13 +98,22 @@ type handover struct {
 	stopped chan struct{}
 }
 
+// handoverEventKind is what a restart-socket session reports.
+type handoverEventKind int
+
+const (
+	eventDrain  handoverEventKind = iota // the child serves and asks us to drain
+	eventLost                            // the child's connection ended
+	eventCommit                          // the child hands over in turn: commit now
+)
+
 type handoverEvent struct {
+	kind  handoverEventKind
 	child hotrestart.Identity
-	drain bool // the child serves and asks us to drain
-	// drained (ChildLost): whether the child had asked us to drain.
+	// drained (eventLost): whether the child had asked us to drain.
 	drained bool
 	err     error
-	// unused (with drain): sockets the child did not take.
+	// unused (eventDrain): sockets the child did not take.
 	unused []hotrestart.Socket
 }
 
@@ -145,10 +154,15 @@ func (s *Server) handedOver() bool {
 
 // onHandoverEvent is the main loop's handling of what a session posted.
 func (s *Server) onHandoverEvent(ev handoverEvent) {
-	if ev.drain {
+	switch ev.kind {
+	case eventDrain:
 		s.beginHandover(ev.child, ev.unused)
-	} else {
+	case eventLost:
 		s.successorLost(ev)
+	case eventCommit:
+		if s.hr.state == handoverHandingOver && ev.child.PID == s.hr.child.PID {
+			s.commitHandover("the next generation hands over in turn to a newer one, which supersedes it")
+		}
 	}
 }
 
@@ -210,6 +224,7 @@ func (s *Server) beginHandover(child hotrestart.Identity, unused []hotrestart.So
 	// The successor serves the admin API on the same socket now; admin
 	// connections this one has accepted are still answered.
 	s.adminLn.stopAccepting()
+	s.tellPredecessorToCommit()
 }
 
 // successorLost: the next generation's connection ended. Within the

@@ -46,7 +46,10 @@ func (s *Server) listenForSuccessor() error {
 // successorHandler is the restart socket's view of the main loop.
 type successorHandler struct{ hr *handover }
 
-var _ hotrestart.Handler = successorHandler{}
+var (
+	_ hotrestart.Handler        = successorHandler{}
+	_ hotrestart.EarlyCommitter = successorHandler{}
+)
 
 func (h successorHandler) Sockets() ([]hotrestart.Socket, []*os.File, error) {
 	reply := make(chan socketsReply, 1)
@@ -60,11 +63,16 @@ func (h successorHandler) Sockets() ([]hotrestart.Socket, []*os.File, error) {
 }
 
 func (h successorHandler) Drain(child hotrestart.Identity, unused []hotrestart.Socket) {
-	h.post(handoverEvent{child: child, drain: true, unused: unused})
+	h.post(handoverEvent{kind: eventDrain, child: child, unused: unused})
 }
 
 func (h successorHandler) ChildLost(child hotrestart.Identity, drained bool, err error) {
-	h.post(handoverEvent{child: child, drained: drained, err: err})
+	h.post(handoverEvent{kind: eventLost, child: child, drained: drained, err: err})
+}
+
+// Commit: the child, after it asked us to drain, hands over in turn.
+func (h successorHandler) Commit(child hotrestart.Identity) {
+	h.post(handoverEvent{kind: eventCommit, child: child})
 }
 
 func (h successorHandler) post(ev handoverEvent) {

@@ -121,6 +121,22 @@ func (s *Server) tellPredecessorToDrain() {
 	}()
 }
 
+// tellPredecessorToCommit is called when this generation begins to hand
+// over to the next: if the one it took over from is still within its
+// commit window, it could serve again should this one die, while the next
+// one serves too. The next one supersedes this one as the generation to
+// return to, so the previous one commits now.
+func (s *Server) tellPredecessorToCommit() {
+	ch := s.takeover.predecessor
+	if ch == nil {
+		return
+	}
+	if err := ch.Commit(); err != nil {
+		// Already released (it committed), or gone.
+		s.log.Debug("could not tell the previous generation to commit (it has let go already?)", "error", err)
+	}
+}
+
 func closeSocketFiles(files map[workers.SocketKey]*os.File) {
 	for _, f := range files {
 		f.Close()
