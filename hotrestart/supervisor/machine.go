@@ -66,6 +66,9 @@ type generation struct {
 	drainingSince time.Time
 	version       string
 	binary        string
+	// hurried: told to stop (SIGTERM) because too many generations
+	// drained; it can no longer be rolled back to.
+	hurried bool
 	// exitStatus is set once the child was reaped while its readiness
 	// line was still awaited.
 	exited     bool
@@ -246,29 +249,17 @@ func (m *machine) requestReload(reply chan ReloadResult) {
 	m.beginOp(op)
 }
 
-// beginOp makes op the operation in progress. A new generation is started
-// only after the serving one has committed (the commit window after its
-// readiness, while its parent could still resume): two hand-overs never
-// overlap.
+// beginOp makes op the operation in progress; its generation starts at
+// once (tick), even while the serving one is still in its commit window:
+// that one commits its own parent early when it hands over in turn, and
+// the new one becomes the rollback target.
 func (m *machine) beginOp(op *reloadOp) {
 	m.op = op
 	m.startAt = time.Time{}
-	if g := m.serving(); g != nil && !g.readyAt.IsZero() && m.hasDraining() {
-		m.startAt = g.readyAt.Add(m.cfg.HotRestart.CommitWindow.D())
-	}
 	if !op.crash && !op.initial {
 		m.procs.notify("RELOADING=1",
 			statusLine(fmt.Sprintf("reloading: starting epoch %d", m.nextEpoch())))
 	}
-}
-
-func (m *machine) hasDraining() bool {
-	for _, g := range m.gens {
-		if g.state == StateDraining {
-			return true
-		}
-	}
-	return false
 }
 
 // nextEpoch is the epoch the next generation gets: the serving one's + 1,

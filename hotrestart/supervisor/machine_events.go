@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,8 +22,18 @@ func (m *machine) onReady(msg readyMsg) {
 		if prev != nil {
 			prev.state = StateDraining
 			prev.drainingSince = g.readyAt
+			if prev.epoch != g.epoch-1 {
+				// prev serves again after a rollback that happened while
+				// g started from the generation that died: g did not
+				// take over from prev, so nobody told prev to drain.
+				m.log.Warn("the new generation took over from one that died since; stopping the one that had rolled back",
+					"epoch", prev.epoch, "pid", prev.pid)
+				prev.hurried = true
+				m.procs.signal(prev, SignalTerm)
+			}
 		}
 		m.log.Info("generation serves", "epoch", g.epoch, "pid", g.pid)
+		m.hurryOldestDraining()
 		m.finishOp(g, "")
 		return
 	}
@@ -177,7 +188,7 @@ func (m *machine) onExit(g *generation, e exit) {
 func (m *machine) onServingDied(g *generation, e exit) {
 	var parent *generation
 	for _, d := range m.gens {
-		if d.state == StateDraining && d.epoch < g.epoch &&
+		if d.state == StateDraining && !d.hurried && d.epoch < g.epoch &&
 			m.now().Sub(d.drainingSince) <= m.cfg.HotRestart.CommitWindow.D()+time.Second &&
 			(parent == nil || d.epoch > parent.epoch) {
 			parent = d
@@ -213,6 +224,31 @@ func (m *machine) onServingDied(g *generation, e exit) {
 		return
 	}
 	m.crashRestart(reason)
+}
+
+// hurryOldestDraining keeps the draining generations within
+// max_draining_generations: past it, the oldest are told to stop (SIGTERM:
+// a generation that drains already commits at once, if it had not, and
+// gives its in-flight requests drain_time). The newest draining one, the
+// rollback target, is hurried last, and a serving one never.
+func (m *machine) hurryOldestDraining() {
+	limit := m.cfg.HotRestart.MaxDrainingGenerations
+	if limit <= 0 {
+		limit = 1
+	}
+	var draining []*generation
+	for _, g := range m.gens {
+		if g.state == StateDraining && !g.hurried {
+			draining = append(draining, g)
+		}
+	}
+	slices.SortFunc(draining, func(a, b *generation) int { return a.epoch - b.epoch })
+	for _, g := range draining[:max(0, len(draining)-limit)] {
+		m.log.Info("too many generations drain at once; hurrying the oldest", "epoch", g.epoch, "pid", g.pid,
+			"max_draining_generations", limit)
+		g.hurried = true
+		m.procs.signal(g, SignalTerm)
+	}
 }
 
 // expireDraining kills a draining generation that outlived its bound

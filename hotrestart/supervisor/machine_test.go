@@ -260,3 +260,101 @@ func TestMachineFailedReloadLeavesServingAlone(t *testing.T) {
 		t.Fatalf("retry started epoch %d, want epoch 1 again", g.epoch)
 	}
 }
+
+// reload asks for a reload, starts it and makes its generation ready.
+func (h *machineHarness) reload() *generation {
+	h.tb.Helper()
+	res := make(chan ReloadResult, 1)
+	before := len(h.table.started)
+	h.m.requestReload(res)
+	if wake := h.tick(); !wake.IsZero() {
+		h.tb.Fatalf("the reload waits until %v instead of starting at once", wake.Sub(h.clock.now()))
+	}
+	if len(h.table.started) != before+1 {
+		h.tb.Fatal("the reload did not start a generation at once")
+	}
+	g := h.newest()
+	h.ready(g)
+	if r := <-res; !r.OK {
+		h.tb.Fatalf("reload: %+v", r)
+	}
+	return g
+}
+
+func (h *machineHarness) signalled(g *generation, sig Signal) bool {
+	return slices.Contains(h.table.signals, fmt.Sprintf("%s %d", sig, g.pid))
+}
+
+// TestMachineReloadDoesNotWaitForTheCommitWindow: reloads in a burst each
+// start at once, whatever the commit window (issue 11).
+func TestMachineReloadDoesNotWaitForTheCommitWindow(t *testing.T) {
+	h := newMachineHarness(t, time.Hour)
+	for range 3 {
+		h.reload()
+		h.clock.advance(100 * time.Millisecond)
+	}
+	h.wantStates("0:draining 1:draining 2:draining 3:serving")
+}
+
+func TestMachineHurriesTheOldestDraining(t *testing.T) {
+	h := newMachineHarness(t, 5*time.Second)
+	h.m.cfg.HotRestart.MaxDrainingGenerations = 2
+	var gens []*generation
+	gens = append(gens, h.m.serving())
+	for range 4 {
+		gens = append(gens, h.reload())
+	}
+	// Epochs 0..3 drain, 4 serves: the two oldest are hurried.
+	for i, g := range gens {
+		want := i < 2
+		if got := h.signalled(g, SignalTerm); got != want {
+			t.Errorf("epoch %d: hurried %v, want %v (signals %v)", g.epoch, got, want, h.table.signals)
+		}
+	}
+	// The newest draining one stays the rollback target.
+	h.m.onExit(gens[4], exit{how: "killed by SIGSEGV"})
+	if h.m.serving() != gens[3] {
+		t.Fatalf("after the newest died: %s, want epoch 3 serving again", h.states())
+	}
+}
+
+// TestMachineRollbackWhileOlderGenerationsDrain: the newest dies within
+// its commit window while two older ones drain: the one it took over from
+// serves again, not an older one.
+func TestMachineRollbackWhileOlderGenerationsDrain(t *testing.T) {
+	h := newMachineHarness(t, 5*time.Second)
+	h.reload()
+	g2 := h.reload()
+	g3 := h.reload()
+	h.wantStates("0:draining 1:draining 2:draining 3:serving")
+	h.clock.advance(time.Second)
+	h.m.onExit(g3, exit{how: "killed by SIGKILL"})
+	if h.m.serving() != g2 {
+		t.Fatalf("after epoch 3 died: %s, want epoch 2 serving", h.states())
+	}
+	if h.m.op != nil {
+		t.Fatal("a rollback started a cold generation")
+	}
+}
+
+// TestMachineGenerationStartedBeforeARollbackStopsTheRolledBack: epoch 2
+// starts from epoch 1; epoch 1 dies in its commit window, so epoch 0 serves
+// again; then epoch 2 serves. Epoch 0 was never told to drain by it: the
+// supervisor stops it, or two generations would serve.
+func TestMachineGenerationStartedBeforeARollbackStopsTheRolledBack(t *testing.T) {
+	h := newMachineHarness(t, 5*time.Second)
+	g0 := h.m.serving()
+	g1 := h.reload()
+	h.m.requestReload(nil)
+	h.tick()
+	g2 := h.newest()
+	h.m.onExit(g1, exit{how: "killed by SIGKILL"})
+	if h.m.serving() != g0 {
+		t.Fatalf("after epoch 1 died: %s, want epoch 0 serving", h.states())
+	}
+	h.ready(g2)
+	if !h.signalled(g0, SignalTerm) {
+		t.Fatalf("epoch 0 was not told to stop once epoch 2 served: signals %v", h.table.signals)
+	}
+	h.wantStates("0:draining 2:serving")
+}

@@ -47,6 +47,7 @@ type savedGen struct {
 	Started       time.Time `json:"started"`
 	ReadyAt       time.Time `json:"ready_at"`
 	DrainingSince time.Time `json:"draining_since"`
+	Hurried       bool      `json:"hurried,omitempty"`
 	Version       string    `json:"version"`
 	Binary        string    `json:"binary"`
 }
@@ -82,7 +83,7 @@ func (s *Supervisor) reexec() {
 	for _, g := range s.gens {
 		st.Gens = append(st.Gens, savedGen{
 			Epoch: g.epoch, PID: g.pid, State: g.state, Started: g.started, ReadyAt: g.readyAt,
-			DrainingSince: g.drainingSince, Version: g.version, Binary: g.binary,
+			DrainingSince: g.drainingSince, Version: g.version, Binary: g.binary, Hurried: g.hurried,
 		})
 	}
 	var keep []*os.File
@@ -181,7 +182,7 @@ func (s *Supervisor) resume() (bool, error) {
 	for _, g := range st.Gens {
 		s.gens = append(s.gens, &generation{
 			epoch: g.Epoch, pid: g.PID, state: g.State, started: g.Started, readyAt: g.ReadyAt,
-			drainingSince: g.DrainingSince, version: g.Version, binary: g.Binary,
+			drainingSince: g.DrainingSince, version: g.Version, binary: g.Binary, hurried: g.Hurried,
 		})
 	}
 	if st.ControlFD >= 0 {
