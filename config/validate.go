@@ -65,8 +65,10 @@ var intBounds = map[string]intBound{
 	"server.concurrency":        {0, MaxConcurrency},
 	"server.max_connections":    {0, MaxConnectionsLimit},
 	"listeners.max_connections": {0, MaxConnectionsLimit},
-	// At least one: the generation a rollback returns to drains too.
-	"hot_restart.max_draining_generations": {1, 64},
+	// At least one: the generation a rollback returns to drains too. At
+	// most 62: with the serving and the starting one, the 64 owner slots
+	// a stats region can have.
+	"hot_restart.max_draining_generations": {1, 62},
 	// The request head is read into memory whole: up to 1 MiB (Envoy's
 	// hard limit is 8 MiB, nginx and HAProxy default to 8-16 KiB); at
 	// least a request line with a short URL and a Host. Near 2^63 the

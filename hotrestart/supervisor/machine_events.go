@@ -28,8 +28,7 @@ func (m *machine) onReady(msg readyMsg) {
 				// take over from prev, so nobody told prev to drain.
 				m.log.Warn("the new generation took over from one that died since; stopping the one that had rolled back",
 					"epoch", prev.epoch, "pid", prev.pid)
-				prev.hurried = true
-				m.procs.signal(prev, SignalTerm)
+				m.hurry(prev, "the new generation did not take over from it")
 			}
 		}
 		m.log.Info("generation serves", "epoch", g.epoch, "pid", g.pid)
@@ -232,10 +231,7 @@ func (m *machine) onServingDied(g *generation, e exit) {
 // gives its in-flight requests drain_time). The newest draining one, the
 // rollback target, is hurried last, and a serving one never.
 func (m *machine) hurryOldestDraining() {
-	limit := m.cfg.HotRestart.MaxDrainingGenerations
-	if limit <= 0 {
-		limit = 1
-	}
+	limit := m.maxDraining()
 	var draining []*generation
 	for _, g := range m.gens {
 		if g.state == StateDraining && !g.hurried {
@@ -244,10 +240,7 @@ func (m *machine) hurryOldestDraining() {
 	}
 	slices.SortFunc(draining, func(a, b *generation) int { return a.epoch - b.epoch })
 	for _, g := range draining[:max(0, len(draining)-limit)] {
-		m.log.Info("too many generations drain at once; hurrying the oldest", "epoch", g.epoch, "pid", g.pid,
-			"max_draining_generations", limit)
-		g.hurried = true
-		m.procs.signal(g, SignalTerm)
+		m.hurry(g, "too many generations drain at once")
 	}
 }
 

@@ -299,22 +299,50 @@ func TestMachineReloadDoesNotWaitForTheCommitWindow(t *testing.T) {
 func TestMachineHurriesTheOldestDraining(t *testing.T) {
 	h := newMachineHarness(t, 5*time.Second)
 	h.m.cfg.HotRestart.MaxDrainingGenerations = 2
-	var gens []*generation
-	gens = append(gens, h.m.serving())
-	for range 4 {
-		gens = append(gens, h.reload())
-	}
-	// Epochs 0..3 drain, 4 serves: the two oldest are hurried.
+	gens := []*generation{h.m.serving(), h.reload(), h.reload(), h.reload()}
+	// Epochs 0..2 drain, 3 serves: the oldest is hurried, and only it.
 	for i, g := range gens {
-		want := i < 2
-		if got := h.signalled(g, SignalTerm); got != want {
+		if got, want := h.signalled(g, SignalTerm), i == 0; got != want {
 			t.Errorf("epoch %d: hurried %v, want %v (signals %v)", g.epoch, got, want, h.table.signals)
 		}
 	}
 	// The newest draining one stays the rollback target.
-	h.m.onExit(gens[4], exit{how: "killed by SIGSEGV"})
-	if h.m.serving() != gens[3] {
-		t.Fatalf("after the newest died: %s, want epoch 3 serving again", h.states())
+	h.m.onExit(gens[3], exit{how: "killed by SIGSEGV"})
+	if h.m.serving() != gens[2] {
+		t.Fatalf("after the newest died: %s, want epoch 2 serving again", h.states())
+	}
+}
+
+// TestMachineReloadWaitsForRoom: at max_draining_generations + 2 alive, a
+// reload hurries the oldest draining generation and starts only once it
+// has exited: never more generations alive than the bound.
+func TestMachineReloadWaitsForRoom(t *testing.T) {
+	h := newMachineHarness(t, 5*time.Second)
+	h.m.cfg.HotRestart.MaxDrainingGenerations = 1
+	g0 := h.m.serving()
+	h.reload() // 0 drains, 1 serves
+	h.m.requestReload(nil)
+	h.tick()
+	if len(h.table.started) != 3 {
+		t.Fatal("a reload with room did not start")
+	}
+	g2 := h.newest()
+	h.ready(g2) // 0 and 1 drain: 0 is hurried
+	if !h.signalled(g0, SignalTerm) {
+		t.Fatalf("epoch 0 not hurried: %v", h.table.signals)
+	}
+	h.m.requestReload(nil)
+	h.tick()
+	if len(h.table.started) != 3 || len(h.m.gens) != 3 {
+		t.Fatalf("a reload started with %d generations alive, bound %d", len(h.m.gens), h.m.aliveLimit())
+	}
+	h.m.onExit(g0, exit{how: "exit status 0", clean: true})
+	h.tick()
+	if len(h.table.started) != 4 {
+		t.Fatal("the reload did not start once the hurried generation had exited")
+	}
+	if len(h.m.gens) > h.m.aliveLimit() {
+		t.Fatalf("%d generations alive, bound %d", len(h.m.gens), h.m.aliveLimit())
 	}
 }
 
