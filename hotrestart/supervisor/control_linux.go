@@ -132,7 +132,7 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 		writeResponse(conn, Response{Error: "bad request: " + err.Error()})
 		return
 	}
-	r := ctlReq{op: req.Op, reply: make(chan Response, 1)}
+	r := ctlReq{op: req.Op, waitCommit: req.WaitCommit, reply: make(chan Response, 1)}
 	if req.Op == OpReexec {
 		// The answer comes from the new image, on this connection.
 		f, err := conn.File()
@@ -198,7 +198,7 @@ func (s *Supervisor) onControl(r ctlReq) {
 		r.reply <- Response{OK: true, Status: s.status()}
 	case OpReload:
 		res := make(chan ReloadResult, 1)
-		s.requestReload(res)
+		s.requestReload(res, r.waitCommit)
 		go func() {
 			rr := <-res
 			r.reply <- Response{OK: rr.OK, Error: rr.Error, Reload: &rr}

@@ -67,6 +67,9 @@ type generation struct {
 	drainingSince time.Time
 	version       string
 	binary        string
+	// commitWaiters wait for this generation to outlive its commit
+	// window (or to be superseded by a newer one) as the serving one.
+	commitWaiters []chan ReloadResult
 	// hurried: told to stop (SIGTERM) because too many generations
 	// drained; it can no longer be rolled back to.
 	hurried bool
@@ -86,12 +89,19 @@ type exit struct {
 // it waits to start) and who waits for its outcome.
 type reloadOp struct {
 	gen     *generation
-	waiters []chan ReloadResult
+	waiters []reloadWaiter
 	// crash: a cold restart after the serving generation died, not a
 	// requested reload.
 	crash bool
 	// initial: the start of epoch 0; its failure is the supervisor's.
 	initial bool
+}
+
+// reloadWaiter is who waits for a reload's outcome: once the generation
+// serves, or (commit) once it has also outlived its commit window.
+type reloadWaiter struct {
+	reply  chan ReloadResult
+	commit bool
 }
 
 // readyMsg is what a generation's readiness pipe said.
@@ -205,6 +215,9 @@ func (m *machine) tick() (wake time.Time, err error) {
 		}
 		m.startOp()
 	}
+	if w := m.answerCommitted(); !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
+		wake = w
+	}
 	if m.stopping && (wake.IsZero() || m.stopDeadline.Before(wake)) {
 		wake = m.stopDeadline
 	}
@@ -265,11 +278,24 @@ func (m *machine) hurry(g *generation, why string) {
 	m.procs.signal(g, SignalTerm)
 }
 
-// idle: no reload in progress or waiting (a re-execution may proceed).
-func (m *machine) idle() bool { return m.op == nil && !m.stopping }
+// idle: no reload in progress or waited for (a re-execution may proceed).
+func (m *machine) idle() bool {
+	if m.op != nil || m.stopping {
+		return false
+	}
+	for _, g := range m.gens {
+		if len(g.commitWaiters) > 0 {
+			return false
+		}
+	}
+	return true
+}
 
-// requestReload starts a reload, or coalesces it into the queued one.
-func (m *machine) requestReload(reply chan ReloadResult) {
+// requestReload starts a reload, or coalesces it into the queued one. The
+// outcome goes to reply (nil: nobody waits) once the new generation serves,
+// or with waitCommit once it has outlived its commit window: what a
+// service manager needs to report a rolled-back reload as failed.
+func (m *machine) requestReload(reply chan ReloadResult, waitCommit bool) {
 	if m.stopping {
 		if reply != nil {
 			reply <- ReloadResult{Error: ErrStopping.Error(), ServingEpoch: -1}
@@ -282,13 +308,13 @@ func (m *machine) requestReload(reply chan ReloadResult) {
 			m.log.Info("reload requested while one is in progress; it will run after it")
 		}
 		if reply != nil {
-			m.queued.waiters = append(m.queued.waiters, reply)
+			m.queued.waiters = append(m.queued.waiters, reloadWaiter{reply, waitCommit})
 		}
 		return
 	}
 	op := &reloadOp{}
 	if reply != nil {
-		op.waiters = append(op.waiters, reply)
+		op.waiters = append(op.waiters, reloadWaiter{reply, waitCommit})
 	}
 	m.beginOp(op)
 }
@@ -376,9 +402,12 @@ func (m *machine) beginStop(why string) {
 			continue
 		}
 		for _, w := range op.waiters {
-			w <- ReloadResult{Error: ErrStopping.Error(), ServingEpoch: -1}
+			w.reply <- ReloadResult{Error: ErrStopping.Error(), ServingEpoch: -1}
 		}
 		op.waiters = nil
+	}
+	for _, g := range m.gens {
+		m.answerCommitWaiters(g, ReloadResult{Error: ErrStopping.Error(), Epoch: g.epoch, PID: g.pid, ServingEpoch: -1})
 	}
 	m.queued = nil
 	if m.op != nil && m.op.gen == nil {

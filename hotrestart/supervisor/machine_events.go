@@ -20,6 +20,8 @@ func (m *machine) onReady(msg readyMsg) {
 		g.state = StateServing
 		g.readyAt = m.now()
 		if prev != nil {
+			m.answerCommitWaiters(prev, ReloadResult{OK: true, Committed: true, Epoch: prev.epoch, PID: prev.pid,
+				ServingEpoch: g.epoch, ServingPID: g.pid})
 			prev.state = StateDraining
 			prev.drainingSince = g.readyAt
 			if prev.epoch != g.epoch-1 {
@@ -106,7 +108,11 @@ func (m *machine) finishOp(g *generation, failure string) {
 	}
 	if op != nil {
 		for _, w := range op.waiters {
-			w <- res
+			if w.commit && g != nil {
+				g.commitWaiters = append(g.commitWaiters, w.reply)
+				continue
+			}
+			w.reply <- res
 		}
 	}
 	if m.stopping {
@@ -209,6 +215,16 @@ func (m *machine) onServingDied(g *generation, e exit) {
 	}
 	reason := fmt.Sprintf("serving generation epoch %d (pid %d) died unexpectedly: %s", g.epoch, g.pid, e.how)
 	m.lastFailure = &Failure{Epoch: g.epoch, PID: g.pid, Reason: reason, At: m.now()}
+	if len(g.commitWaiters) > 0 {
+		res := ReloadResult{Epoch: g.epoch, PID: g.pid, ServingEpoch: -1,
+			Error: fmt.Sprintf("epoch %d (pid %d) died within its commit window: %s", g.epoch, g.pid, e.how)}
+		if parent != nil {
+			res.ServingEpoch, res.ServingPID = parent.epoch, parent.pid
+			res.Error += fmt.Sprintf("; rolled back to epoch %d", parent.epoch)
+		}
+		m.failed++
+		m.answerCommitWaiters(g, res)
+	}
 	if parent != nil {
 		parent.state = StateServing
 		parent.drainingSince = time.Time{}
@@ -223,6 +239,32 @@ func (m *machine) onServingDied(g *generation, e exit) {
 		return
 	}
 	m.crashRestart(reason)
+}
+
+// answerCommitWaiters answers whoever waits for g's commit with res.
+func (m *machine) answerCommitWaiters(g *generation, res ReloadResult) {
+	for _, w := range g.commitWaiters {
+		w <- res
+	}
+	g.commitWaiters = nil
+}
+
+// answerCommitted answers the commit waiters of the serving generation once
+// it has served for the commit window, and returns when it wants to look
+// again (zero: nobody waits).
+func (m *machine) answerCommitted() time.Time {
+	g := m.serving()
+	if g == nil || len(g.commitWaiters) == 0 {
+		return time.Time{}
+	}
+	// The same second of slack as a rollback's detection: the previous
+	// generation commits on its own clock.
+	at := g.readyAt.Add(m.cfg.HotRestart.CommitWindow.D() + time.Second)
+	if m.now().Before(at) {
+		return at
+	}
+	m.answerCommitWaiters(g, ReloadResult{OK: true, Committed: true, Epoch: g.epoch, PID: g.pid, ServingEpoch: g.epoch, ServingPID: g.pid})
+	return time.Time{}
 }
 
 // hurryOldestDraining keeps the draining generations within

@@ -111,7 +111,7 @@ func (h *machineHarness) wantStates(want string) {
 func TestMachineReloadsCoalesce(t *testing.T) {
 	h := newMachineHarness(t, 0)
 	first := make(chan ReloadResult, 1)
-	h.m.requestReload(first)
+	h.m.requestReload(first, false)
 	h.tick()
 	if len(h.table.started) != 2 {
 		t.Fatalf("started %d generations, want 2 (epoch 0 and the reload)", len(h.table.started))
@@ -121,7 +121,7 @@ func TestMachineReloadsCoalesce(t *testing.T) {
 	for range 3 {
 		c := make(chan ReloadResult, 1)
 		later = append(later, c)
-		h.m.requestReload(c)
+		h.m.requestReload(c, false)
 		h.tick()
 	}
 	if len(h.table.started) != 2 {
@@ -197,7 +197,7 @@ func TestMachineCrashesOutsideTheWindowAreForgotten(t *testing.T) {
 func TestMachineRollbackWithinCommitWindow(t *testing.T) {
 	h := newMachineHarness(t, 5*time.Second)
 	g0 := h.m.serving()
-	h.m.requestReload(nil)
+	h.m.requestReload(nil, false)
 	h.tick()
 	g1 := h.newest()
 	h.ready(g1)
@@ -218,7 +218,7 @@ func TestMachineRollbackWithinCommitWindow(t *testing.T) {
 
 func TestMachineDeathAfterCommitWindowRestartsCold(t *testing.T) {
 	h := newMachineHarness(t, time.Second)
-	h.m.requestReload(nil)
+	h.m.requestReload(nil, false)
 	h.tick()
 	g1 := h.newest()
 	h.ready(g1)
@@ -235,7 +235,7 @@ func TestMachineDeathAfterCommitWindowRestartsCold(t *testing.T) {
 func TestMachineFailedReloadLeavesServingAlone(t *testing.T) {
 	h := newMachineHarness(t, time.Second)
 	res := make(chan ReloadResult, 1)
-	h.m.requestReload(res)
+	h.m.requestReload(res, false)
 	h.tick()
 	g1 := h.newest()
 	h.m.onReady(readyMsg{gen: g1, line: "FAILED listener \"web\": bind: address already in use"})
@@ -249,7 +249,7 @@ func TestMachineFailedReloadLeavesServingAlone(t *testing.T) {
 	h.wantStates("0:serving 1:failed")
 	// The next reload waits until the failed one is reaped, then retries
 	// the same epoch.
-	h.m.requestReload(nil)
+	h.m.requestReload(nil, false)
 	h.tick()
 	if len(h.table.started) != 2 {
 		t.Fatal("a reload started while a failed generation was not yet reaped")
@@ -266,10 +266,8 @@ func (h *machineHarness) reload() *generation {
 	h.tb.Helper()
 	res := make(chan ReloadResult, 1)
 	before := len(h.table.started)
-	h.m.requestReload(res)
-	if wake := h.tick(); !wake.IsZero() {
-		h.tb.Fatalf("the reload waits until %v instead of starting at once", wake.Sub(h.clock.now()))
-	}
+	h.m.requestReload(res, false)
+	h.tick()
 	if len(h.table.started) != before+1 {
 		h.tb.Fatal("the reload did not start a generation at once")
 	}
@@ -321,7 +319,7 @@ func TestMachineReloadWaitsForRoom(t *testing.T) {
 	h.m.cfg.HotRestart.MaxDrainingGenerations = 1
 	g0 := h.m.serving()
 	h.reload() // 0 drains, 1 serves
-	h.m.requestReload(nil)
+	h.m.requestReload(nil, false)
 	h.tick()
 	if len(h.table.started) != 3 {
 		t.Fatal("a reload with room did not start")
@@ -331,7 +329,7 @@ func TestMachineReloadWaitsForRoom(t *testing.T) {
 	if !h.signalled(g0, SignalTerm) {
 		t.Fatalf("epoch 0 not hurried: %v", h.table.signals)
 	}
-	h.m.requestReload(nil)
+	h.m.requestReload(nil, false)
 	h.tick()
 	if len(h.table.started) != 3 || len(h.m.gens) != 3 {
 		t.Fatalf("a reload started with %d generations alive, bound %d", len(h.m.gens), h.m.aliveLimit())
@@ -373,7 +371,7 @@ func TestMachineGenerationStartedBeforeARollbackStopsTheRolledBack(t *testing.T)
 	h := newMachineHarness(t, 5*time.Second)
 	g0 := h.m.serving()
 	g1 := h.reload()
-	h.m.requestReload(nil)
+	h.m.requestReload(nil, false)
 	h.tick()
 	g2 := h.newest()
 	h.m.onExit(g1, exit{how: "killed by SIGKILL"})
@@ -385,4 +383,56 @@ func TestMachineGenerationStartedBeforeARollbackStopsTheRolledBack(t *testing.T)
 		t.Fatalf("epoch 0 was not told to stop once epoch 2 served: signals %v", h.table.signals)
 	}
 	h.wantStates("0:draining 2:serving")
+}
+
+// TestMachineReloadWaitingForTheCommit: a reload asked with waitCommit is
+// answered only once its generation has served for the commit window;
+// one whose generation dies inside the window is a failure that names the
+// rollback; one superseded by a newer reload took effect.
+func TestMachineReloadWaitingForTheCommit(t *testing.T) {
+	h := newMachineHarness(t, 5*time.Second)
+	pending := func(c chan ReloadResult) bool {
+		select {
+		case r := <-c:
+			t.Fatalf("answered early: %+v", r)
+		default:
+		}
+		return true
+	}
+
+	committed := make(chan ReloadResult, 1)
+	h.m.requestReload(committed, true)
+	h.tick()
+	h.ready(h.newest())
+	pending(committed)
+	h.clock.advance(3 * time.Second)
+	h.tick()
+	pending(committed)
+	h.clock.advance(3 * time.Second)
+	h.tick()
+	if r := <-committed; !r.OK || !r.Committed || r.Epoch != 1 {
+		t.Fatalf("after the commit window: %+v, want epoch 1 committed", r)
+	}
+
+	rolledBack := make(chan ReloadResult, 1)
+	h.m.requestReload(rolledBack, true)
+	h.tick()
+	g2 := h.newest()
+	h.ready(g2)
+	pending(rolledBack)
+	h.clock.advance(time.Second)
+	h.m.onExit(g2, exit{how: "exit status 3"})
+	r := <-rolledBack
+	if r.OK || r.ServingEpoch != 1 || !strings.Contains(r.Error, "died within its commit window") || !strings.Contains(r.Error, "rolled back to epoch 1") {
+		t.Fatalf("a rolled-back reload answered %+v, want a failure naming the rollback to epoch 1", r)
+	}
+
+	superseded := make(chan ReloadResult, 1)
+	h.m.requestReload(superseded, true)
+	h.tick()
+	h.ready(h.newest())
+	h.reload()
+	if r := <-superseded; !r.OK || !r.Committed {
+		t.Fatalf("a reload superseded by a newer one answered %+v, want OK", r)
+	}
 }

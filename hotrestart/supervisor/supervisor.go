@@ -202,6 +202,10 @@ type ReloadResult struct {
 	Epoch int    `json:"epoch"`
 	PID   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Committed: the new generation also outlived its commit window as
+	// the serving one, or a newer reload superseded it (asked for with
+	// Request.WaitCommit); a failure then may be a rollback.
+	Committed bool `json:"committed,omitempty"`
 	// Serving is the generation serving after the reload (the new one on
 	// success, the untouched old one on failure).
 	ServingEpoch int `json:"serving_epoch"`
@@ -209,6 +213,9 @@ type ReloadResult struct {
 }
 
 func (r ReloadResult) String() string {
+	if r.OK && r.Committed {
+		return fmt.Sprintf("reload: epoch %d serves (pid %d) and has committed", r.Epoch, r.PID)
+	}
 	if r.OK {
 		return fmt.Sprintf("reload: epoch %d serves (pid %d)", r.Epoch, r.PID)
 	}

@@ -25,8 +25,9 @@ import (
 
 // ctlReq is a control request handed to the loop.
 type ctlReq struct {
-	op    string
-	reply chan Response
+	op         string
+	waitCommit bool
+	reply      chan Response
 	// conn is the connection of a reexec request; the loop owns it.
 	conn *os.File
 }
@@ -194,7 +195,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			case unix.SIGCHLD:
 				s.reap()
 			case unix.SIGHUP:
-				s.requestReload(nil)
+				s.requestReload(nil, false)
 			case unix.SIGUSR1:
 				s.forward(SignalUser1)
 			case unix.SIGTERM, unix.SIGINT:
