@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 )
@@ -265,25 +264,6 @@ func (m *machine) answerCommitted() time.Time {
 	}
 	m.answerCommitWaiters(g, ReloadResult{OK: true, Committed: true, Epoch: g.epoch, PID: g.pid, ServingEpoch: g.epoch, ServingPID: g.pid})
 	return time.Time{}
-}
-
-// hurryOldestDraining keeps the draining generations within
-// max_draining_generations: past it, the oldest are told to stop (SIGTERM:
-// a generation that drains already commits at once, if it had not, and
-// gives its in-flight requests drain_time). The newest draining one, the
-// rollback target, is hurried last, and a serving one never.
-func (m *machine) hurryOldestDraining() {
-	limit := m.maxDraining()
-	var draining []*generation
-	for _, g := range m.gens {
-		if g.state == StateDraining && !g.hurried {
-			draining = append(draining, g)
-		}
-	}
-	slices.SortFunc(draining, func(a, b *generation) int { return a.epoch - b.epoch })
-	for _, g := range draining[:max(0, len(draining)-limit)] {
-		m.hurry(g, "too many generations drain at once")
-	}
 }
 
 // expireDraining kills a draining generation that outlived its bound

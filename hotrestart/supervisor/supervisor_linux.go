@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -45,9 +46,13 @@ type Supervisor struct {
 	reexecs      int
 	reexecReq    *ctlReq
 
-	ctl     *controlServer
-	readyCh chan readyMsg
-	ctlCh   chan ctlReq
+	ctl  *controlServer
+	sigs chan os.Signal // what signal.Notify delivers to
+	// handedSignals are signals the previous image received but had not
+	// acted on when it re-executed; resume acts on them.
+	handedSignals []string
+	readyCh       chan readyMsg
+	ctlCh         chan ctlReq
 	// exited is closed when Run returns.
 	exited chan struct{}
 }
@@ -82,7 +87,7 @@ func New(opts Options) (*Supervisor, error) {
 		}
 		opts.ConfigPath = abs
 	}
-	exe, err := os.Executable()
+	exe, err := invokedPath()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find this executable's path: %w", err)
 	}
@@ -132,8 +137,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.log.Warn("cannot become a child subreaper; orphans of generations go to init", "error", err)
 		}
 	}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGCHLD, unix.SIGHUP, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1)
+	sigs := earlySignals
+	if sigs == nil {
+		sigs = make(chan os.Signal, signalQueue)
+		signal.Notify(sigs, supervisedSignals...)
+	}
+	s.sigs = sigs
 	defer signal.Stop(sigs)
 
 	resumed, err := s.resume()
@@ -168,6 +177,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 	} else {
 		s.reap()
+		s.actOnHandedSignals()
 	}
 
 	reapTick := time.NewTicker(time.Second)
@@ -191,16 +201,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		select {
 		case sig := <-sigs:
-			switch sig {
-			case unix.SIGCHLD:
-				s.reap()
-			case unix.SIGHUP:
-				s.requestReload(nil, false)
-			case unix.SIGUSR1:
-				s.forward(SignalUser1)
-			case unix.SIGTERM, unix.SIGINT:
-				s.beginStop("signal " + sig.String())
-			}
+			s.onSignal(sig)
 		case <-ctxDone:
 			ctxDone = nil
 			s.beginStop("context cancelled")
@@ -218,14 +219,55 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 }
 
+// onSignal acts on a signal the supervisor received.
+func (s *Supervisor) onSignal(sig os.Signal) {
+	switch sig {
+	case unix.SIGCHLD:
+		s.reap()
+	case unix.SIGHUP:
+		s.requestReload(nil, false)
+	case unix.SIGUSR1:
+		s.forward(SignalUser1)
+	case unix.SIGTERM, unix.SIGINT:
+		s.beginStop("signal " + sig.String())
+	}
+}
+
+// invokedPath is the path this process was started by, made absolute but
+// not resolved: a symlink in it (a deploy tool's `current`) is resolved
+// afresh at each start and re-execution, so flipping it takes effect on
+// the next reload. os.Executable would name the file it pointed to then.
+func invokedPath() (string, error) {
+	arg0 := os.Args[0]
+	if !strings.Contains(arg0, "/") {
+		p, err := exec.LookPath(arg0)
+		if err != nil {
+			return os.Executable()
+		}
+		arg0 = p
+	}
+	return filepath.Abs(arg0)
+}
+
+// resolve follows the symlinks in path now: the file an exec of path would
+// run, so that the version read and the file run are the same even if a
+// symlink flips meanwhile.
+func resolve(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return path
+}
+
 // start is processTable.start: fork-exec `serve` with a readiness pipe on
 // fd 3, and a goroutine that reads it.
 func (s *Supervisor) start(g *generation, coldOK bool) error {
+	binary := resolve(s.binary)
 	r, w, err := pipe()
 	if err != nil {
 		return fmt.Errorf("epoch %d: readiness pipe: %w", g.epoch, err)
 	}
-	args := []string{s.binary, "serve"}
+	args := []string{s.binary, "serve"} // argv[0] as configured: a reload re-resolves it
 	if s.opts.ConfigPath != "" {
 		args = append(args, "-c", s.opts.ConfigPath)
 	}
@@ -240,8 +282,8 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 		w.Close()
 		return err
 	}
-	ver := BinaryVersion(s.binary)
-	pid, err := syscall.ForkExec(s.binary, args, &syscall.ProcAttr{
+	ver := BinaryVersion(binary)
+	pid, err := syscall.ForkExec(binary, args, &syscall.ProcAttr{
 		Env:   s.childEnv(),
 		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), w.Fd()},
 	})
@@ -249,9 +291,9 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 	w.Close()
 	if err != nil {
 		r.Close()
-		return fmt.Errorf("epoch %d: start %s: %w", g.epoch, s.binary, err)
+		return fmt.Errorf("epoch %d: start %s: %w", g.epoch, binary, err)
 	}
-	g.pid, g.version, g.binary = pid, ver, s.binary
+	g.pid, g.version, g.binary = pid, ver, binary
 	go readReady(g, r, s.readyTimeout(), s.readyCh, s.exited)
 	return nil
 }
