@@ -66,4 +66,3 @@ func (m *machine) hurryOldestDraining() {
 		m.hurry(g, "too many generations drain at once")
 	}
 }
-
