@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -170,7 +171,7 @@ func (s *Supervisor) status() *Status {
 		PID: os.Getpid(), Version: version.Version, Started: s.started, BaseID: s.opts.BaseID,
 		Config: s.opts.ConfigPath, Binary: s.binary, Reexecs: s.reexecs, ServingEpoch: -1,
 		Reloads: s.reloads, FailedReloads: s.failed, LastFailure: s.lastFailure, Stopping: s.machine.stopping,
-		Generations: []GenerationStatus{},
+		Generations: []GenerationStatus{}, Goroutines: runtime.NumGoroutine(),
 	}
 	if st.Config == "" {
 		st.Config = config.DefaultSource

@@ -180,6 +180,8 @@ type Status struct {
 	FailedReloads int                `json:"failed_reloads"`
 	LastFailure   *Failure           `json:"last_failure,omitempty"`
 	Stopping      bool               `json:"stopping,omitempty"`
+	// Goroutines of the supervisor: a leak check across many reloads.
+	Goroutines int `json:"goroutines,omitempty"`
 	// RefusedControlPeers counts control connections turned away (another
 	// user's); their warnings are rate-limited, this count is not.
 	RefusedControlPeers uint64 `json:"refused_control_peers,omitempty"`
