@@ -8,9 +8,12 @@
 //
 // One goroutine owns all the state (the generations, the reload in
 // progress, the queued one); signals, child exits, readiness lines and
-// control requests reach it on channels. Children are started with
-// syscall.ForkExec from that goroutine and reaped by it with wait4, so a
-// pid is never signalled after it was reaped.
+// control requests reach it on channels. The decisions are a portable
+// state machine (machine.go) that touches the system only through a small
+// process table; the Linux layer (supervisor_linux.go) starts children with
+// syscall.ForkExec from that goroutine and reaps them with wait4, so a pid
+// is never signalled after it was reaped. docs/hot-restart.md has the
+// sequence.
 //
 // The contract with a generation is the command line of `hotproxy serve`:
 //
