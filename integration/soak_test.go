@@ -198,6 +198,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	var latencies []time.Duration
+	var quarters []string
 	failedReloads, swaps := 0, 0
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -227,6 +228,11 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("reload %d: %+v\n", i, res)
 		}
 		latencies = append(latencies, took)
+		if i%(max(1, n/4)) == 0 {
+			// The trend, not one point: a Go heap grows to a plateau.
+			st := s.mustStatus()
+			quarters = append(quarters, fmt.Sprintf("after %d: %v", i, figuresOf(t, supPID, st.Goroutines)))
+		}
 	}
 	maxAlive := alive.Stop()
 	// Let the draining generations finish before the end figures.
@@ -255,10 +261,11 @@ func TestSoak(t *testing.T) {
   reload latency: p50 %v, p99 %v, max %v
   generations alive at most: %d (bound %d)
   supervisor (pid %d):         start %v; end %v
+    %s
   serving generation:          start %v (epoch %d); end %v (epoch %d)
 `, n, interval, failedReloads, swaps, failed, strings.Join(loads, "\n    "),
 		pct(50).Round(time.Millisecond), pct(99).Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond),
-		maxAlive, maxAliveGenerations, supPID, supStart, supEnd, genStart, 0, genEnd, g.Epoch)
+		maxAlive, maxAliveGenerations, supPID, supStart, supEnd, strings.Join(quarters, "\n    "), genStart, 0, genEnd, g.Epoch)
 	fmt.Print(report)
 	t.Log(report)
 	if failed != 0 {
