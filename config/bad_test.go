@@ -34,6 +34,8 @@ func TestBadConfigs(t *testing.T) {
 		// [hot_restart]
 		{"relative socket dir", "[hot_restart]\nsocket_dir = \"run/hotproxy\"\n" + webOK + clusterC, []string{`hot_restart.socket_dir`, `"run/hotproxy"`, "absolute"}, 1},
 		{"zero commit window", "[hot_restart]\ncommit_window = \"0s\"\n" + webOK + clusterC, []string{`hot_restart.commit_window`, `"0s"`}, 1},
+		{"no draining generation", "[hot_restart]\nmax_draining_generations = 0\n" + webOK + clusterC, []string{`hot_restart.max_draining_generations`, "0", "between 1 and 62"}, 1},
+		{"too many draining generations", "[hot_restart]\nmax_draining_generations = 63\n" + webOK + clusterC, []string{`hot_restart.max_draining_generations`, "63", "between 1 and 62"}, 1},
 		{"negative handoff timeout", "[hot_restart]\nhandoff_timeout = \"-1s\"\n" + webOK + clusterC, []string{`hot_restart.handoff_timeout`, `"-1s"`}, 1},
 		// [stats]
 		{"relative stats path", "[stats]\npath = \"run/hotproxy.stats\"\n" + webOK + clusterC, []string{`stats.path`, `"run/hotproxy.stats"`, "absolute"}, 1},

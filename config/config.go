@@ -30,6 +30,10 @@ const (
 	DefaultLogFormat          = "text"
 	DefaultCommitWindow       = 5 * time.Second
 	DefaultHandoffTimeout     = 10 * time.Second
+	// DefaultMaxDrainingGenerations bounds the generations that drain at
+	// once: with the serving one and one starting, at most 4 are alive,
+	// the owner slots of a stats region created with the defaults.
+	DefaultMaxDrainingGenerations = 2
 	// DefaultStatsFileMode is the mode of a created stats region file:
 	// a stats reader in the group can read it.
 	DefaultStatsFileMode = "0640"
@@ -155,6 +159,14 @@ type HotRestart struct {
 	// HandoffTimeout bounds each step of the hand-over (connect, hello,
 	// sockets) and the wait for the next generation to become ready.
 	HandoffTimeout Duration `toml:"handoff_timeout" json:"handoff_timeout"`
+	// MaxDrainingGenerations bounds the generations draining at once
+	// (reloads may come faster than generations drain); past it the
+	// supervisor hurries the oldest draining one: it stops as on SIGTERM,
+	// its in-flight requests get drain_time. Never a serving one. With the
+	// serving one and one starting, at most MaxDrainingGenerations+2
+	// generations are alive; a reload that would exceed that waits for a
+	// hurried one to exit.
+	MaxDrainingGenerations int `toml:"max_draining_generations" json:"max_draining_generations"`
 }
 
 // Stats configures the shared-memory stats region that every generation of

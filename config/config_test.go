@@ -70,7 +70,7 @@ func TestIssueConfig(t *testing.T) {
 		Server:     Server{Concurrency: 2, DrainTime: Duration(30 * time.Second), ParentShutdownTime: Duration(45 * time.Second), ReusePort: ptr(true)},
 		Admin:      Admin{Address: "127.0.0.1:9901"},
 		Log:        Log{Level: "info", Format: "text"},
-		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout)},
+		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout), MaxDrainingGenerations: DefaultMaxDrainingGenerations},
 		Stats:      Stats{FileMode: DefaultStatsFileMode, FlushInterval: Duration(DefaultStatsFlushInterval)},
 		Listeners: []Listener{
 			{

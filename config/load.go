@@ -184,6 +184,9 @@ func (c *Config) setDefaults(raw map[string]any) {
 	if !given(hotRestart, "handoff_timeout", c.HotRestart.HandoffTimeout == 0) {
 		c.HotRestart.HandoffTimeout = Duration(DefaultHandoffTimeout)
 	}
+	if !given(hotRestart, "max_draining_generations", c.HotRestart.MaxDrainingGenerations == 0) {
+		c.HotRestart.MaxDrainingGenerations = DefaultMaxDrainingGenerations
+	}
 	if !given(st, "file_mode", c.Stats.FileMode == "") {
 		c.Stats.FileMode = DefaultStatsFileMode
 	}

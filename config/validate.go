@@ -73,6 +73,10 @@ var intBounds = map[string]intBound{
 	"server.concurrency":        {0, MaxConcurrency},
 	"server.max_connections":    {0, MaxConnectionsLimit},
 	"listeners.max_connections": {0, MaxConnectionsLimit},
+	// At least one: the generation a rollback returns to drains too. At
+	// most 62: with the serving and the starting one, the 64 owner slots
+	// a stats region can have.
+	"hot_restart.max_draining_generations": {1, 62},
 	// The request head is read into memory whole: up to 1 MiB (Envoy's
 	// hard limit is 8 MiB, nginx and HAProxy default to 8-16 KiB); at
 	// least a request line with a short URL and a Host. Near 2^63 the
@@ -164,6 +168,8 @@ func (v *validator) hotRestart() {
 	}
 	v.duration("hot_restart.commit_window", "hot_restart.commit_window", h.CommitWindow, DefaultCommitWindow)
 	v.duration("hot_restart.handoff_timeout", "hot_restart.handoff_timeout", h.HandoffTimeout, DefaultHandoffTimeout)
+	v.number("hot_restart.max_draining_generations", "hot_restart.max_draining_generations", h.MaxDrainingGenerations,
+		"past it the oldest draining generation is hurried")
 }
 
 func (v *validator) stats() {

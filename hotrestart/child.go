@@ -124,6 +124,18 @@ func (ch *Child) Drain(unused []Socket) error {
 	return err
 }
 
+// Commit tells the parent to commit its hand-over now: this generation is
+// handing over in turn to a newer one, which supersedes it. A parent that
+// does not offer FeatureEarlyCommit is not told (it commits at the end of
+// its window). Safe to call while AwaitRelease runs; after the parent has
+// let go, it fails harmlessly.
+func (ch *Child) Commit() error {
+	if !slices.Contains(ch.parent.Features, FeatureEarlyCommit) {
+		return nil
+	}
+	return ch.c.send(&Message{Type: MsgCommit}, nil)
+}
+
 // AwaitRelease blocks until the parent closes the connection — it has
 // committed the hand-over or exited — and then closes this end, so the
 // new generation holds nothing of the old one's. It returns early with an

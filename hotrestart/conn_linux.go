@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // conn is one end of the restart socket: whole messages with their fds.
@@ -167,27 +169,6 @@ func closeFiles(files []*os.File) {
 	}
 }
 
-// PeerCred returns the uid and pid of the process at the other end of a
-// Unix socket, as the kernel recorded them when it connected: what the
-// restart socket and the supervisor's control socket authenticate by.
-func PeerCred(uc *net.UnixConn) (uid, pid int, err error) {
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return 0, 0, err
-	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, 0, err
-	}
-	if serr != nil {
-		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", serr)
-	}
-	return int(cred.Uid), int(cred.Pid), nil
-}
-
 // parentPID reads the parent pid of pid from /proc/<pid>/stat, whose
 // second field (the command name, in parentheses) may hold spaces and
 // parentheses itself: the fields after it are counted from the last ')'.
@@ -212,33 +193,15 @@ func parentPID(pid int) (int, error) {
 	return ppid, nil
 }
 
-// listen binds the restart socket. A filesystem path is made mode 0600 and
-// removed on close; a stale socket file left by a dead generation is
-// replaced, a live one is an error.
+// listen binds the restart socket (see unixsock.Listen: a path is mode
+// 0600, a stale one is replaced, a live one is an error).
 func listen(addr string) (*net.UnixListener, error) {
-	ua := &net.UnixAddr{Name: addr, Net: "unixpacket"}
-	abstract := len(addr) > 0 && addr[0] == '@'
-	ln, err := net.ListenUnix("unixpacket", ua)
-	if err != nil && !abstract && errors.Is(err, unix.EADDRINUSE) {
-		if c, derr := net.DialUnix("unixpacket", nil, ua); derr == nil {
-			c.Close()
-			return nil, fmt.Errorf("restart socket %s: %w", addr, ErrGenerationRunning)
-		}
-		os.Remove(addr)
-		ln, err = net.ListenUnix("unixpacket", ua)
-	}
-	if err != nil && errors.Is(err, unix.EADDRINUSE) {
+	ln, err := unixsock.Listen("unixpacket", addr)
+	if errors.Is(err, unixsock.ErrInUse) {
 		return nil, fmt.Errorf("restart socket %s: %w", addr, ErrGenerationRunning)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("restart socket %s: %w", addr, err)
-	}
-	if !abstract {
-		if err := os.Chmod(addr, 0o600); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("restart socket %s: %w", addr, err)
-		}
-		ln.SetUnlinkOnClose(true)
 	}
 	return ln, nil
 }

@@ -20,9 +20,6 @@ func (c *conn) recv(time.Duration) (*Message, []*os.File, error) { return nil, n
 
 func (c *conn) closeGracefully() { c.uc.Close() }
 
-// PeerCred is Linux-only.
-func PeerCred(*net.UnixConn) (uid, pid int, err error) { return 0, 0, ErrNotSupported }
-
 func parentPID(int) (int, error) { return 0, ErrNotSupported }
 
 func listen(addr string) (*net.UnixListener, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // Address is where generation epoch of base-id baseID listens for its
@@ -41,6 +42,16 @@ type Handler interface {
 	// drained says whether Drain had been called. err is nil when the
 	// child closed the connection cleanly.
 	ChildLost(child Identity, drained bool, err error)
+}
+
+// EarlyCommitter is a Handler that can commit a hand-over before its
+// commit window ends. Commit is called when the child, after it asked this
+// generation to drain, hands over in turn to a newer generation: the newer
+// one supersedes it as the generation to return to, so this one's way
+// back must close now (two generations must never be able to serve again
+// at once). It must return promptly.
+type EarlyCommitter interface {
+	Commit(child Identity)
 }
 
 // ParentOptions configure a Parent. The zero value of each optional field
@@ -220,14 +231,15 @@ func (p *Parent) session(uc *net.UnixConn) {
 		p.mu.Unlock()
 	}()
 
-	uid, pid, err := PeerCred(uc)
-	if err != nil {
-		p.refuse(c, refusedStranger, "cannot identify the peer: "+err.Error())
+	pid, err := unixsock.Authorize(uc)
+	var stranger *unixsock.StrangerError
+	switch {
+	case errors.As(err, &stranger):
+		p.refuse(c, refusedStranger, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", stranger.UID, stranger.Self),
+			"peer_pid", pid, "peer_uid", stranger.UID)
 		return
-	}
-	if self := os.Getuid(); uid != self && uid != 0 {
-		p.refuse(c, refusedStranger, fmt.Sprintf("peer runs as uid %d; only uid %d or root may take over this generation", uid, self),
-			"peer_pid", pid, "peer_uid", uid)
+	case err != nil:
+		p.refuse(c, refusedStranger, err.Error())
 		return
 	}
 
@@ -280,6 +292,10 @@ func (p *Parent) session(uc *net.UnixConn) {
 
 	self := p.opts.Self
 	self.Features = append(slices.Clone(self.Features), FeatureUnusedSockets)
+	committer, canCommit := p.opts.Handler.(EarlyCommitter)
+	if canCommit {
+		self.Features = append(self.Features, FeatureEarlyCommit)
+	}
 	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
 		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
 		return
@@ -319,6 +335,14 @@ func (p *Parent) session(uc *net.UnixConn) {
 				p.opts.Handler.Drain(child, m.Unused)
 			}
 			c.send(&Message{Type: MsgOK}, nil)
+		case MsgCommit:
+			if !drained || !canCommit {
+				err := fmt.Errorf("commit before drain, or to a parent that did not offer %s", FeatureEarlyCommit)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+			committer.Commit(child)
 		default:
 			err := fmt.Errorf("unexpected %s message after hello", m.Type)
 			c.send(&Message{Type: MsgError, Error: err.Error()}, nil)

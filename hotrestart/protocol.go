@@ -24,8 +24,9 @@ import (
 // majors are equal hot restart into each other; a minor bump only adds
 // optional fields or features.
 //
-// 1.1 added the features "supervised" and "unused_sockets".
-const ProtocolVersion = "1.1"
+// 1.1 added the features "supervised" and "unused_sockets"; 1.2 added
+// "early_commit" and its message.
+const ProtocolVersion = "1.2"
 
 // Defaults for Options fields left zero.
 const (
@@ -46,6 +47,13 @@ const (
 	// rollback. A child lists them only to a parent that says this: an
 	// older parent refuses a message with a field it does not know.
 	FeatureUnusedSockets = "unused_sockets"
+	// FeatureEarlyCommit: this parent reads a commit message from its
+	// child (MsgCommit): the child is itself handing over to a newer
+	// generation, which supersedes it, so the parent gives up its way
+	// back at once instead of at the end of its commit window. A child
+	// sends it only to a parent that says this: an older parent takes an
+	// unknown message for a broken child, and would roll back.
+	FeatureEarlyCommit = "early_commit"
 )
 
 // SupervisorPIDEnv is set by the supervisor in each generation's
@@ -96,6 +104,10 @@ const (
 	MsgSockets MessageType = "sockets"
 	// drain: child serves; the parent stops accepting and drains.
 	MsgDrain MessageType = "drain"
+	// commit: child → parent after drain, when the child hands over in
+	// turn: the parent commits now (FeatureEarlyCommit). Not answered;
+	// the parent's commit closes the connection.
+	MsgCommit MessageType = "commit"
 	// ok: a request was done.
 	MsgOK MessageType = "ok"
 	// error: a request was refused; the connection closes after it.
@@ -183,7 +195,7 @@ func decodeMessage(b []byte) (*Message, error) {
 				return nil, fmt.Errorf("malformed drain message: unused entry %d (%+v) lacks network or address", i, s)
 			}
 		}
-	case MsgGetSockets, MsgOK, MsgError:
+	case MsgGetSockets, MsgOK, MsgError, MsgCommit:
 	case "":
 		return nil, errors.New("malformed message: no type")
 	default:

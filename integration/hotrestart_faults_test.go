@@ -119,7 +119,7 @@ func TestHotRestartChildKilledBeforeReady(t *testing.T) {
 	g0 := c.serving
 	load := faultLoad(t, g0, 4)
 
-	child := c.launch(1, harness.LaunchOptions{Env: []string{"HOTPROXY_TEST_STOP_AFTER_TAKEOVER=1"}})
+	child := c.launch(1, harness.LaunchOptions{Args: []string{"--test-stop-after-takeover"}})
 	deadline := time.Now().Add(readyFDTimeout)
 	for {
 		st, err := child.ProcState()

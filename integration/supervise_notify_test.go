@@ -16,7 +16,7 @@ import (
 
 // TestSuperviseNotifyReal checks the datagrams a fake NOTIFY_SOCKET gets
 // from `hotproxy supervise` running real generations: READY=1 at start; on
-// SIGHUP (what systemd sends for a reload with Type=notify-reload)
+// SIGHUP
 // RELOADING=1 and MONOTONIC_USEC in one datagram, then READY=1; the same
 // around a reload that fails on a config broken on disk, whose READY=1
 // names the failure; STOPPING=1 on SIGTERM.

@@ -17,10 +17,7 @@ const installedPath = "/usr/local/bin/hotproxy"
 
 // TestSystemdUnitVerifies runs `systemd-analyze verify` on
 // systemd/hotproxy.service (with ExecStart pointing at the binary under
-// test, so that the path exists) and on the unit with the drop-in for
-// systemd < 253 applied. Any complaint fails the test, except, on a
-// systemd older than 253, the one about Type=notify-reload that the
-// drop-in exists for.
+// test, so that the path exists). Any complaint fails the test.
 func TestSystemdUnitVerifies(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
@@ -31,10 +28,6 @@ func TestSystemdUnitVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit, err := os.ReadFile(filepath.Join(root, "systemd", "hotproxy.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	compat, err := os.ReadFile(filepath.Join(root, "systemd", "notify-compat.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,31 +61,12 @@ func TestSystemdUnitVerifies(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(string(unit), "Type=notify-reload") || !strings.Contains(string(unit), "KillMode=mixed") ||
-		!strings.Contains(string(unit), "RuntimeDirectory=hotproxy") || strings.Contains(string(unit), "PrivateNetwork=yes") {
-		t.Errorf("hotproxy.service lacks Type=notify-reload, KillMode=mixed or RuntimeDirectory=hotproxy, or has PrivateNetwork")
+	if !strings.Contains(string(unit), "\nType=notify\n") || !strings.Contains(string(unit), "\nExecReload="+installedPath+" reload --wait-commit\n") ||
+		!strings.Contains(string(unit), "KillMode=mixed") || !strings.Contains(string(unit), "RuntimeDirectory=hotproxy") ||
+		strings.Contains(string(unit), "PrivateNetwork=yes") {
+		t.Errorf("hotproxy.service lacks Type=notify, ExecReload=%s reload --wait-commit, KillMode=mixed or RuntimeDirectory=hotproxy, or has PrivateNetwork", installedPath)
 	}
-	var allowed []string
-	if ver < 253 {
-		allowed = append(allowed, "Failed to parse service type, ignoring: notify-reload")
-	}
-	verify("hotproxy.service", string(unit), allowed...)
-
-	// The unit as systemd < 253 sees it with the drop-in: its [Service]
-	// settings override the unit's.
-	var merged []string
-	for _, line := range strings.Split(string(unit), "\n") {
-		if strings.HasPrefix(line, "Type=") {
-			for _, c := range strings.Split(string(compat), "\n") {
-				if strings.HasPrefix(c, "Type=") || strings.HasPrefix(c, "ExecReload=") {
-					merged = append(merged, c)
-				}
-			}
-			continue
-		}
-		merged = append(merged, line)
-	}
-	verify("hotproxy.service + notify-compat.conf", strings.Join(merged, "\n"))
+	verify("hotproxy.service", string(unit))
 }
 
 func systemdVersion(t *testing.T, analyze string) int {

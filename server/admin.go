@@ -239,7 +239,7 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	state := s.State()
 	switch {
-	case state == StateDraining && s.handedOver.Load() && !s.healthFailed.Load():
+	case state == StateDraining && s.handedOver() && !s.healthFailed.Load():
 		// The admin socket is the successor's too, and the successor is
 		// LIVE (that is why this one drains): the instance behind this
 		// address is ready. This answers only connections accepted in

@@ -77,6 +77,11 @@ type Options struct {
 	// HandleSignals makes Run stop on SIGTERM and SIGINT. Off for
 	// embedding in tests, which cancel Run's context instead.
 	HandleSignals bool
+	// StopAfterTakeover is fault injection for tests: the generation
+	// stops itself (SIGSTOP) right after it has received the previous
+	// generation's sockets, before it serves, so that a test can kill it
+	// at the worst moment for the previous one.
+	StopAfterTakeover bool
 }
 
 // Server is one generation.
@@ -93,16 +98,18 @@ type Server struct {
 
 	state        atomic.Int32 // a State
 	healthFailed atomic.Bool  // POST /healthcheck/fail
-	// handedOver: this generation drains because a LIVE successor took
-	// over its sockets (read by the admin API).
-	handedOver atomic.Bool
+	// handoverPublished mirrors hr.state (a handoverState) for the admin
+	// API; only setHandover writes it.
+	handoverPublished atomic.Int32
 
 	snapshot *workers.Snapshot
 	health   healthMonitors // see health.go
 	workers  *workers.Manager
 	adminLn  *adminListener
 	admin    *http.Server
-	hr       hotRestart
+	// takeover is the child side of hot restart, hr the parent side.
+	takeover takeover
+	hr       handover
 
 	// region and stats are this generation's share of the stats region
 	// (see stats.go); srvStats its server.* gauges on lane 0.
@@ -143,7 +150,7 @@ func New(opts Options) (*Server, error) {
 		concurrency: workers.Concurrency(cfg),
 		started:     time.Now(),
 		quit:        make(chan string, 1),
-		hr:          newHotRestart(),
+		hr:          newHandover(),
 		statsKick:   make(chan struct{}, 1),
 	}
 	s.firstStart = s.started
@@ -207,7 +214,7 @@ func New(opts Options) (*Server, error) {
 	// their queues and closes them for good.
 	for k, f := range s.workers.Unused() {
 		f.Close()
-		s.hr.unused = append(s.hr.unused, hotrestart.Socket{Network: k.Network, Address: k.Address, Worker: k.Worker, Role: hotrestart.RoleListener})
+		s.takeover.unused = append(s.takeover.unused, hotrestart.Socket{Network: k.Network, Address: k.Address, Worker: k.Worker, Role: hotrestart.RoleListener})
 	}
 	if adminLn == nil {
 		adminLn, err = net.Listen("tcp", cfg.Admin.Address)
@@ -265,8 +272,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	reason := ""
-	for reason == "" && !s.handoffFinished() {
-		commit, drained := s.handoffChannels()
+	for reason == "" && s.hr.state != handoverDrained {
+		commit, drained := s.handoverChannels()
 		select {
 		case <-ctx.Done():
 			reason = "context ended"
@@ -288,15 +295,11 @@ func (s *Server) Run(ctx context.Context) error {
 		case reply := <-s.hr.sockets:
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:
-			if ev.drain {
-				s.beginHandoff(ev.child, ev.unused)
-			} else {
-				s.successorLost(ev)
-			}
+			s.onHandoverEvent(ev)
 		case <-commit:
-			s.commitHandoff("the next generation has served for the commit window")
+			s.commitHandover("the next generation has served for the commit window")
 		case err := <-drained:
-			s.handoffDrained(err)
+			s.onDrained(err)
 		}
 	}
 	if reason == "" {
@@ -305,43 +308,10 @@ func (s *Server) Run(ctx context.Context) error {
 		closeAdmin(s.admin)
 		return nil
 	}
-	if s.hr.handoff != nil {
-		return s.finishHandoff(reason, sigs)
+	if !s.hr.state.serving() {
+		return s.finishHandover(reason, sigs)
 	}
 	return s.drain(reason, sigs)
-}
-
-// finishHandoff stops a generation that was already draining for its
-// successor: no rollback any more, and the drain under way is bounded by
-// drain_time from now.
-func (s *Server) finishHandoff(reason string, sigs <-chan os.Signal) error {
-	h := s.hr.handoff
-	s.log.Info("stopping during a hand-over: no rollback", "reason", reason)
-	if !h.committed {
-		s.commitHandoff("stopping: " + reason)
-	}
-	if !h.done {
-		timer := time.NewTimer(s.cfg.Server.DrainTime.D())
-		defer timer.Stop()
-		select {
-		case err := <-h.drained:
-			s.handoffDrained(err)
-		case <-timer.C:
-		case <-sigs:
-		}
-		if !h.done {
-			h.manager.Close()
-		}
-	}
-	s.closeRetired()
-	closeAdmin(s.admin)
-	return nil
-}
-
-func (s *Server) closeRetired() {
-	for _, m := range s.hr.retired {
-		m.Close()
-	}
 }
 
 // drain stops the generation gracefully: /ready turns 503, workers stop

@@ -79,7 +79,10 @@ func (s *Server) openStats() error {
 		Epoch:    uint64(max(s.opts.Epoch, 0)),
 		Lanes:    lanes,
 		MaxLanes: max(shm.DefaultMaxLanes, lanes),
-		Logger:   s.log,
+		// An owner slot for every generation the supervisor lets live
+		// at once: the draining ones, the serving one, one starting.
+		MaxOwners: max(shm.DefaultMaxOwners, s.cfg.HotRestart.MaxDrainingGenerations+2),
+		Logger:    s.log,
 	})
 	if err != nil {
 		return err

@@ -122,6 +122,9 @@ func serve(args []string, stderr io.Writer) int {
 	epoch := fs.Int("restart-epoch", 0, "hot-restart `epoch`: 0 starts cold; N > 0 takes over from the running generation of epoch N-1")
 	allowCold := fs.Bool("allow-cold-start", false, "with --restart-epoch N > 0: start cold when no generation of epoch N-1 is running")
 	readyFD := fs.Int("ready-fd", -1, "file `descriptor` to write \"READY <pid>\" to once serving (or \"FAILED <reason>\" on a failed start), then close")
+	// A fault-injection hook for the integration tests, kept out of the
+	// flag set so that --help never offers it.
+	stopAfterTakeover, args := takeHiddenFlag(args, testStopAfterTakeoverFlag)
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -152,14 +155,15 @@ func serve(args []string, stderr io.Writer) int {
 	}
 
 	srv, err := server.New(server.Options{
-		Config:         cfg,
-		Logger:         log,
-		HandleSignals:  true,
-		BaseID:         *baseID,
-		Epoch:          *epoch,
-		AllowColdStart: *allowCold,
-		SupervisorPID:  hotrestart.SupervisorFromEnv(),
-		OnReady:        ready.ready,
+		Config:            cfg,
+		Logger:            log,
+		HandleSignals:     true,
+		BaseID:            *baseID,
+		Epoch:             *epoch,
+		AllowColdStart:    *allowCold,
+		SupervisorPID:     hotrestart.SupervisorFromEnv(),
+		OnReady:           ready.ready,
+		StopAfterTakeover: stopAfterTakeover,
 	})
 	if err != nil {
 		// Once for log collectors, once as plain text for whoever
@@ -174,6 +178,25 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// testStopAfterTakeoverFlag is serve's hidden test hook (see
+// server.Options.StopAfterTakeover).
+const testStopAfterTakeoverFlag = "--test-stop-after-takeover"
+
+// takeHiddenFlag removes the boolean flag from args and says whether it
+// was there.
+func takeHiddenFlag(args []string, flag string) (bool, []string) {
+	found := false
+	rest := make([]string, 0, len(args))
+	for _, a := range args {
+		if a == flag {
+			found = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return found, rest
 }
 
 func validate(args []string, stdout, stderr io.Writer) int {

@@ -140,14 +140,19 @@ func printStatus(w io.Writer, st *supervisor.Status) {
 
 // reloadCmd runs `hotproxy reload`.
 func reloadCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("reload [--base-id B | --control-socket PATH] [--supervisor]",
+	fs := newFlags("reload [--base-id B | --control-socket PATH] [--wait-commit | --supervisor]",
 		"Asks the running supervisor to start the next generation from the binary\n"+
 			"and config on disk, and waits for the outcome: exits 0 when the new\n"+
 			"generation serves, 1 when it failed (the previous one still serves).\n"+
+			"With --wait-commit, it also waits for the commit window (the new\n"+
+			"generation served that long, or a newer reload superseded it) and exits\n"+
+			"1 if the new generation died within it and the previous one serves\n"+
+			"again: what systemctl reload runs (systemd/hotproxy.service).\n"+
 			"With --supervisor, the supervisor re-executes its own binary in place\n"+
 			"instead (same pid, generations kept).", stderr)
 	socket := controlFlags(fs)
 	self := fs.Bool("supervisor", false, "re-execute the supervisor itself in place (no new generation)")
+	waitCommit := fs.Bool("wait-commit", false, "also wait for the new generation's commit window; a rollback is a failure")
 	timeout := fs.Duration("timeout", supervisor.DefaultClientTimeout, "how long to wait for the outcome")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -156,7 +161,7 @@ func reloadCmd(args []string, stdout, stderr io.Writer) int {
 	if *self {
 		op = supervisor.OpReexec
 	}
-	resp, err := supervisor.Call(socket(), op, *timeout)
+	resp, err := supervisor.CallRequest(socket(), supervisor.Request{Op: op, WaitCommit: *waitCommit && !*self}, *timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy reload: %v\n", err)
 		return 1

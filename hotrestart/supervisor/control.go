@@ -16,6 +16,7 @@ import (
 //
 //	{"op":"status"}  → {"ok":true,"status":{...}}
 //	{"op":"reload"}  → {"ok":true|false,"reload":{...},"error":"..."} (when the new generation serves or failed)
+//	{"op":"reload","wait_commit":true} → the same, once it has also served for its commit window (or rolled back)
 //	{"op":"reexec"}  → {"ok":true,"status":{...}} from the new image
 //
 // A request must arrive within ControlReadTimeout and fit in
@@ -42,6 +43,9 @@ const (
 // Request is one control request.
 type Request struct {
 	Op string `json:"op"`
+	// WaitCommit (reload): answer once the new generation has also served
+	// for its commit window, so that a rollback is reported as a failure.
+	WaitCommit bool `json:"wait_commit,omitempty"`
 }
 
 // Response is one control response.
@@ -60,6 +64,12 @@ var ErrNoSupervisor = errors.New("no supervisor answers")
 // A response with OK false is returned with a nil error: the caller says
 // what failed.
 func Call(path, op string, timeout time.Duration) (*Response, error) {
+	return CallRequest(path, Request{Op: op}, timeout)
+}
+
+// CallRequest is Call with a whole request.
+func CallRequest(path string, r Request, timeout time.Duration) (*Response, error) {
+	op := r.Op
 	if timeout <= 0 {
 		timeout = DefaultClientTimeout
 	}
@@ -69,7 +79,7 @@ func Call(path, op string, timeout time.Duration) (*Response, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(timeout))
-	req, _ := json.Marshal(Request{Op: op})
+	req, _ := json.Marshal(r)
 	if _, err := c.Write(append(req, '\n')); err != nil {
 		return nil, fmt.Errorf("control socket %s: send %s: %w", path, op, err)
 	}

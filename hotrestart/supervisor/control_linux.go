@@ -9,14 +9,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
-	"github.com/hotproxy/hotproxy/hotrestart"
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/unixsock"
+	"github.com/hotproxy/hotproxy/internal/version"
 )
 
 // controlServer accepts control connections and hands their requests to
@@ -50,24 +53,13 @@ func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
 	}
-	ua := &net.UnixAddr{Name: path, Net: "unix"}
-	ln, err := net.ListenUnix("unix", ua)
-	if err != nil && errors.Is(err, unix.EADDRINUSE) {
-		if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
-			c.Close()
-			return nil, fmt.Errorf("control socket %s: another supervisor is listening there (use another --base-id or --control-socket)", path)
-		}
-		os.Remove(path)
-		ln, err = net.ListenUnix("unix", ua)
+	ln, err := unixsock.Listen("unix", path)
+	if errors.Is(err, unixsock.ErrInUse) {
+		return nil, fmt.Errorf("control socket %s: another supervisor is listening there (use another --base-id or --control-socket)", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
 	return newControlServer(ln, path, log), nil
 }
 
@@ -119,14 +111,15 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 			conn.Close()
 		}
 	}()
-	uid, pid, err := hotrestart.PeerCred(conn)
-	if err != nil {
-		c.refusals.Warn("refused a control connection: cannot identify the peer", "error", err)
+	_, err := unixsock.Authorize(conn)
+	var stranger *unixsock.StrangerError
+	switch {
+	case errors.As(err, &stranger):
+		c.refusals.Warn("refused a control connection from another user", "uid", stranger.UID, "pid", stranger.PID)
+		refuse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", stranger.UID, stranger.Self)})
 		return
-	}
-	if uid != 0 && uid != os.Getuid() {
-		c.refusals.Warn("refused a control connection from another user", "uid", uid, "pid", pid)
-		refuse(conn, Response{Error: fmt.Sprintf("uid %d may not control this supervisor (run as uid %d or root)", uid, os.Getuid())})
+	case err != nil:
+		c.refusals.Warn("refused a control connection", "error", err)
 		return
 	}
 	conn.SetReadDeadline(time.Now().Add(ControlReadTimeout))
@@ -140,7 +133,7 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 		writeResponse(conn, Response{Error: "bad request: " + err.Error()})
 		return
 	}
-	r := ctlReq{op: req.Op, reply: make(chan Response, 1)}
+	r := ctlReq{op: req.Op, waitCommit: req.WaitCommit, reply: make(chan Response, 1)}
 	if req.Op == OpReexec {
 		// The answer comes from the new image, on this connection.
 		f, err := conn.File()
@@ -169,6 +162,65 @@ func (c *controlServer) handle(conn *net.UnixConn, out chan<- ctlReq, done <-cha
 		writeResponse(conn, resp)
 	case <-done:
 		writeResponse(conn, Response{Error: ErrStopping.Error()})
+	}
+}
+
+// status builds a Status.
+func (s *Supervisor) status() *Status {
+	st := &Status{
+		PID: os.Getpid(), Version: version.Version, Started: s.started, BaseID: s.opts.BaseID,
+		Config: s.opts.ConfigPath, Binary: s.binary, Reexecs: s.reexecs, ServingEpoch: -1,
+		Reloads: s.reloads, FailedReloads: s.failed, LastFailure: s.lastFailure, Stopping: s.machine.stopping,
+		Generations: []GenerationStatus{}, Goroutines: runtime.NumGoroutine(),
+	}
+	if st.Config == "" {
+		st.Config = config.DefaultSource
+	}
+	if s.ctl != nil {
+		st.RefusedControlPeers = s.ctl.refused()
+	}
+	now := time.Now()
+	for _, g := range s.gens {
+		st.Generations = append(st.Generations, GenerationStatus{
+			Epoch: g.epoch, PID: g.pid, State: g.state, Started: g.started,
+			AgeSeconds: now.Sub(g.started).Round(time.Millisecond).Seconds(), Version: g.version, Binary: g.binary,
+		})
+		if g.state == StateServing {
+			st.ServingEpoch = g.epoch
+		}
+	}
+	return st
+}
+
+// onControl answers a control request (reload asynchronously).
+func (s *Supervisor) onControl(r ctlReq) {
+	switch r.op {
+	case OpStatus:
+		r.reply <- Response{OK: true, Status: s.status()}
+	case OpReload:
+		res := make(chan ReloadResult, 1)
+		s.requestReload(res, r.waitCommit)
+		go func() {
+			rr := <-res
+			r.reply <- Response{OK: rr.OK, Error: rr.Error, Reload: &rr}
+		}()
+	case OpReexec:
+		if s.reexecReq != nil || s.machine.stopping {
+			resp := Response{Error: "reexec: a re-execution is already pending"}
+			if s.machine.stopping {
+				resp.Error = "reexec: " + ErrStopping.Error()
+			}
+			if r.conn != nil {
+				writeResponse(r.conn, resp)
+				r.conn.Close()
+			} else {
+				r.reply <- resp
+			}
+			return
+		}
+		s.reexecReq = &r
+	default:
+		r.reply <- Response{Error: "unknown op " + strconv.Quote(r.op)}
 	}
 }
 

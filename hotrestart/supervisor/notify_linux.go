@@ -42,8 +42,3 @@ func monotonicUsec() string {
 	}
 	return strconv.FormatInt(ts.Nano()/1000, 10)
 }
-
-// statusLine makes a STATUS= line of s, on one line.
-func statusLine(s string) string {
-	return "STATUS=" + strings.ReplaceAll(s, "\n", " ")
-}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -21,23 +22,26 @@ const stateVersion = 1
 // execve, in EnvState. The generations stay its children: execve keeps the
 // PID, and with it the parent of every child.
 type savedState struct {
-	V           int         `json:"v"`
-	From        string      `json:"from"` // the version that saved it
-	BaseID      int         `json:"base_id"`
-	Config      string      `json:"config"`
-	Binary      string      `json:"binary"`
-	Self        string      `json:"self"`
-	ControlFD   int         `json:"control_fd"` // -1: none
-	ControlPath string      `json:"control_path"`
-	ReplyFD     int         `json:"reply_fd"` // -1: none
-	Started     time.Time   `json:"started"`
-	Reexecs     int         `json:"reexecs"`
-	LastEpoch   int         `json:"last_epoch"`
-	Reloads     int         `json:"reloads"`
-	Failed      int         `json:"failed"`
-	LastFailure *Failure    `json:"last_failure,omitempty"`
-	Gens        []savedGen  `json:"generations"`
-	Timeouts    savedTiming `json:"timeouts"`
+	V           int        `json:"v"`
+	From        string     `json:"from"` // the version that saved it
+	BaseID      int        `json:"base_id"`
+	Config      string     `json:"config"`
+	Binary      string     `json:"binary"`
+	Self        string     `json:"self"`
+	ControlFD   int        `json:"control_fd"` // -1: none
+	ControlPath string     `json:"control_path"`
+	ReplyFD     int        `json:"reply_fd"` // -1: none
+	Started     time.Time  `json:"started"`
+	Reexecs     int        `json:"reexecs"`
+	LastEpoch   int        `json:"last_epoch"`
+	Reloads     int        `json:"reloads"`
+	Failed      int        `json:"failed"`
+	LastFailure *Failure   `json:"last_failure,omitempty"`
+	Gens        []savedGen `json:"generations"`
+	// Signals arrived before the execve and were not acted on yet: the
+	// new image acts on each once.
+	Signals  []string    `json:"signals,omitempty"`
+	Timeouts savedTiming `json:"timeouts"`
 }
 
 type savedGen struct {
@@ -47,6 +51,7 @@ type savedGen struct {
 	Started       time.Time `json:"started"`
 	ReadyAt       time.Time `json:"ready_at"`
 	DrainingSince time.Time `json:"draining_since"`
+	Hurried       bool      `json:"hurried,omitempty"`
 	Version       string    `json:"version"`
 	Binary        string    `json:"binary"`
 }
@@ -82,7 +87,7 @@ func (s *Supervisor) reexec() {
 	for _, g := range s.gens {
 		st.Gens = append(st.Gens, savedGen{
 			Epoch: g.epoch, PID: g.pid, State: g.state, Started: g.started, ReadyAt: g.readyAt,
-			DrainingSince: g.drainingSince, Version: g.version, Binary: g.binary,
+			DrainingSince: g.drainingSince, Version: g.version, Binary: g.binary, Hurried: g.hurried,
 		})
 	}
 	var keep []*os.File
@@ -113,9 +118,36 @@ func (s *Supervisor) reexec() {
 			}
 		}
 	}
+	// From here to the new image's first instructions, a signal whose
+	// handler is this image's would get its default action (SIGHUP and
+	// SIGTERM terminate): ignore them instead, and hand over the ones
+	// that arrived before. The new image listens again from its package
+	// init (earlySignals); one that arrives in between, during the execve
+	// itself, is ignored: never fatal.
+	signal.Ignore(handedOverSignals...)
+	restore := func() {
+		signal.Notify(s.sigs, supervisedSignals...)
+	}
+	var pending []os.Signal
+	for drained := false; !drained; {
+		select {
+		case sig := <-s.sigs:
+			if sig == unix.SIGCHLD {
+				continue // the new image reaps anyway
+			}
+			pending = append(pending, sig)
+			st.Signals = append(st.Signals, unix.SignalName(sig.(unix.Signal)))
+		default:
+			drained = true
+		}
+	}
 	blob, err := json.Marshal(st)
 	if err != nil {
+		restore()
 		fail(err)
+		for _, sig := range pending {
+			s.onSignal(sig)
+		}
 		return
 	}
 	env := []string{EnvState + "=" + string(blob)}
@@ -124,15 +156,35 @@ func (s *Supervisor) reexec() {
 			env = append(env, kv)
 		}
 	}
-	s.log.Info("re-executing in place", "binary", s.self, "pid", os.Getpid(), "generations", len(s.gens))
-	err = syscall.Exec(s.self, s.opts.Args, env)
+	self := resolve(s.self)
+	s.log.Info("re-executing in place", "binary", s.self, "file", self, "version", BinaryVersion(self), "pid", os.Getpid(), "generations", len(s.gens))
+	err = syscall.Exec(self, s.opts.Args, env)
 	// Still here: execve failed; the fds must not leak into children.
 	for _, fd := range []int{st.ReplyFD} {
 		if fd >= 0 {
 			unix.CloseOnExec(fd)
 		}
 	}
-	fail(fmt.Errorf("execve %s: %w", s.self, err))
+	restore()
+	fail(fmt.Errorf("execve %s: %w", self, err))
+	for _, sig := range pending {
+		s.onSignal(sig)
+	}
+}
+
+// actOnHandedSignals acts once on each signal the previous image handed
+// over.
+func (s *Supervisor) actOnHandedSignals() {
+	for _, name := range s.handedSignals {
+		sig := unix.SignalNum(name)
+		if sig == 0 {
+			s.log.Warn("the previous image handed over an unknown signal", "signal", name)
+			continue
+		}
+		s.log.Info("acting on a signal that arrived during the re-execution", "signal", name)
+		s.onSignal(sig)
+	}
+	s.handedSignals = nil
 }
 
 // answerReexecFailure answers the pending reexec request with err.
@@ -164,6 +216,7 @@ func (s *Supervisor) resume() (bool, error) {
 	if st.V != stateVersion {
 		return false, fmt.Errorf("state handed over by the previous image (%s): layout %d, this build reads %d", st.From, st.V, stateVersion)
 	}
+	s.handedSignals = st.Signals
 	s.started, s.reexecs, s.lastEpoch = st.Started, st.Reexecs, st.LastEpoch
 	s.reloads, s.failed, s.lastFailure = st.Reloads, st.Failed, st.LastFailure
 	s.binary, s.self = st.Binary, st.Self
@@ -181,7 +234,7 @@ func (s *Supervisor) resume() (bool, error) {
 	for _, g := range st.Gens {
 		s.gens = append(s.gens, &generation{
 			epoch: g.Epoch, pid: g.PID, state: g.State, started: g.Started, readyAt: g.ReadyAt,
-			drainingSince: g.DrainingSince, version: g.Version, binary: g.Binary,
+			drainingSince: g.DrainingSince, version: g.Version, binary: g.Binary, hurried: g.Hurried,
 		})
 	}
 	if st.ControlFD >= 0 {
@@ -200,6 +253,6 @@ func (s *Supervisor) resume() (bool, error) {
 		writeResponse(f, Response{OK: true, Status: s.status()})
 		f.Close()
 	}
-	s.sendNotify(statusLine("re-executed in place (" + st.From + " → " + version.Version + "); " + s.summary()))
+	s.notify(statusLine("re-executed in place (" + st.From + " → " + version.Version + "); " + s.summary()))
 	return true, nil
 }

@@ -8,9 +8,12 @@
 //
 // One goroutine owns all the state (the generations, the reload in
 // progress, the queued one); signals, child exits, readiness lines and
-// control requests reach it on channels. Children are started with
-// syscall.ForkExec from that goroutine and reaped by it with wait4, so a
-// pid is never signalled after it was reaped.
+// control requests reach it on channels. The decisions are a portable
+// state machine (machine.go) that touches the system only through a small
+// process table; the Linux layer (supervisor_linux.go) starts children with
+// syscall.ForkExec from that goroutine and reaps them with wait4, so a pid
+// is never signalled after it was reaped. docs/hot-restart.md has the
+// sequence.
 //
 // The contract with a generation is the command line of `hotproxy serve`:
 //
@@ -180,6 +183,8 @@ type Status struct {
 	FailedReloads int                `json:"failed_reloads"`
 	LastFailure   *Failure           `json:"last_failure,omitempty"`
 	Stopping      bool               `json:"stopping,omitempty"`
+	// Goroutines of the supervisor: a leak check across many reloads.
+	Goroutines int `json:"goroutines,omitempty"`
 	// RefusedControlPeers counts control connections turned away (another
 	// user's); their warnings are rate-limited, this count is not.
 	RefusedControlPeers uint64 `json:"refused_control_peers,omitempty"`
@@ -202,6 +207,10 @@ type ReloadResult struct {
 	Epoch int    `json:"epoch"`
 	PID   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Committed: the new generation also outlived its commit window as
+	// the serving one, or a newer reload superseded it (asked for with
+	// Request.WaitCommit); a failure then may be a rollback.
+	Committed bool `json:"committed,omitempty"`
 	// Serving is the generation serving after the reload (the new one on
 	// success, the untouched old one on failure).
 	ServingEpoch int `json:"serving_epoch"`
@@ -209,6 +218,9 @@ type ReloadResult struct {
 }
 
 func (r ReloadResult) String() string {
+	if r.OK && r.Committed {
+		return fmt.Sprintf("reload: epoch %d serves (pid %d) and has committed", r.Epoch, r.PID)
+	}
 	if r.OK {
 		return fmt.Sprintf("reload: epoch %d serves (pid %d)", r.Epoch, r.PID)
 	}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package unixsock
+
+import (
+	"fmt"
+	"net"
+)
+
+// Listen needs Linux.
+func Listen(network, addr string) (*net.UnixListener, error) {
+	return nil, fmt.Errorf("%s: %w", addr, ErrNotSupported)
+}
+
+// PeerCred needs Linux.
+func PeerCred(*net.UnixConn) (uid, pid int, err error) { return 0, 0, ErrNotSupported }
+
+// Authorize needs Linux.
+func Authorize(*net.UnixConn) (int, error) { return 0, ErrNotSupported }
