@@ -16,6 +16,11 @@ import (
 // generation, which is restoring it. Open waits for that.
 var errBeingRestored = errors.New("the region was truncated while a live generation uses it, and is being restored")
 
+// errReplaced: the file opened is no longer the one at the path (it was
+// pruned, or replaced, between the open and the allocation lock). Open
+// tries again.
+var errReplaced = errors.New("the file was removed or replaced while opening it")
+
 // Waiting for a live generation to restore a truncated region (Open).
 const (
 	restoreWait = 2 * time.Second
@@ -43,7 +48,7 @@ func Open(opts Options) (*Region, error) {
 	deadline := time.Now().Add(restoreWait)
 	for {
 		r, err := open(o, want)
-		if errors.Is(err, errBeingRestored) && time.Now().Before(deadline) {
+		if (errors.Is(err, errBeingRestored) || errors.Is(err, errReplaced)) && time.Now().Before(deadline) {
 			time.Sleep(restorePoll)
 			continue
 		}
@@ -83,6 +88,13 @@ func (r *Region) open(o Options, want geometry) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
 		return fmt.Errorf("shm: region %s: %w", r.path, err)
+	}
+	// `hotproxy stats --prune` removes a region under this lock: one we
+	// opened just before is no longer at the path, and using it would
+	// count into a file nobody can read. Open again.
+	var at unix.Stat_t
+	if err := unix.Stat(r.path, &at); err != nil || at.Dev != st.Dev || at.Ino != st.Ino {
+		return fmt.Errorf("shm: region %s: %w", r.path, errReplaced)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("shm: region %s: not a regular file (%s)", r.path, adviceForeign)

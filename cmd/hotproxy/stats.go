@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,7 +31,8 @@ const (
 func statsCmd(args []string, stdout, stderr io.Writer) int {
 	args = watchArgs(args)
 	fs := newFlags("stats [--base-id B | --path FILE | -c CONFIG] [--filter REGEX] [--usedonly]\n"+
-		"                      [--format text|json|prometheus|ndjson] [--owners] [--watch [DURATION]]",
+		"                      [--format text|json|prometheus|ndjson] [--owners] [--watch [DURATION]]\n"+
+		"       hotproxy stats --prune [--dir DIR | --path FILE | --base-id B]",
 		"Prints the stats of every generation of a hotproxy instance, read directly\n"+
 			"from its shared-memory region. It never touches the running proxy: no\n"+
 			"request to the admin API, no signal, and the region is mapped read-only,\n"+
@@ -50,11 +52,44 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (text exposition with # TYPE lines), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
 	owners := fs.Bool("owners", false, "also print the owner table (slot, pid, epoch, state, start, heartbeat age, lanes) before the stats; in json it is always there, in prometheus it is written as comments")
 	watch := fs.Duration("watch", 0, "re-read the region every `interval` (--watch alone: 1s) until interrupted; text: a timestamped block of aligned columns with each counter's rate and each histogram's quantiles over the last interval; ndjson: a line per interval")
+	prune := fs.Bool("prune", false, "remove the regions that no process uses, instead of printing stats: every /dev/shm/hotproxy.<id>.stats (or in --dir), or only the one of --path or --base-id; a region a live generation holds (its owner lock) is never removed, nor a file that is not a region")
+	pruneDir := fs.String("dir", "", "with --prune: the `directory` whose hotproxy.<id>.stats files to prune (default /dev/shm)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
 	if *baseID < 0 {
 		fmt.Fprintln(stderr, "hotproxy stats: --base-id must be 0 or more")
+		return exitUsage
+	}
+	if *prune {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, f := range []string{"watch", "format", "filter", "usedonly", "owners"} {
+			if set[f] {
+				fmt.Fprintf(stderr, "hotproxy stats: --prune removes unused regions and prints no stats; it does not combine with --%s\n", f)
+				return exitUsage
+			}
+		}
+		var paths []string
+		switch {
+		case set["path"] || set["base-id"] || set["c"] || set["config"]:
+			src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+			if err != nil {
+				fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
+				return 1
+			}
+			paths = []string{src.path}
+		default:
+			var err error
+			if paths, err = shm.DefaultRegions(*pruneDir); err != nil {
+				fmt.Fprintf(stderr, "hotproxy stats: --prune: %v\n", err)
+				return 1
+			}
+		}
+		return pruneRegions(stdout, stderr, paths)
+	}
+	if *pruneDir != "" {
+		fmt.Fprintln(stderr, "hotproxy stats: --dir is the directory --prune scans; add --prune")
 		return exitUsage
 	}
 	switch *format {
@@ -110,6 +145,29 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// pruneRegions removes each region of paths that no process uses
+// (shm.Prune), printing a line per file: "removed PATH" or "kept PATH
+// (why)". It returns 1 if any could not be checked.
+func pruneRegions(stdout, stderr io.Writer, paths []string) int {
+	rc := 0
+	if len(paths) == 0 {
+		fmt.Fprintln(stdout, "no regions found")
+	}
+	for _, p := range paths {
+		res, err := shm.Prune(p)
+		switch {
+		case err != nil:
+			fmt.Fprintf(stderr, "hotproxy stats: --prune: %v\n", err)
+			rc = 1
+		case res.Removed:
+			fmt.Fprintf(stdout, "removed %s\n", p)
+		default:
+			fmt.Fprintf(stdout, "kept %s (%s)\n", p, res.Reason)
+		}
+	}
+	return rc
 }
 
 // statsPrint is what to print of a snapshot.

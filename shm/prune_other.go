@@ -1,0 +1,6 @@
+//go:build !linux
+
+package shm
+
+// Prune is implemented for Linux only (OFD locks).
+func Prune(path string) (PruneResult, error) { return PruneResult{Path: path}, errUnsupported }
