@@ -63,3 +63,34 @@ func Prune(path string) (PruneResult, error) {
 	res.Removed, res.Reason = true, "unused"
 	return res, nil
 }
+
+// LiveOwners returns the owners of the region at path that are alive:
+// their generation holds its owner lock (the kernel's word, not the
+// owner table's, which a crashed generation leaves saying "live"). A
+// missing file has none. It opens the file read-only and never locks or
+// writes it.
+func LiveOwners(path string) ([]Owner, error) {
+	r, err := OpenReader(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	snap, err := r.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	var live []Owner
+	for _, ow := range snap.Owners {
+		held, err := ofdLockedRead(r.f, ownerLockBase+int64(ow.Slot))
+		if err != nil {
+			return nil, fmt.Errorf("shm: region %s: owner lock %d: %w", path, ow.Slot, err)
+		}
+		if held {
+			live = append(live, ow)
+		}
+	}
+	return live, nil
+}

@@ -182,3 +182,34 @@ func strconvU(v uint64) string {
 		}
 	}
 }
+
+// TestLiveOwners: a live generation is listed; one that died (its owner
+// entry still says live, its lock is gone) and a missing file are not.
+func TestLiveOwners(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hotproxy.6.stats")
+	if owners, err := LiveOwners(path); err != nil || owners != nil {
+		t.Fatalf("LiveOwners of a missing file = %v, %v", owners, err)
+	}
+	live, err := Open(Options{Path: path, Epoch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	// Opened after the live one, so nobody folds it: the table still
+	// says live.
+	dead, err := Open(Options{Path: path, Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.abandon()
+	if snap, err := live.Snapshot(); err != nil || len(snap.Owners) != 2 {
+		t.Fatalf("the owner table should still list the dead owner: %+v, %v", snap, err)
+	}
+	owners, err := LiveOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 1 || owners[0].Epoch != 2 || owners[0].PID != os.Getpid() {
+		t.Errorf("LiveOwners = %+v, want only epoch 2 of this process", owners)
+	}
+}

@@ -154,6 +154,9 @@ func serve(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	if *epoch == 0 {
+		warnColdStartBesideLive(log, cfg, *baseID)
+	}
 	srv, err := server.New(server.Options{
 		Config:         cfg,
 		Logger:         log,
