@@ -82,18 +82,21 @@ awk '
 	/^```sh$/ { inblock = (sec == "Set up" || sec == "A quick tour" || sec == "Hot restart" || sec == "The supervisor"); if (inblock) print "#BLOCK " sec; next }
 	/^```$/ { if (inblock) print "#END " sec; inblock = 0; next }
 	inblock { print }
-' "$here/README.md" >"$work/commands"
+' "$work/clone/README.md" >"$work/commands"
 
 makerun=""
 while IFS= read -r line; do
 	case "$line" in
 	"#BLOCK "*) echo "echo; echo '## ${line#\#BLOCK }'" >>"$script"; continue ;;
 	"#END Set up")
-		# "Ctrl-C drains and stops it": the block after make run is done.
-		if [[ -n $makerun ]]; then
+		# "Ctrl-C drains and stops it": once the block after make run's
+		# is done.
+		case $makerun in
+		1) makerun=2 ;;
+		2)
 			echo 'step "Ctrl-C (SIGINT to make run)"; kill -INT -- -$makerun_pid; gone $makerun_pid' >>"$script"
-			makerun=""
-		fi
+			makerun="" ;;
+		esac
 		continue ;;
 	"#END "*) continue ;;
 	esac
@@ -119,15 +122,16 @@ while IFS= read -r line; do
 		echo "step '$cmd  (in the background: the next block runs from another shell)'; $cmd >\"\$PWD/../make-run.log\" 2>&1 & makerun_pid=\$!; ready 0 || cat \"\$PWD/../make-run.log\"" >>"$script" ;;
 	*NEW_BINARY*)
 		echo "echo; echo 'readme-check: SKIP: $cmd (NEW_BINARY is a placeholder)'" >>"$script" ;;
-	*"&")
+	*"&"|*"& "[a-z]*'=$!')
 		epoch=0
 		[[ $cmd =~ --restart-epoch\ ([0-9]+) ]] && epoch=${BASH_REMATCH[1]}
-		echo "step $q; $cmd ready $epoch" >>"$script" ;;
-	*" serve "*|*" supervise "*|*" serve"|*" supervise")
+		printf 'step %s\n%s\nready %s\n' "$q" "$cmd" "$epoch" >>"$script" ;;
+	"bin/hotproxy serve"|"bin/hotproxy serve "*|"bin/hotproxy supervise"|"bin/hotproxy supervise "*)
 		# In the foreground until Ctrl-C: run it, check it serves, Ctrl-C.
 		echo "step '$cmd  (until Ctrl-C)'; $cmd & fg_pid=\$!; ready 0; kill -INT -- -\$fg_pid; gone \$fg_pid" >>"$script" ;;
 	kill\ *)
-		echo "step $q; pid=\$!; $cmd; check \$? $q; gone \$pid" >>"$script" ;;
+		# kill PID-or-$var, then wait for that process to be gone.
+		echo "step $q; $cmd; check \$? $q; gone ${cmd#kill }" >>"$script" ;;
 	*)
 		echo "step $q; $cmd; check \$? $q" >>"$script" ;;
 	esac
