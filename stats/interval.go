@@ -136,6 +136,7 @@ type ndjsonStat struct {
 	Rate      *float64         `json:"rate,omitempty"`
 	Reset     bool             `json:"reset,omitempty"`
 	Histogram *ndjsonHistogram `json:"histogram,omitempty"`
+	Retired   bool             `json:"retired,omitempty"`
 }
 
 type ndjsonLine struct {
@@ -173,7 +174,7 @@ func (n *NDJSON) WriteLine(w io.Writer, snap *shm.Snapshot, at time.Time) error 
 		line.Owners = append(line.Owners, jsonOwner{ow.Slot, ow.State.String(), ow.PID, ow.Epoch, ow.Start, ow.Heartbeat, ow.Lanes})
 	}
 	for _, st := range n.Expose.selected(snap) {
-		js := ndjsonStat{Name: st.Name, Kind: st.Kind.String()}
+		js := ndjsonStat{Name: st.Name, Kind: st.Kind.String(), Retired: st.Retired}
 		p, seen := before[st.Name]
 		sameKind := !seen || p.Kind == st.Kind
 		switch st.Kind {

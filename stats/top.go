@@ -121,10 +121,14 @@ func statsByName(s *shm.Snapshot) map[string]shm.Stat {
 }
 
 // groupNames is the names of the groups (listeners or clusters) of a
-// snapshot: <name> of every stat named prefix + <name> + marker.
+// snapshot: <name> of every stat named prefix + <name> + marker that is
+// not retired.
 func groupNames(s *shm.Snapshot, prefix, marker string) []string {
 	set := map[string]bool{}
 	for _, st := range s.Stats {
+		if st.Retired {
+			continue // of a listener or cluster no live generation has
+		}
 		if rest, ok := strings.CutPrefix(st.Name, prefix); ok {
 			if i := strings.Index(rest, marker); i > 0 {
 				set[rest[:i]] = true

@@ -52,6 +52,8 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (text exposition with # TYPE lines), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
 	owners := fs.Bool("owners", false, "also print the owner table (slot, pid, epoch, state, start, heartbeat age, lanes) before the stats; in json it is always there, in prometheus it is written as comments")
 	watch := fs.Duration("watch", 0, "re-read the region every `interval` (--watch alone: 1s) until interrupted; text: a timestamped block of aligned columns with each counter's rate and each histogram's quantiles over the last interval; ndjson: a line per interval")
+	all := fs.Bool("all", false, "also the retired stats: of listeners and clusters that no live generation has any more (an older config's), marked (retired); hidden by default")
+	retiredOnly := fs.Bool("retired", false, "only the retired stats (see --all): what older configs' listeners and clusters counted")
 	prune := fs.Bool("prune", false, "remove the regions that no process uses, instead of printing stats: every /dev/shm/hotproxy.<id>.stats (or in --dir), or only the one of --path or --base-id; a region a live generation holds (its owner lock) is never removed, nor a file that is not a region")
 	pruneDir := fs.String("dir", "", "with --prune: the `directory` whose hotproxy.<id>.stats files to prune (default /dev/shm)")
 	if rc := parse(fs, args); rc >= 0 {
@@ -64,7 +66,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	if *prune {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, f := range []string{"watch", "format", "filter", "usedonly", "owners"} {
+		for _, f := range []string{"watch", "format", "filter", "usedonly", "owners", "all", "retired"} {
 			if set[f] {
 				fmt.Fprintf(stderr, "hotproxy stats: --prune removes unused regions and prints no stats; it does not combine with --%s\n", f)
 				return exitUsage
@@ -110,8 +112,18 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hotproxy stats: --format ndjson is a line per interval: add --watch (e.g. --watch 1s); for one JSON document use --format json")
 		return exitUsage
 	}
+	if *all && *retiredOnly {
+		fmt.Fprintln(stderr, "hotproxy stats: --all and --retired: choose one (--all: every stat, --retired: the retired ones only)")
+		return exitUsage
+	}
 	opts := statsPrint{owners: *owners}
 	opts.expose.UsedOnly = *usedOnly
+	switch {
+	case *all:
+		opts.expose.Retired = stats.ShowRetired
+	case *retiredOnly:
+		opts.expose.Retired = stats.OnlyRetired
+	}
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
@@ -143,6 +155,10 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	if err := writeStats(stdout, snap, *format, opts, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
+	}
+	if n := stats.CountRetired(snap); n > 0 && opts.expose.Retired == stats.HideRetired && *format == statsFormatText {
+		// On stderr, so the output stays name: value lines.
+		fmt.Fprintf(stderr, "hotproxy stats: %d retired stats not shown (of listeners and clusters no live generation has): --all shows them too, --retired only them\n", n)
 	}
 	return 0
 }
