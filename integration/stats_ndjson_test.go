@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,6 +163,14 @@ func TestStatsNDJSONIntervalQuantiles(t *testing.T) {
 		if !strings.Contains(last, want) {
 			t.Errorf("hotproxy top frame lacks %q:\n%s", want, last)
 		}
+	}
+
+	// A wedged proxy (stopped): top still draws, from the region alone.
+	p.Signal(syscall.SIGSTOP)
+	defer p.Signal(syscall.SIGCONT)
+	wedged := harness.Run(t, "top", "--path", region, "--frames", "2", "--interval", "100ms", "--size", "120x30")
+	if wedged.Code != 0 || !regexp.MustCompile(`(?m)^web `).MatchString(wedged.Stdout) {
+		t.Errorf("hotproxy top against a stopped proxy: exit %d:\n%s%s", wedged.Code, wedged.Stdout, wedged.Stderr)
 	}
 }
 
