@@ -153,3 +153,21 @@ func TestNDJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerationStates: the newest live generation's state comes from
+// server.state; older live ones drain; a folding owner says so.
+func TestGenerationStates(t *testing.T) {
+	owners := []shm.Owner{{Epoch: 3, State: shm.OwnerLive}, {Epoch: 2, State: shm.OwnerLive}, {Epoch: 1, State: shm.OwnerFolding}}
+	for _, tc := range []struct {
+		stats map[string]shm.Stat
+		want  string
+	}{
+		{map[string]shm.Stat{"server.state": {Kind: shm.KindGauge, Gauge: 0}}, "serving draining folding"},
+		{map[string]shm.Stat{"server.state": {Kind: shm.KindGauge, Gauge: 2}}, "starting draining folding"},
+		{map[string]shm.Stat{}, "live live folding"},
+	} {
+		if got := strings.Join(generationStates(owners, tc.stats), " "); got != tc.want {
+			t.Errorf("generationStates = %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -314,13 +314,14 @@ func (t *Top) Frame(rows, cols int) []string {
 	gens := [][]string{{"SLOT", "EPOCH", "PID", "STATE", "AGE", "HEARTBEAT"}}
 	owners := append([]shm.Owner(nil), t.cur.Owners...)
 	sort.Slice(owners, func(i, j int) bool { return owners[i].Epoch > owners[j].Epoch })
-	for _, ow := range owners {
+	states := generationStates(owners, statsByName(t.cur))
+	for i, ow := range owners {
 		age := "-"
 		if ow.Start.UnixNano() > 0 {
 			age = t.curAt.Sub(ow.Start).Round(time.Second).String()
 		}
 		gens = append(gens, []string{strconv.Itoa(ow.Slot), strconv.FormatUint(ow.Epoch, 10), strconv.Itoa(ow.PID),
-			ow.State.String(), age, heartbeatAge(ow.Heartbeat, t.curAt)})
+			states[i], age, heartbeatAge(ow.Heartbeat, t.curAt)})
 	}
 	lines = append(lines, table(gens, "lrrlrr")...)
 	if len(owners) == 0 {
@@ -366,6 +367,39 @@ func (t *Top) Frame(rows, cols int) []string {
 		add("(none)")
 	}
 	return clip(lines, rows, cols)
+}
+
+// generationStates is the STATE of each owner (sorted newest first): the
+// newest live one's lifecycle state from the server.state gauge (a
+// "newest" gauge, so it is that generation's: serving, draining or
+// starting), "draining" for an older live one (one generation serves; the
+// ones it took over from drain), and the owner state otherwise (folding:
+// it exited or died and its counts are being folded). Without a
+// server.state stat, a live owner is "live".
+func generationStates(owners []shm.Owner, stats map[string]shm.Stat) []string {
+	out := make([]string, len(owners))
+	st, known := stats["server.state"]
+	newest := true
+	for i, ow := range owners {
+		out[i] = ow.State.String()
+		if ow.State != shm.OwnerLive || !known {
+			continue
+		}
+		if !newest {
+			out[i] = "draining"
+			continue
+		}
+		newest = false
+		switch st.Gauge {
+		case 0:
+			out[i] = "serving"
+		case 1:
+			out[i] = "draining"
+		case 2:
+			out[i] = "starting"
+		}
+	}
+	return out
 }
 
 // Render writes the frame to a terminal in one Write: cursor home, each
