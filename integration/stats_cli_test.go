@@ -245,10 +245,10 @@ func testStatsCLIWatch(t *testing.T, p *harness.Proxy, region string) {
 	}
 	header := regexp.MustCompile(`^--- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\S* ` + regexp.QuoteMeta(region) + ` (\(rates over the last \S+\) )?---$`)
 	first := next()
-	if len(first) != 2 || !header.MatchString(first[0]) || !strings.HasPrefix(first[1], "listener.web.downstream_rq_total: ") || strings.Contains(first[1], "/s)") {
+	if len(first) != 2 || !header.MatchString(first[0]) || !strings.HasPrefix(first[1], "listener.web.downstream_rq_total: ") || strings.Contains(first[1], "/s") {
 		t.Fatalf("first block: want a header and the value without a rate, got %q", first)
 	}
-	line := regexp.MustCompile(`^listener\.web\.downstream_rq_total: (\d+) \(\+(\d+\.\d)/s\)$`)
+	line := regexp.MustCompile(`^listener\.web\.downstream_rq_total: +(\d+) +\+(\d+\.\d)/s$`)
 	second := next()
 	if len(second) != 2 || !header.MatchString(second[0]) || !strings.Contains(second[0], "rates over the last") || !line.MatchString(second[1]) {
 		t.Fatalf("second block: want a header with the interval and the value with its rate, got %q", second)

@@ -28,6 +28,9 @@ type Owner struct {
 	Start     time.Time
 	Heartbeat time.Time
 	Lanes     int
+	// Declares: this owner keeps the declarations of its stats (layout
+	// 1.2 and later), so Stat.Retired can be decided while it lives.
+	Declares bool
 }
 
 // Stat is one stat and its current value.
@@ -41,6 +44,12 @@ type Stat struct {
 	Gauge int64
 	// Histogram is the value of a histogram (nil for other kinds).
 	Histogram *HistogramValue
+	// Retired: no live generation declares this stat any more (a
+	// listener or cluster that only an older config had). It is decided
+	// only while every live owner keeps declarations (Owner.Declares):
+	// with no live owner, or one of a layout before 1.2, no stat is
+	// retired. Its value is still what it was.
+	Retired bool
 }
 
 // Value returns the stat's scalar value: the counter, the gauge or the
@@ -190,6 +199,8 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 	// GaugeNewest.
 	type liveOwner struct{ slot, lanes uint64 }
 	var live []liveOwner
+	var liveMask uint64 // bits of the live owners' slots
+	allDeclare := true  // every live owner keeps declarations
 	newest := -1
 	var newestEpoch, newestStart uint64
 	for i := uint64(0); i < g.maxOwners; i++ {
@@ -205,12 +216,14 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 		s.Owners = append(s.Owners, Owner{
 			Slot: int(i), State: st, PID: int(int32(load(mem, o+oPID))), Epoch: ep,
 			Start: time.Unix(0, int64(start)), Heartbeat: time.Unix(0, int64(load(mem, o+oHeartbeat))),
-			Lanes: int(lanes),
+			Lanes: int(lanes), Declares: load(mem, o+oDeclares) == 1,
 		})
 		if st != OwnerLive {
 			continue
 		}
 		live = append(live, liveOwner{i, lanes})
+		liveMask |= 1 << i
+		allDeclare = allDeclare && load(mem, o+oDeclares) == 1
 		if newest < 0 || ep > newestEpoch || (ep == newestEpoch && start > newestStart) {
 			newest, newestEpoch, newestStart = len(live)-1, ep, start
 		}
@@ -224,6 +237,7 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 		}
 		kind, mode := rec.kind, rec.mode
 		st := Stat{Name: rec.name, Kind: kind}
+		st.Retired = len(live) > 0 && allDeclare && load(mem, g.record(i)+rDeclared)&liveMask == 0
 		base := g.valuesOff + rec.valueOff
 		switch kind {
 		case KindCounter:

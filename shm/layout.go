@@ -10,7 +10,7 @@ import (
 // bytes, and a region of another major version is refused. See LAYOUT.md.
 const (
 	LayoutMajor = 1
-	LayoutMinor = 1
+	LayoutMinor = 2
 )
 
 // Magic is the first 8 bytes of a region file ("HPXSTATS", little-endian).
@@ -77,6 +77,7 @@ const (
 	oFoldCursor  = 48
 	oFoldJournal = 56 // record index + 1 whose fold is committed but maybe not applied
 	oFoldNew     = 64 // retired total to store for that record
+	oDeclares    = 72 // since 1.2: 1 when this owner keeps its bit of every record's rDeclared
 )
 
 // Record field offsets.
@@ -89,6 +90,11 @@ const (
 	rNameLen    = 24
 	rValueOff   = 32
 	rValueWords = 40
+	// rDeclared, since 1.2: bit s is set while the generation in owner
+	// slot s declares the stat (its config has the listener or cluster).
+	// The only record word that changes after publication; atomic OR and
+	// AND only.
+	rDeclared = 48
 )
 
 // Record and owner states.

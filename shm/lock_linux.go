@@ -39,3 +39,14 @@ func ofdLocked(f *os.File, off int64) (bool, error) {
 	}
 	return lk.Type != unix.F_UNLCK, nil
 }
+
+// ofdLockedRead is ofdLocked for a file opened read-only: it asks about a
+// read lock, which any write lock (an owner's) conflicts with, and which a
+// read-only open file may ask about.
+func ofdLockedRead(f *os.File, off int64) (bool, error) {
+	lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: 0, Start: off, Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return false, err
+	}
+	return lk.Type != unix.F_UNLCK, nil
+}

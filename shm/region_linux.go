@@ -16,6 +16,11 @@ import (
 // generation, which is restoring it. Open waits for that.
 var errBeingRestored = errors.New("the region was truncated while a live generation uses it, and is being restored")
 
+// errReplaced: the file opened is no longer the one at the path (it was
+// pruned, or replaced, between the open and the allocation lock). Open
+// tries again.
+var errReplaced = errors.New("the file was removed or replaced while opening it")
+
 // Waiting for a live generation to restore a truncated region (Open).
 const (
 	restoreWait = 2 * time.Second
@@ -43,7 +48,7 @@ func Open(opts Options) (*Region, error) {
 	deadline := time.Now().Add(restoreWait)
 	for {
 		r, err := open(o, want)
-		if errors.Is(err, errBeingRestored) && time.Now().Before(deadline) {
+		if (errors.Is(err, errBeingRestored) || errors.Is(err, errReplaced)) && time.Now().Before(deadline) {
 			time.Sleep(restorePoll)
 			continue
 		}
@@ -83,6 +88,13 @@ func (r *Region) open(o Options, want geometry) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
 		return fmt.Errorf("shm: region %s: %w", r.path, err)
+	}
+	// `hotproxy stats --prune` removes a region under this lock: one we
+	// opened just before is no longer at the path, and using it would
+	// count into a file nobody can read. Open again.
+	var at unix.Stat_t
+	if err := unix.Stat(r.path, &at); err != nil || at.Dev != st.Dev || at.Ino != st.Ino {
+		return fmt.Errorf("shm: region %s: %w", r.path, errReplaced)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("shm: region %s: not a regular file (%s)", r.path, adviceForeign)
@@ -293,6 +305,11 @@ func (r *Region) claimLocked(o Options) error {
 			continue
 		}
 		r.slot, r.epoch, r.start = s, o.Epoch, uint64(time.Now().UnixNano())
+		// A slot freed by a generation of a layout before 1.2 may have
+		// left its bit set in records: this owner declares nothing yet.
+		for rec := uint64(0); rec < uint64(len(r.known)); rec++ {
+			r.setDeclaredLocked(RecordID(rec), false)
+		}
 		r.publishOwnerLocked()
 		r.claimedSlot = true
 		return nil
@@ -312,6 +329,7 @@ func (r *Region) publishOwnerLocked() {
 	r.st(ob+oFoldCursor, 0)
 	r.st(ob+oFoldJournal, 0)
 	r.st(ob+oFoldNew, 0)
+	r.st(ob+oDeclares, 1)
 	r.st(ob+oState, uint64(OwnerLive))
 }
 
@@ -377,17 +395,22 @@ func (r *Region) foldLocked(s uint64) {
 			}
 		}
 		zero(rec)
+		// It declares nothing any more (idempotent, so no journal).
+		if p := r.word(g.record(rec) + rDeclared); atomic.LoadUint64(p)&(1<<s) != 0 {
+			atomic.AndUint64(p, ^uint64(1<<s))
+		}
 		r.st(ob+oFoldJournal, 0)
 		r.st(ob+oFoldCursor, rec+1)
 	}
-	for _, f := range []uint64{oPID, oEpoch, oStart, oHeartbeat, oLanes, oFoldCursor, oFoldJournal, oFoldNew} {
+	for _, f := range []uint64{oPID, oEpoch, oStart, oHeartbeat, oLanes, oFoldCursor, oFoldJournal, oFoldNew, oDeclares} {
 		r.st(ob+f, 0)
 	}
 	r.st(ob+oState, uint64(OwnerFree))
 	atomic.AddUint64(seq, 1)
 }
 
-// Alloc returns the record of name, creating it if needed. Creating takes
+// Alloc returns the record of name, creating it if needed, and declares
+// it as this generation's (see Undeclare). Creating takes
 // the OFD allocation lock (and folds owners found dead); finding an
 // existing record does not. It fails with ErrFull when the region has no
 // room and ErrKindMismatch when name exists with another kind or mode.
@@ -404,7 +427,12 @@ func (r *Region) Alloc(name string, kind Kind, mode GaugeMode) (RecordID, error)
 		return 0, os.ErrClosed
 	}
 	var id RecordID
-	err := r.guardedLocked(true, func() (err error) { id, err = r.allocOnceLocked(name, kind, mode); return err })
+	err := r.guardedLocked(true, func() (err error) {
+		if id, err = r.allocOnceLocked(name, kind, mode); err == nil {
+			r.declareLocked(id)
+		}
+		return err
+	})
 	return id, err
 }
 

@@ -16,19 +16,51 @@ import (
 	"github.com/hotproxy/hotproxy/shm"
 )
 
-// ExposeOptions selects the stats to write. The zero value writes all.
+// ExposeOptions selects the stats to write. The zero value writes every
+// stat that a live generation declares (not the retired ones).
 type ExposeOptions struct {
 	// Filter keeps only the stats whose name matches.
 	Filter *regexp.Regexp
 	// UsedOnly skips stats whose value is zero (a histogram with no
 	// samples).
 	UsedOnly bool
+	// Retired says what to do with retired stats (shm.Stat.Retired: of a
+	// listener or cluster no live generation has any more).
+	Retired RetiredMode
+}
+
+// RetiredMode selects retired stats.
+type RetiredMode int
+
+// Retired modes of ExposeOptions.
+const (
+	// HideRetired leaves them out: the current config's stats only.
+	HideRetired RetiredMode = iota
+	// ShowRetired writes them too, marked: " (retired)" after a text
+	// line, "retired": true in JSON.
+	ShowRetired
+	// OnlyRetired writes only them: the retired view.
+	OnlyRetired
+)
+
+// CountRetired returns how many stats of snap are retired.
+func CountRetired(snap *shm.Snapshot) int {
+	n := 0
+	for _, st := range snap.Stats {
+		if st.Retired {
+			n++
+		}
+	}
+	return n
 }
 
 func (o ExposeOptions) selected(snap *shm.Snapshot) []shm.Stat {
 	out := make([]shm.Stat, 0, len(snap.Stats))
 	for _, st := range snap.Stats {
 		if o.Filter != nil && !o.Filter.MatchString(st.Name) {
+			continue
+		}
+		if (st.Retired && o.Retired == HideRetired) || (!st.Retired && o.Retired == OnlyRetired) {
 			continue
 		}
 		if o.UsedOnly && st.Value() == 0 {
@@ -44,7 +76,8 @@ func (o ExposeOptions) selected(snap *shm.Snapshot) []shm.Stat {
 var textQuantiles = []float64{0.5, 0.9, 0.99}
 
 // WriteText writes "name: value" lines sorted by name. A histogram is
-// written as "name: count=N sum=S p50=... p90=... p99=...".
+// written as "name: count=N sum=S p50=... p90=... p99=...". With
+// ShowRetired, a retired stat's line ends in " (retired)".
 func WriteText(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
 	bw := bufio.NewWriter(w)
 	var line []byte
@@ -52,6 +85,9 @@ func WriteText(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
 		line = appendText(line[:0], st)
 		if len(line) == 0 {
 			continue // a kind this version does not know
+		}
+		if st.Retired && o.Retired == ShowRetired {
+			line = append(line, " (retired)"...)
 		}
 		line = append(line, '\n')
 		bw.Write(line)
@@ -101,13 +137,14 @@ type jsonStat struct {
 	Value     *int64         `json:"value,omitempty"`
 	Counter   *uint64        `json:"counter,omitempty"`
 	Histogram *jsonHistogram `json:"histogram,omitempty"`
+	Retired   bool           `json:"retired,omitempty"`
 }
 
 // WriteJSON writes the snapshot as one JSON object:
 // {"path","version","owners":[...],"stats":[{"name","kind",...}]}.
 // Counters carry "counter" (uint64), gauges "value" (int64) and "mode",
 // histograms "histogram" with count, sum, quantiles and non-zero vmrange
-// buckets.
+// buckets; a retired stat (if selected) "retired": true.
 func WriteJSON(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
 	doc := struct {
 		Path    string      `json:"path,omitempty"`
@@ -119,7 +156,7 @@ func WriteJSON(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
 		doc.Owners = append(doc.Owners, jsonOwner{ow.Slot, ow.State.String(), ow.PID, ow.Epoch, ow.Start, ow.Heartbeat, ow.Lanes})
 	}
 	for _, st := range o.selected(snap) {
-		js := jsonStat{Name: st.Name, Kind: st.Kind.String()}
+		js := jsonStat{Name: st.Name, Kind: st.Kind.String(), Retired: st.Retired}
 		switch st.Kind {
 		case shm.KindCounter:
 			v := st.Counter

@@ -367,7 +367,8 @@ func (sc *Scope) Scope(name string) *Scope {
 
 // Remove drops the stats created through this scope (and its children)
 // from the store: their gauges are zeroed, their histograms flushed a last
-// time. Counters in a region keep their values there (they are continuous
+// time, and this generation no longer declares them in the region (once
+// no live generation does, they are retired: shm.Stat.Retired). Counters in a region keep their values there (they are continuous
 // across restarts); a later Counter of the same name continues them.
 // Counter and gauge handles still held keep working (in process memory
 // they are no longer exposed); histogram handles are no longer flushed.
@@ -383,27 +384,42 @@ func (sc *Scope) Remove() error {
 	sc.names = nil
 	sc.mu.Unlock()
 	match := func(n string) bool { return sc.prefix == "" || n == sc.prefix || strings.HasPrefix(n, prefix) }
-	for n := range s.counters {
+	var inRegion []string // removed stats that have a record: undeclared
+	for n, c := range s.counters {
 		if match(n) && n != OverflowCounter && owned[n] {
 			delete(s.counters, n)
+			if !c.local {
+				inRegion = append(inRegion, n)
+			}
 		}
 	}
 	for n, g := range s.gauges {
 		if match(n) && owned[n] {
 			g.zero()
 			delete(s.gauges, n)
+			if !g.local {
+				inRegion = append(inRegion, n)
+			}
 		}
 	}
 	for n, h := range s.histograms {
 		if match(n) && owned[n] {
 			hs = append(hs, h)
 			delete(s.histograms, n)
+			if h.region != nil {
+				inRegion = append(inRegion, n)
+			}
 		}
 	}
 	s.mu.Unlock()
 	var errs []error
 	for _, h := range hs {
 		errs = append(errs, h.flush())
+	}
+	// This generation no longer declares them: once no live one does,
+	// readers show them as retired (hidden by default).
+	for _, n := range inRegion {
+		errs = append(errs, s.region.Undeclare(n))
 	}
 	return errors.Join(errs...)
 }

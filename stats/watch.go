@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hotproxy/hotproxy/shm"
 )
@@ -30,15 +33,23 @@ type Watch struct {
 //
 //	--- <at> <region path> (rates over the last <interval>) ---
 //	<owner table, if Owners>
-//	<each selected stat's line of WriteText>[ (+R/s) | (reset)]
+//	<name>:  <value>  <rate>  <interval quantiles>
+//	...
 //	<blank line>
 //
+// in aligned columns. The value is a counter's or gauge's number (a byte
+// counter's in kB, MB, ...: FormatBytes), a histogram's "count=N sum=S
+// p50=... p90=... p99=..." since the region was created.
+//
 // The first block has no rates and no "(rates over ...)" in its header.
-// Later, a counter or histogram line ends in " (+R/s)", its per-second
-// increase over the interval, or in " (reset)" when there is no rate to
-// give: the count went down or the stat changed kind (the region was
-// deleted and created again), or the interval is not positive. A stat
-// created during the interval counts from 0. Gauges have no rate.
+// Later, a counter or histogram line has its per-second increase over the
+// interval ("+56.0/s", "+1.20 MB/s": FormatRate), or "reset" when there is
+// no rate to give: the count went down or the stat changed kind (the
+// region was deleted and created again), or the interval is not positive.
+// A histogram that recorded samples in the interval is followed by the
+// quantiles of those samples alone ("last 1s: p50=... p90=... p99=..."; in
+// ms, µs or s for a *_time histogram, whose unit is the millisecond). A
+// stat created during the interval counts from 0. Gauges have no rate.
 //
 // On success snap becomes the snapshot the next block's rates are taken
 // against; on error the Watch is unchanged.
@@ -63,31 +74,111 @@ func (wt *Watch) WriteBlock(w io.Writer, snap *shm.Snapshot, at time.Time) error
 			before[st.Name] = st
 		}
 	}
-	var line []byte
+	var rows [][4]string // name:, value, rate, interval quantiles
 	for _, st := range wt.Expose.selected(snap) {
-		// WriteText's own line for this stat, so a block reads exactly
-		// like the text exposition.
-		line = appendText(line[:0], st)
-		b.Write(line)
+		row := [4]string{st.Name + ":", watchValue(st)}
+		if row[1] == "" {
+			continue // a kind this version does not know
+		}
 		if wt.prev != nil && st.Kind != shm.KindGauge {
 			// A stat created during the interval counted from 0 (p is
 			// the zero Stat); one that changed kind is of a region
 			// created again.
 			p, seen := before[st.Name]
-			if r, ok := counterRate(countOf(p), countOf(st), dt); ok && (!seen || p.Kind == st.Kind) {
-				fmt.Fprintf(&b, " (+%.1f/s)", r)
+			sameKind := !seen || p.Kind == st.Kind
+			if r, ok := counterRate(countOf(p), countOf(st), dt); ok && sameKind {
+				row[2] = "+" + FormatRate(r, isBytes(st.Name))
 			} else {
-				b.WriteString(" (reset)")
+				row[2] = "reset"
+			}
+			if st.Kind == shm.KindHistogram && row[2] != "reset" {
+				var prevH *shm.HistogramValue
+				if seen {
+					prevH = p.Histogram
+				}
+				if d, ok := HistogramDelta(prevH, st.Histogram); ok && d.Count > 0 {
+					row[3] = "last " + dt.Round(time.Millisecond).String() + ": " + quantileText(st.Name, d.Buckets)
+				}
 			}
 		}
-		b.WriteByte('\n')
+		rows = append(rows, row)
 	}
+	writeAligned(&b, rows)
 	b.WriteByte('\n')
 	if _, err := w.Write(b.Bytes()); err != nil {
 		return err
 	}
 	wt.prev, wt.prevAt = snap, at
 	return nil
+}
+
+// watchValue is the value column of a stat in a Watch block; "" for a kind
+// this version does not know.
+func watchValue(st shm.Stat) string {
+	switch st.Kind {
+	case shm.KindCounter:
+		if isBytes(st.Name) {
+			return FormatBytes(float64(st.Counter))
+		}
+		return strconv.FormatUint(st.Counter, 10)
+	case shm.KindGauge:
+		return strconv.FormatInt(st.Gauge, 10)
+	case shm.KindHistogram:
+		h := st.Histogram
+		return fmt.Sprintf("count=%d sum=%g %s", h.Count, h.Sum, quantileText(st.Name, h.Buckets))
+	}
+	return ""
+}
+
+// quantileText is "p50=... p90=... p99=..." of buckets: in ms, µs or s for
+// a *_time histogram (whose unit is the millisecond), plain numbers for
+// others.
+func quantileText(name string, buckets []uint64) string {
+	var b strings.Builder
+	for i, q := range textQuantiles {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		v := Quantile(buckets, q)
+		b.WriteString("p" + strconv.FormatFloat(q*100, 'f', -1, 64) + "=")
+		if strings.HasSuffix(name, "_time") {
+			b.WriteString(FormatMillis(v))
+		} else {
+			b.WriteString(strconv.FormatFloat(v, 'g', 4, 64))
+		}
+	}
+	return b.String()
+}
+
+// writeAligned writes rows as lines of left-aligned names, right-aligned
+// values and left-aligned rates and quantiles, two spaces apart, with no
+// trailing spaces.
+func writeAligned(b *bytes.Buffer, rows [][4]string) {
+	var width [4]int
+	for _, r := range rows {
+		for i, c := range r {
+			if i == 1 && strings.HasPrefix(c, "count=") {
+				// A histogram's long value would push every number
+				// far right; it overflows its column instead.
+				continue
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, r := range rows {
+		line := fmt.Sprintf("%-*s  %*s", width[0], r[0], width[1], r[1])
+		if strings.HasPrefix(r[1], "count=") {
+			line = fmt.Sprintf("%-*s  %s", width[0], r[0], r[1])
+		}
+		if width[2] > 0 {
+			line += "  " + r[2] + strings.Repeat(" ", width[2]-utf8.RuneCountInString(r[2]))
+		}
+		if r[3] != "" {
+			line += "  " + r[3]
+		}
+		b.WriteString(strings.TrimRight(line, " "))
+		b.WriteByte('\n')
+	}
 }
 
 // countOf is what a rate is taken of: a counter's value, a histogram's

@@ -3,8 +3,10 @@ package stats
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,19 +65,19 @@ func TestWatchWriteBlock(t *testing.T) {
 	if err := w.WriteBlock(&first, prev, t0); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(first.String(), "/s)") || strings.Contains(first.String(), "(reset)") {
+	if strings.Contains(first.String(), "/s") || strings.Contains(first.String(), "reset") {
 		t.Errorf("the first block has rates:\n%s", first.String())
 	}
-	if !strings.HasPrefix(first.String(), "--- 2026-01-02T03:04:05.000Z /r ---\n") {
-		t.Errorf("first block header:\n%s", first.String())
-	}
-	// Each stat's line is WriteText's; a block ends in a blank line.
-	var text bytes.Buffer
-	if err := WriteText(&text, prev, w.Expose); err != nil {
-		t.Fatal(err)
-	}
-	if want := "--- 2026-01-02T03:04:05.000Z /r ---\n" + text.String() + "\n"; first.String() != want {
-		t.Errorf("first block:\n%q\nwant\n%q", first.String(), want)
+	if want := "" +
+		"--- 2026-01-02T03:04:05.000Z /r ---\n" +
+		"flipped:                               1\n" +
+		"gone:                                  5\n" +
+		"listener.web.downstream_cx_active:     3\n" +
+		"listener.web.downstream_rq_time:    count=10 sum=10 p50=0µs p90=0µs p99=0µs\n" +
+		"listener.web.downstream_rq_total:   1000\n" +
+		"shrank:                               50\n" +
+		"\n"; first.String() != want {
+		t.Errorf("first block:\n%s\nwant (aligned columns, sorted by name, ending in a blank line)\n%s", first.String(), want)
 	}
 
 	var b bytes.Buffer
@@ -83,21 +85,23 @@ func TestWatchWriteBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := b.String()
+	// Spacing is checked above and in TestWatchAligned; here, the words.
+	norm := regexp.MustCompile(` +`).ReplaceAllString(got, " ")
 	for _, want := range []string{
 		"--- 2026-01-02T03:04:07.000Z /r (rates over the last 2s) ---\n",
-		"listener.web.downstream_rq_total: 1112 (+56.0/s)\n",
+		"listener.web.downstream_rq_total: 1112 +56.0/s\n",
 		"listener.web.downstream_cx_active: 5\n",
-		"new: 4 (+2.0/s)\n",
-		"shrank: 2 (reset)\n",
+		"new: 4 +2.0/s\n",
+		"shrank: 2 reset\n",
 	} {
-		if !strings.Contains(got, want) {
+		if !strings.Contains(norm, want) {
 			t.Errorf("block lacks %q:\n%s", want, got)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^listener\.web\.downstream_rq_time: count=30 sum=40 .* \(\+10\.0/s\)$`).MatchString(got) {
+	if !regexp.MustCompile(`(?m)^listener\.web\.downstream_rq_time: count=30 sum=40 .* \+10\.0/s( last 2s: .*)?$`).MatchString(norm) {
 		t.Errorf("histogram line lacks its count rate:\n%s", got)
 	}
-	if !regexp.MustCompile(`(?m)^flipped: count=7 .* \(reset\)$`).MatchString(got) {
+	if !regexp.MustCompile(`(?m)^flipped: count=7 .* reset$`).MatchString(norm) {
 		t.Errorf("a stat that changed kind is not a reset:\n%s", got)
 	}
 	for _, absent := range []string{"gone", "zero"} {
@@ -115,7 +119,7 @@ func TestWatchWriteBlock(t *testing.T) {
 	if err := w.WriteBlock(&again, cur, t0.Add(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(again.String(), "(rates over the last 1s)") || !strings.Contains(again.String(), "listener.web.downstream_rq_total: 1112 (+0.0/s)\n") {
+	if n := regexp.MustCompile(` +`).ReplaceAllString(again.String(), " "); !strings.Contains(n, "(rates over the last 1s)") || !strings.Contains(n, "listener.web.downstream_rq_total: 1112 +0.0/s\n") {
 		t.Errorf("third block not against the second:\n%s", again.String())
 	}
 
@@ -127,7 +131,7 @@ func TestWatchWriteBlock(t *testing.T) {
 	if err := w.WriteBlock(&again, cur, t0.Add(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(again.String(), "(rates over the last 2s)") || !strings.Contains(again.String(), "shrank: 2 (+0.0/s)\n") {
+	if n := regexp.MustCompile(` +`).ReplaceAllString(again.String(), " "); !strings.Contains(n, "(rates over the last 2s)") || !strings.Contains(n, "shrank: 2 +0.0/s\n") {
 		t.Errorf("a failed block changed the previous snapshot:\n%s", again.String())
 	}
 
@@ -147,8 +151,53 @@ func TestWatchWriteBlock(t *testing.T) {
 	if fields := strings.Fields(lines[2]); strings.Join(fields, " ") != "1 4242 3 live 2026-01-02T03:04:05.000Z 500ms ago 3" {
 		t.Errorf("owner line %q", lines[2])
 	}
-	if lines[4] != "listener.web.downstream_rq_total: 1112 (+56.0/s)" {
+	if lines[4] != "listener.web.downstream_rq_total:  1112  +56.0/s" {
 		t.Errorf("filtered stat line %q", lines[4])
+	}
+}
+
+// TestWatchUnitsAndIntervalQuantiles: byte counters are in kB/MB with a
+// rate in MB/s, and a *_time histogram shows the quantiles of the
+// interval alone in ms, not those since the region was created.
+func TestWatchUnitsAndIntervalQuantiles(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// Since start: 1000 samples of 1ms. In the interval: 100 of 50ms.
+	old := make([]uint64, shm.HistogramBuckets)
+	old[BucketIndex(1)] = 1000
+	now := append([]uint64(nil), old...)
+	now[BucketIndex(50)] += 100
+	prev := &shm.Snapshot{Stats: []shm.Stat{
+		{Name: "l.rx_bytes_total", Kind: shm.KindCounter, Counter: 1_000_000},
+		{Name: "l.rq_time", Kind: shm.KindHistogram, Histogram: &shm.HistogramValue{Buckets: old, Count: 1000, Sum: 1000}},
+	}}
+	cur := &shm.Snapshot{Stats: []shm.Stat{
+		{Name: "l.rx_bytes_total", Kind: shm.KindCounter, Counter: 3_500_000},
+		{Name: "l.rq_time", Kind: shm.KindHistogram, Histogram: &shm.HistogramValue{Buckets: now, Count: 1100, Sum: 6000}},
+	}}
+	var w Watch
+	if err := w.WriteBlock(io.Discard, prev, t0); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := w.WriteBlock(&b, cur, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	if !strings.Contains(got, "l.rx_bytes_total:  3.50 MB  +2.50 MB/s\n") {
+		t.Errorf("byte counter not in MB with a MB/s rate:\n%s", got)
+	}
+	// Since start p50 is about 1ms; the interval's p50 is about 50ms.
+	m := regexp.MustCompile(`last 1s: p50=([0-9.]+)ms p90=([0-9.]+)ms p99=([0-9.]+)ms`).FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("no interval quantiles in ms:\n%s", got)
+	}
+	for _, q := range m[1:] {
+		if v, _ := strconv.ParseFloat(q, 64); v < 45 || v > 55 {
+			t.Errorf("interval quantile %sms, want about 50ms (the interval's samples only):\n%s", q, got)
+		}
+	}
+	if !regexp.MustCompile(`count=1100 sum=6000 p50=9\d\dµs`).MatchString(got) {
+		t.Errorf("since-start quantiles wrong:\n%s", got)
 	}
 }
 

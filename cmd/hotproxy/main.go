@@ -29,6 +29,7 @@ Usage:
   hotproxy reload   [--supervisor]      start the next generation (or re-execute the supervisor)
   hotproxy status   [--json]            the supervisor's generations
   hotproxy stats    [flags]             the stats, read from shared memory (never asks the proxy)
+  hotproxy top      [flags]             a live full-screen view of the stats: rates, latency, generations
   hotproxy validate [-c FILE]           build a config fully, without binding anything
   hotproxy version                      build and protocol versions
   hotproxy help [VERB]                  this text, or a verb's flags
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case "stats":
 		return statsCmd(rest, stdout, stderr)
+	case "top":
+		return topCmd(rest, os.Stdin, stdout, stderr)
 	case "validate":
 		return validate(rest, stdout, stderr)
 	case "version":
@@ -154,6 +157,9 @@ func serve(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	if *epoch == 0 {
+		warnColdStartBesideLive(log, cfg, *baseID)
+	}
 	srv, err := server.New(server.Options{
 		Config:            cfg,
 		Logger:            log,

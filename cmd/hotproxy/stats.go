@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,14 +22,17 @@ const (
 	statsFormatText       = "text"
 	statsFormatJSON       = "json"
 	statsFormatPrometheus = "prometheus"
+	statsFormatNDJSON     = "ndjson"
 )
 
 // statsCmd runs `hotproxy stats`: it maps the shared-memory stats region
 // read-only and prints it. It never talks to a proxy process and never
 // writes to or locks the region, so it answers while the proxy is wedged.
 func statsCmd(args []string, stdout, stderr io.Writer) int {
+	args = watchArgs(args)
 	fs := newFlags("stats [--base-id B | --path FILE | -c CONFIG] [--filter REGEX] [--usedonly]\n"+
-		"                      [--format text|json|prometheus] [--owners] [--watch DURATION]",
+		"                      [--format text|json|prometheus|ndjson] [--owners] [--watch [DURATION]]\n"+
+		"       hotproxy stats --prune [--dir DIR | --path FILE | --base-id B]",
 		"Prints the stats of every generation of a hotproxy instance, read directly\n"+
 			"from its shared-memory region. It never touches the running proxy: no\n"+
 			"request to the admin API, no signal, and the region is mapped read-only,\n"+
@@ -45,9 +49,13 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	filter := fs.String("filter", "", "only the stats whose name matches this `regex` (Go RE2 syntax, unanchored)")
 	usedOnly := fs.Bool("usedonly", false, "skip stats whose value is zero (histograms with no samples)")
-	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), or prometheus (text exposition with # TYPE lines)")
+	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (text exposition with # TYPE lines), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
 	owners := fs.Bool("owners", false, "also print the owner table (slot, pid, epoch, state, start, heartbeat age, lanes) before the stats; in json it is always there, in prometheus it is written as comments")
-	watch := fs.Duration("watch", 0, "re-read the region every `interval` (e.g. 1s) until interrupted, printing a timestamped block each time with the per-second rate of every counter over the last interval; text format only")
+	watch := fs.Duration("watch", 0, "re-read the region every `interval` (--watch alone: 1s) until interrupted; text: a timestamped block of aligned columns with each counter's rate and each histogram's quantiles over the last interval; ndjson: a line per interval")
+	all := fs.Bool("all", false, "also the retired stats: of listeners and clusters that no live generation has any more (an older config's), marked (retired); hidden by default")
+	retiredOnly := fs.Bool("retired", false, "only the retired stats (see --all): what older configs' listeners and clusters counted")
+	prune := fs.Bool("prune", false, "remove the regions that no process uses, instead of printing stats: every /dev/shm/hotproxy.<id>.stats (or in --dir), or only the one of --path or --base-id; a region a live generation holds (its owner lock) is never removed, nor a file that is not a region")
+	pruneDir := fs.String("dir", "", "with --prune: the `directory` whose hotproxy.<id>.stats files to prune (default /dev/shm)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -55,22 +63,67 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "hotproxy stats: --base-id must be 0 or more")
 		return exitUsage
 	}
+	if *prune {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, f := range []string{"watch", "format", "filter", "usedonly", "owners", "all", "retired"} {
+			if set[f] {
+				fmt.Fprintf(stderr, "hotproxy stats: --prune removes unused regions and prints no stats; it does not combine with --%s\n", f)
+				return exitUsage
+			}
+		}
+		var paths []string
+		switch {
+		case set["path"] || set["base-id"] || set["c"] || set["config"]:
+			src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+			if err != nil {
+				fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
+				return 1
+			}
+			paths = []string{src.path}
+		default:
+			var err error
+			if paths, err = shm.DefaultRegions(*pruneDir); err != nil {
+				fmt.Fprintf(stderr, "hotproxy stats: --prune: %v\n", err)
+				return 1
+			}
+		}
+		return pruneRegions(stdout, stderr, paths)
+	}
+	if *pruneDir != "" {
+		fmt.Fprintln(stderr, "hotproxy stats: --dir is the directory --prune scans; add --prune")
+		return exitUsage
+	}
 	switch *format {
-	case statsFormatText, statsFormatJSON, statsFormatPrometheus:
+	case statsFormatText, statsFormatJSON, statsFormatPrometheus, statsFormatNDJSON:
 	default:
-		fmt.Fprintf(stderr, "hotproxy stats: --format %q: want text, json or prometheus\n", *format)
+		fmt.Fprintf(stderr, "hotproxy stats: --format %q: want text, json, prometheus or ndjson\n", *format)
 		return exitUsage
 	}
 	if *watch < 0 {
 		fmt.Fprintf(stderr, "hotproxy stats: --watch %v: must be greater than 0\n", *watch)
 		return exitUsage
 	}
-	if *watch > 0 && *format != statsFormatText {
-		fmt.Fprintf(stderr, "hotproxy stats: --watch prints the text table with rates; it does not combine with --format %s\n", *format)
+	if *watch > 0 && *format != statsFormatText && *format != statsFormatNDJSON {
+		fmt.Fprintf(stderr, "hotproxy stats: --watch prints text blocks or ndjson lines with rates; it does not combine with --format %s (use --format ndjson for JSON)\n", *format)
+		return exitUsage
+	}
+	if *format == statsFormatNDJSON && *watch == 0 {
+		fmt.Fprintln(stderr, "hotproxy stats: --format ndjson is a line per interval: add --watch (e.g. --watch 1s); for one JSON document use --format json")
+		return exitUsage
+	}
+	if *all && *retiredOnly {
+		fmt.Fprintln(stderr, "hotproxy stats: --all and --retired: choose one (--all: every stat, --retired: the retired ones only)")
 		return exitUsage
 	}
 	opts := statsPrint{owners: *owners}
 	opts.expose.UsedOnly = *usedOnly
+	switch {
+	case *all:
+		opts.expose.Retired = stats.ShowRetired
+	case *retiredOnly:
+		opts.expose.Retired = stats.OnlyRetired
+	}
 	if *filter != "" {
 		re, err := regexp.Compile(*filter)
 		if err != nil {
@@ -88,7 +141,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	if *watch > 0 {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if err := watchStats(ctx, stdout, stderr, src, *watch, opts); err != nil {
+		if err := watchStats(ctx, stdout, stderr, src, *watch, *format, opts); err != nil {
 			fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 			return 1
 		}
@@ -103,7 +156,34 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
 	}
+	if n := stats.CountRetired(snap); n > 0 && opts.expose.Retired == stats.HideRetired && *format == statsFormatText {
+		// On stderr, so the output stays name: value lines.
+		fmt.Fprintf(stderr, "hotproxy stats: %d retired stats not shown (of listeners and clusters no live generation has): --all shows them too, --retired only them\n", n)
+	}
 	return 0
+}
+
+// pruneRegions removes each region of paths that no process uses
+// (shm.Prune), printing a line per file: "removed PATH" or "kept PATH
+// (why)". It returns 1 if any could not be checked.
+func pruneRegions(stdout, stderr io.Writer, paths []string) int {
+	rc := 0
+	if len(paths) == 0 {
+		fmt.Fprintln(stdout, "no regions found")
+	}
+	for _, p := range paths {
+		res, err := shm.Prune(p)
+		switch {
+		case err != nil:
+			fmt.Fprintf(stderr, "hotproxy stats: --prune: %v\n", err)
+			rc = 1
+		case res.Removed:
+			fmt.Fprintf(stdout, "removed %s\n", p)
+		default:
+			fmt.Fprintf(stdout, "kept %s (%s)\n", p, res.Reason)
+		}
+	}
+	return rc
 }
 
 // statsPrint is what to print of a snapshot.
@@ -179,17 +259,51 @@ func writeStats(w io.Writer, snap *shm.Snapshot, format string, o statsPrint, no
 	return stats.WriteText(w, snap, o.expose)
 }
 
-// watchStats prints a block (stats.Watch) every interval until ctx is
-// done. A first read that fails is returned; later failures (a region
+// watchArgs rewrites a bare --watch into --watch=1s, so that the flag
+// has a default interval while "--watch 2s" keeps working: a --watch
+// followed by a duration is joined with it, one followed by anything else
+// (or nothing) gets the default.
+func watchArgs(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if a != "--watch" && a != "-watch" {
+			out = append(out, a)
+			continue
+		}
+		if i+1 < len(args) {
+			if _, err := time.ParseDuration(args[i+1]); err == nil {
+				out = append(out, a+"="+args[i+1])
+				i++
+				continue
+			}
+		}
+		out = append(out, a+"="+topDefaultInterval.String())
+	}
+	return out
+}
+
+// watchStats prints a block (stats.Watch), or an ndjson line, every
+// interval until ctx is done. A first read that fails is returned; later failures (a region
 // being replaced, an allocation in progress for too long) are reported on
 // stderr and the next interval tries again.
-func watchStats(ctx context.Context, stdout, stderr io.Writer, src statsRegion, interval time.Duration, o statsPrint) error {
+func watchStats(ctx context.Context, stdout, stderr io.Writer, src statsRegion, interval time.Duration, format string, o statsPrint) error {
 	watch := stats.Watch{Expose: o.expose, Owners: o.owners}
+	nd := stats.NDJSON{Expose: o.expose}
+	write := func(snap *shm.Snapshot, at time.Time) error {
+		if format == statsFormatNDJSON {
+			return nd.WriteLine(stdout, snap, at)
+		}
+		return watch.WriteBlock(stdout, snap, at)
+	}
 	snap, err := src.read()
 	if err != nil {
 		return err
 	}
-	if err := watch.WriteBlock(stdout, snap, time.Now()); err != nil {
+	if err := write(snap, time.Now()); err != nil {
 		return err
 	}
 	tick := time.NewTicker(interval)
@@ -205,7 +319,7 @@ func watchStats(ctx context.Context, stdout, stderr io.Writer, src statsRegion, 
 			fmt.Fprintf(stderr, "hotproxy stats: %s: %v (retrying every %v)\n", time.Now().Format(stats.TimeFormat), err, interval)
 			continue
 		}
-		if err := watch.WriteBlock(stdout, snap, time.Now()); err != nil {
+		if err := write(snap, time.Now()); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hotproxy/hotproxy/shm"
 )
 
 // TestStatsCLIErrors runs the verb in process on files that are not a
@@ -49,5 +51,54 @@ func TestStatsCLIErrors(t *testing.T) {
 	}
 	if after, err := os.ReadFile(garbage); err != nil || !bytes.Equal(after, junk) {
 		t.Errorf("the garbage file was changed (%v)", err)
+	}
+}
+
+// TestStatsPrune runs `hotproxy stats --prune --dir DIR`: the region a
+// live store holds is kept and says why, an unused one is removed, a file
+// that is not a region is left alone.
+func TestStatsPrune(t *testing.T) {
+	dir := t.TempDir()
+	livePath := filepath.Join(dir, "hotproxy.1.stats")
+	live, err := shm.Open(shm.Options{Path: livePath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	unusedPath := filepath.Join(dir, "hotproxy.2.stats")
+	unused, err := shm.Open(shm.Options{Path: unusedPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused.Close()
+	foreign := filepath.Join(dir, "hotproxy.3.stats")
+	if err := os.WriteFile(foreign, []byte("mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"stats", "--prune", "--dir", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := "kept " + livePath + " (in use: a live generation holds owner slot 0)\n" +
+		"removed " + unusedPath + "\n" +
+		"kept " + foreign + " (not a hotproxy stats region (no magic): left alone)\n"
+	if stdout.String() != want {
+		t.Errorf("--prune printed\n%s\nwant\n%s", stdout.String(), want)
+	}
+	for p, exists := range map[string]bool{livePath: true, unusedPath: false, foreign: true} {
+		if _, err := os.Stat(p); (err == nil) != exists {
+			t.Errorf("%s: exists=%v after --prune, want %v", p, err == nil, exists)
+		}
+	}
+
+	// --path prunes that file only; with other output flags it is refused.
+	stdout.Reset()
+	if code := run([]string{"stats", "--prune", "--path", livePath}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "kept "+livePath) {
+		t.Errorf("--prune --path: exit %d, %q", code, stdout.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"stats", "--prune", "--watch", "1s"}, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "--watch") {
+		t.Errorf("--prune --watch: exit %d, %q", code, stderr.String())
 	}
 }
