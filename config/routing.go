@@ -139,4 +139,3 @@ func AccessLogFormatVariables(format string) ([]string, error) {
 	parts = append(parts, lit.String())
 	return parts, nil
 }
-
