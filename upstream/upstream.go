@@ -68,6 +68,9 @@ type Cluster struct {
 	names      []string
 	dnsRefresh time.Duration
 
+	// hashing is the shared balancer of a ring_hash or maglev cluster.
+	hashing *hashing
+
 	// spec is what the cluster was built from: its Monitor reads the
 	// health_check and outlier_detection tables.
 	spec config.Cluster
@@ -103,9 +106,13 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 	case "":
 		c.policy = config.LBRoundRobin
 	case config.LBRoundRobin, config.LBLeastRequest, config.LBRandom:
+	case config.LBRingHash, config.LBMaglev:
+		// One balancer for every worker: its table depends only on the
+		// endpoints as the config names them.
+		c.hashing = newHashing(c.policy, spec.Endpoints)
 	default:
-		return nil, fmt.Errorf("cluster %q: unknown lb_policy %q (valid: %s, %s, %s)",
-			spec.Name, spec.LBPolicy, config.LBRoundRobin, config.LBLeastRequest, config.LBRandom)
+		return nil, fmt.Errorf("cluster %q: unknown lb_policy %q (valid: %s, %s, %s, %s, %s)",
+			spec.Name, spec.LBPolicy, config.LBRoundRobin, config.LBLeastRequest, config.LBRandom, config.LBRingHash, config.LBMaglev)
 	}
 	// Timeouts and pool sizes are taken as config.Load leaves them:
 	// defaults filled in and ranges checked there, and nowhere else.
@@ -209,6 +216,9 @@ func (c *Cluster) ForWorker(w int) *WorkerCluster {
 	}
 	c.state.register(wc)
 	wc.bal = newBalancer(s.policy, wc.n, w)
+	if c.hashing != nil {
+		wc.bal = c.hashing
+	}
 	wc.idleTimeout = s.idleTimeout
 	wc.maxIdle = s.maxIdle
 	return wc
@@ -252,7 +262,7 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 	hs := wc.hosts()
 	usable := hs.usable
 	n := len(usable)
-	first := wc.bal.pick(usable)
+	first := wc.bal.pick(usable, 0)
 	var tried []string
 	var last error
 	for k := range n {
