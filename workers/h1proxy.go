@@ -86,6 +86,10 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	}
 
 	err = x.tryUntilResponse(lv, rt, b, bodyRef)
+	if x.up != nil {
+		cc.upAddr = x.up.Endpoint()
+	}
+	cc.retries = x.retries
 	if err == nil && !x.bodyDone {
 		x.startPump()
 		err = x.readResponseHead()
@@ -705,7 +709,7 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 	keep := x.bodyDone && !cc.ex.req.Close && !cc.m.draining.Load()
 	b := appendSimpleResponse(cc.ex.wbuf[:0], status, body, !keep)
 	cc.ex.wbuf = b
-	cc.st.status(status)
+	cc.sent(status)
 	if cc.write(b) != nil {
 		return false
 	}

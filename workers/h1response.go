@@ -114,7 +114,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	}
 	h := cc.appendResponseHead(ex.wbuf[:0], head, keep, bodyLen)
 	ex.wbuf = h
-	cc.st.status(status)
+	cc.sent(status)
 
 	upClean := !resp.Close
 	var err error

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 )
@@ -114,6 +115,9 @@ type mlistener struct {
 	sockets  []*socket
 	h1       *h1Settings // http
 	slots    *connSlots  // the listener's connection bound, shared by its workers
+	// accessLogs are the listener's access logs, opened by New and
+	// closed by Close, after the last request (accesslog.go).
+	accessLogs []*accesslog.Logger
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -202,9 +206,10 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		l := &cfg.Listeners[i]
 		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol}
 		m.listeners = append(m.listeners, ml)
-		var err error
-		switch l.Protocol {
-		case config.ProtocolHTTP, config.ProtocolTCP:
+		err := m.openAccessLogs(ml, l, snap.id.Epoch)
+		switch {
+		case err != nil:
+		case l.Protocol == config.ProtocolHTTP || l.Protocol == config.ProtocolTCP:
 			err = openListener(ml, n, cfg.Server.ReusePortEnabled(), inh)
 		default:
 			err = fmt.Errorf("listener %q: protocol %q is not one of %q, %q", l.Name, l.Protocol, config.ProtocolHTTP, config.ProtocolTCP)
@@ -213,6 +218,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 			for _, ml := range m.listeners {
 				for _, s := range ml.sockets {
 					s.close()
+				}
+				for _, al := range ml.accessLogs {
+					al.Close()
 				}
 			}
 			closeInherited()
@@ -580,6 +588,12 @@ func (m *Manager) Close() error {
 		}
 		if snap != nil {
 			snap.closeIdle()
+		}
+		// Last: the queued lines of every request served are written.
+		for _, ml := range m.listeners {
+			for _, al := range ml.accessLogs {
+				errs = append(errs, al.Close())
+			}
 		}
 		m.closeErr = errors.Join(errs...)
 	})
