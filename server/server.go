@@ -250,6 +250,9 @@ func (s *Server) Run(ctx context.Context) error {
 		defer signal.Stop(sigs)
 	}
 
+	reopen, stopReopen := s.reopenSignals()
+	defer stopReopen()
+
 	s.workers.Start()
 	go s.hr.listener.Serve()
 	s.setState(StateLive)
@@ -285,6 +288,8 @@ func (s *Server) Run(ctx context.Context) error {
 				continue
 			}
 			reason = "signal " + sig.String()
+		case <-reopen:
+			s.reopenAccessLogs()
 		case reply := <-s.hr.sockets:
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:

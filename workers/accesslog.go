@@ -89,7 +89,7 @@ func (m *Manager) ReopenAccessLogs() error {
 	var errs []error
 	for _, ml := range m.listeners {
 		for _, al := range ml.accessLogs {
-			if err := al.Reopen(); err != nil {
+			if err := al.Reopen(); err != nil && !errors.Is(err, accesslog.ErrClosed) {
 				errs = append(errs, fmt.Errorf("listener %q: access log %q: reopen: %w", ml.name, al.Path(), err))
 			}
 		}

@@ -172,11 +172,12 @@ func (l *Logger) Reopen() error {
 	case l.reopen <- reply:
 		return <-reply
 	case <-l.done:
-		return errClosed
+		return ErrClosed
 	}
 }
 
-var errClosed = errors.New("access log closed")
+// ErrClosed: Reopen on a closed Logger.
+var ErrClosed = errors.New("access log closed")
 
 // Close writes out every record queued so far and closes the file.
 // Records enqueued afterwards are dropped. Safe to call more than once.
