@@ -151,7 +151,7 @@ func (wc *WorkerCluster) acquireLimited(ctx context.Context, peekAfter time.Dura
 // acquire picks an endpoint for key (0: none), the next usable one when
 // the pick is avoid (an endpoint index; -1: none) and there is another,
 // and returns a pooled or new connection to it, trying the next endpoints
-// when a connect fails.
+// (but avoid) when a connect fails.
 func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers, peekAfter time.Duration, key uint64, avoid int) (*Conn, error) {
 	hs := wc.hosts()
 	usable := hs.usable
@@ -178,6 +178,9 @@ func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers, peekAfter t
 	var last error
 	for k := range n {
 		i := int(usable[(first+k)%n])
+		if i == avoid && n > 1 {
+			continue // the retry's previous try went there
+		}
 		c, err := wc.dial(ctx, i, hs.addrs[i])
 		if err == nil {
 			wc.bal.start(i)
