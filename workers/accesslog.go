@@ -3,6 +3,8 @@ package workers
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
@@ -95,4 +97,20 @@ func (m *Manager) ReopenAccessLogs() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkAccessLog is the fail-fast check of an access log, when the
+// snapshot is built (and by hotproxy validate), before any socket is
+// touched: its directory must exist. The file itself is opened by New,
+// which creates it.
+func checkAccessLog(spec *config.AccessLog) error {
+	dir := filepath.Dir(spec.Path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("path %q: directory: %w (create it first)", spec.Path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("path %q: %q is not a directory", spec.Path, dir)
+	}
+	return nil
 }

@@ -98,3 +98,16 @@ func TestAccessLogFullQueueNeverStalls(t *testing.T) {
 	}
 	t.Logf("%d requests in %v, %d lines dropped", n, elapsed, dropped)
 }
+
+// TestAccessLogDirectoryCheckedFirst: a log whose directory is missing
+// stops the snapshot build (fail fast, before a socket), naming the path.
+func TestAccessLogDirectoryCheckedFirst(t *testing.T) {
+	lst := httpListener("web", config.Route{Prefix: "/", DirectResponse: &config.DirectResponse{Status: 200}})
+	lst.AccessLog = []config.AccessLog{{Path: "/nonexistent-hotproxy-dir/access.log", Format: config.AccessLogJSON}}
+	cfg := &config.Config{Listeners: []config.Listener{lst}}
+	cfg.SetDefaults()
+	_, err := BuildSnapshotN(cfg, Identity{}, 1)
+	if err == nil || !strings.Contains(err.Error(), `listener "web": access_log 0: path "/nonexistent-hotproxy-dir/access.log"`) {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -217,6 +217,11 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 		}
 		ls.cluster = l.Cluster
 	case config.ProtocolHTTP:
+		for j := range l.AccessLog {
+			if err := checkAccessLog(&l.AccessLog[j]); err != nil {
+				return nil, fmt.Errorf("access_log %d: %w", j, err)
+			}
+		}
 		for j := range l.Routes {
 			r, err := s.compileRoute(j, &l.Routes[j], rep)
 			if err != nil {
