@@ -1,12 +1,10 @@
 package server
 
 import (
-	"errors"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -28,9 +26,10 @@ func (s *Server) reopenSignals() (<-chan os.Signal, func()) {
 	return ch, func() { signal.Stop(ch) }
 }
 
-// reopenAccessLogs reopens the access logs of the serving Manager and of
-// any still draining (a hand-over, a rollback); on the main goroutine,
-// which owns the list of them.
+// reopenAccessLogs asks the access logs of the serving Manager and of any
+// still draining (a hand-over, a rollback) to reopen; on the main
+// goroutine, which owns the list of them. It does not wait for the
+// writers (each logs a failure itself).
 func (s *Server) reopenAccessLogs() {
 	seen := map[*workers.Manager]bool{}
 	ms := append([]*workers.Manager{s.workers}, s.hr.retired...)
@@ -43,11 +42,8 @@ func (s *Server) reopenAccessLogs() {
 			continue
 		}
 		seen[m] = true
-		if err := m.ReopenAccessLogs(); err != nil && !errors.Is(err, accesslog.ErrClosed) {
-			s.log.Error("SIGUSR1: access log not reopened; it keeps writing to the old file", "error", err)
-			continue
-		}
+		m.ReopenAccessLogs()
 		n++
 	}
-	s.log.Info("SIGUSR1: access logs reopened", "managers", n)
+	s.log.Info("SIGUSR1: access logs asked to reopen", "managers", n)
 }

@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,20 +82,17 @@ func (m *Manager) openAccessLogs(ml *mlistener, l *config.Listener, epoch int) e
 	return nil
 }
 
-// ReopenAccessLogs opens every access log's file again, after logrotate
-// moved it (SIGUSR1). Lines queued before are written to the old file
-// first. A log that cannot be reopened keeps writing to its old file; the
-// error names it.
-func (m *Manager) ReopenAccessLogs() error {
-	var errs []error
+// ReopenAccessLogs asks every access log to open its file again, after
+// logrotate moved it (SIGUSR1), without waiting: a writer stuck on a slow
+// disk must not hold up the main goroutine. Lines queued before go to the
+// old file. A log that cannot be reopened keeps writing to its old file,
+// and its writer logs why.
+func (m *Manager) ReopenAccessLogs() {
 	for _, ml := range m.listeners {
 		for _, al := range ml.accessLogs {
-			if err := al.Reopen(); err != nil && !errors.Is(err, accesslog.ErrClosed) {
-				errs = append(errs, fmt.Errorf("listener %q: access log %q: reopen: %w", ml.name, al.Path(), err))
-			}
+			al.Reopen()
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // checkAccessLog is the fail-fast check of an access log, when the

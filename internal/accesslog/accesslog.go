@@ -127,7 +127,7 @@ func New(opts Options) (*Logger, error) {
 		log:    opts.Logger,
 		format: fm,
 		wake:   make(chan struct{}, 1),
-		reopen: make(chan chan error),
+		reopen: make(chan chan error, 1),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 		f:      f,
@@ -163,24 +163,34 @@ func (l *Logger) Enqueue(r *Record) bool {
 	return true
 }
 
-// Reopen makes the writer write out what it has, then open the file's
-// path again (logrotate moved the file away), and waits for it. On
-// failure the old file stays in use and the error says why.
-func (l *Logger) Reopen() error {
+// Reopen asks the writer to write out what it has, then open the file's
+// path again (logrotate moved the file away). It never waits for the
+// writer, which may be stuck on a slow disk: the returned channel
+// receives the outcome (ErrClosed for a closed log). On failure the old
+// file stays in use, and the writer logs why. Lines enqueued before the
+// writer gets to it still go to the old file, as logrotate expects
+// (delaycompress).
+func (l *Logger) Reopen() <-chan error {
 	reply := make(chan error, 1)
 	select {
 	case l.reopen <- reply:
-		return <-reply
 	case <-l.done:
-		return ErrClosed
+		reply <- ErrClosed
+	default:
+		// A reopen is pending: it will open the path after this
+		// request too.
+		reply <- nil
 	}
+	return reply
 }
 
 // ErrClosed: Reopen on a closed Logger.
 var ErrClosed = errors.New("access log closed")
 
 // Close writes out every record queued so far and closes the file.
-// Records enqueued afterwards are dropped. Safe to call more than once.
+// Records enqueued afterwards are dropped (one racing with Close may be
+// lost: Close comes after the last connection). Safe to call more than
+// once.
 func (l *Logger) Close() error {
 	l.stopOnce.Do(func() {
 		l.closed.Store(true)
@@ -201,8 +211,6 @@ func (l *Logger) run() {
 	defer close(l.done)
 	buf := make([]byte, 0, flushAt+4096)
 	var rec Record
-	idle := time.NewTimer(time.Hour)
-	defer idle.Stop()
 	for {
 		for l.q.pop(&rec) {
 			buf = l.format.append(buf, &rec)

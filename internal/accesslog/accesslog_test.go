@@ -163,7 +163,7 @@ func TestReopen(t *testing.T) {
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Reopen(); err != nil {
+	if err := <-l.Reopen(); err != nil {
 		t.Fatal(err)
 	}
 	for i := 10; i < 15; i++ {
