@@ -107,8 +107,9 @@ func (b *hashing) pick(usable []int32, key uint64) int {
 	}
 	t := b.table.Load()
 	if t == nil || t.usable != unsafe.SliceData(usable) || t.n != n {
-		// A new HostSet: whoever meets it first builds its table
-		// (workers racing build the same one; the last store wins).
+		// A HostSet published without prepare (tests): whoever meets
+		// it first builds its table (workers racing build the same
+		// one; the last store wins).
 		t = b.build(usable)
 		b.table.Store(t)
 	}
@@ -128,6 +129,16 @@ func (b *hashing) pick(usable []int32, key uint64) int {
 		i = 0 // past the last point: the ring wraps
 	}
 	return int(t.ring[i].pos)
+}
+
+// prepare builds the table for usable before the HostSet that holds it is
+// published, on the main side: a maglev table takes milliseconds, which
+// a worker's request must not wait for. A nil b (another policy) does
+// nothing.
+func (b *hashing) prepare(usable []int32) {
+	if b != nil && len(usable) > 1 {
+		b.table.Store(b.build(usable))
+	}
 }
 
 func (b *hashing) build(usable []int32) *hashTable {

@@ -114,3 +114,18 @@ func BenchmarkRingHashPick(b *testing.B) {
 		bal.pick(usable, key)
 	}
 }
+
+// TestHashTablePreparedOffWorkers: the table of a published host set is
+// built before the workers see it, so no request builds one.
+func TestHashTablePreparedOffWorkers(t *testing.T) {
+	c := hashCluster(t, config.LBMaglev, "127.0.0.1:1", "127.0.0.1:2")
+	hs := c.state.hosts.Load()
+	tb := c.hashing.table.Load()
+	if tb == nil || tb.usable != &hs.usable[0] {
+		t.Fatal("NewCluster published a host set without its table")
+	}
+	c.ForWorker(0).bal.pick(hs.usable, HashKey([]byte("k")))
+	if c.hashing.table.Load() != tb {
+		t.Error("a pick rebuilt a prepared table")
+	}
+}

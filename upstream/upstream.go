@@ -136,6 +136,7 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 	}
 	c.dnsRefresh = spec.DNSRefresh.D()
 	c.state = newClusterState(addrs, spec)
+	c.hashing.prepare(c.state.hosts.Load().usable)
 	return c, nil
 }
 
