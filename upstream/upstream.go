@@ -252,6 +252,12 @@ type WorkerCluster struct {
 // counts active connections with it). Past the circuit breaker's
 // max_connections it fails at once with an OverflowError.
 func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint string, done func(), err error) {
+	return wc.DialTCPKey(ctx, 0)
+}
+
+// DialTCPKey is DialTCP for a connection whose hash_on key is key
+// (HashKey of the client's address, for source_ip; 0: none).
+func (wc *WorkerCluster) DialTCPKey(ctx context.Context, key uint64) (conn net.Conn, endpoint string, done func(), err error) {
 	if wc.n == 0 {
 		return nil, "", nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
@@ -263,7 +269,7 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 	hs := wc.hosts()
 	usable := hs.usable
 	n := len(usable)
-	first := wc.bal.pick(usable, 0)
+	first := wc.bal.pick(usable, key)
 	var tried []string
 	var last error
 	for k := range n {

@@ -239,3 +239,45 @@ func TestCookieValue(t *testing.T) {
 		}
 	}
 }
+
+// TestHashOnSourceIP: with hash_on = "source_ip", every connection from
+// one client address reaches the same endpoint, through a TCP listener
+// and an HTTP one (all from 127.0.0.1 here; random picks among four
+// endpoints would differ within ten connections).
+func TestHashOnSourceIP(t *testing.T) {
+	var tcpBackends, httpBackends []string
+	for i := range 4 {
+		name := fmt.Sprintf("b%d", i)
+		tcpBackends = append(tcpBackends, rawBackend(t, func(c net.Conn) { io.WriteString(c, name) }))
+		httpBackends = append(httpBackends, namedBackend(t, name, 200, nil))
+	}
+	cfg := &config.Config{
+		Listeners: []config.Listener{tcpListener("tcp", "tcpc"), httpListener("web", toCluster("/", "httpc"))},
+		Clusters:  []config.Cluster{cluster("tcpc", tcpBackends...), cluster("httpc", httpBackends...)},
+	}
+	for i := range cfg.Clusters {
+		cfg.Clusters[i].LBPolicy, cfg.Clusters[i].HashOn = config.LBRingHash, config.HashOnSourceIP
+	}
+	m := startManager(t, cfg, 2)
+	first := ""
+	for i := range 10 {
+		c := dialTCP(t, addr(t, m, "tcp"))
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		c.Close()
+		if i == 0 {
+			first = string(b)
+		} else if string(b) != first {
+			t.Fatalf("tcp connection %d reached %q, the first %q", i, b, first)
+		}
+	}
+	first = ""
+	for i := range 10 {
+		_, body := get(t, newClient(t), "http://"+addr(t, m, "web")+"/")
+		if i == 0 {
+			first = body
+		} else if body != first {
+			t.Fatalf("http request %d reached %q, the first %q", i, body, first)
+		}
+	}
+}

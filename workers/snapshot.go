@@ -57,7 +57,8 @@ func (s *Snapshot) Config() *config.Config { return s.cfg }
 type listenerSnap struct {
 	name           string
 	protocol       string
-	cluster        string // tcp
+	cluster        string     // tcp
+	tcpHashOn      hashSource // tcp: its cluster's hash_on (only source_ip applies)
 	routes         []*route
 	idleTimeout    time.Duration
 	requestTimeout time.Duration
@@ -216,6 +217,9 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 			return nil, fmt.Errorf("protocol %q takes no routes (routes are for %q listeners)", l.Protocol, config.ProtocolHTTP)
 		}
 		ls.cluster = l.Cluster
+		if cs := s.cfg.Cluster(l.Cluster); cs != nil {
+			ls.tcpHashOn = compileHashOn(cs.HashOn)
+		}
 	case config.ProtocolHTTP:
 		for j := range l.AccessLog {
 			if err := checkAccessLog(&l.AccessLog[j]); err != nil {
