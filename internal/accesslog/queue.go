@@ -72,7 +72,5 @@ func (q *queue) pop(r *Record) bool {
 // empty reports whether the next record to read is not there yet (the
 // consumer only).
 func (q *queue) empty() bool {
-	return q.q().seq.Load() != q.tail+1
+	return q.slots[q.tail&q.mask].seq.Load() != q.tail+1
 }
-
-func (q *queue) q() *slot { return &q.slots[q.tail&q.mask] }
