@@ -151,7 +151,7 @@ func TestBadConfigs(t *testing.T) {
 		{"endpoint port 0", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\", \"db.internal:0\"]\n", []string{`clusters[0] ("c").endpoints[1]`, `"db.internal:0"`, "1-65535"}, 0},
 		{"endpoint port too big", "[[clusters]]\nname = \"c\"\nendpoints = [\"db.internal:70000\"]\n", []string{`clusters[0] ("c").endpoints[0]`, `"db.internal:70000"`, "1-65535"}, 0},
 		{"endpoint without host", "[[clusters]]\nname = \"c\"\nendpoints = [\":5432\"]\n", []string{`clusters[0] ("c").endpoints[0]`, `":5432"`, "missing host"}, 0},
-		{"lb_policy unknown", clusterC + "[[clusters]]\nname = \"pg\"\nendpoints = [\"a:1\"]\nlb_policy = \"fastest\"\n", []string{`clusters[1] ("pg").lb_policy: "fastest": unknown policy (use round_robin, least_request or random)`}, 0},
+		{"lb_policy unknown", clusterC + "[[clusters]]\nname = \"pg\"\nendpoints = [\"a:1\"]\nlb_policy = \"fastest\"\n", []string{`clusters[1] ("pg").lb_policy: "fastest": unknown policy (use round_robin, least_request, random, ring_hash or maglev)`}, 0},
 		{"connect_timeout zero", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nconnect_timeout = \"0s\"\n", []string{`clusters[0] ("c").connect_timeout`, `"0s"`, "between 10ms and 5m", "default, 5s"}, 0},
 		{"idle_timeout negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nidle_timeout = \"-1m\"\n", []string{`clusters[0] ("c").idle_timeout`, `"-1m0s"`, "between 100ms and 24h", "default, 1m30s"}, 0},
 		{"max_idle negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nmax_idle_per_endpoint = -3\n", []string{`clusters[0] ("c").max_idle_per_endpoint`, "-3"}, 0},

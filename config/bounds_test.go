@@ -85,6 +85,17 @@ func boundCase(t *testing.T, path, value string) (data, key string) {
 		if path == "listeners.routes.direct_response.status" {
 			return httpWith(`{ prefix = "/", direct_response = { status = ` + value + ` } }`), `listeners[0] ("web").routes[0].direct_response.status`
 		}
+		switch path {
+		case "listeners.routes.timeout", "listeners.routes.num_retries":
+			return httpWith(`{ prefix = "/", cluster = "c", retry_on = ["5xx"], ` + strings.TrimPrefix(path, "listeners.routes.") + ` = ` + value + ` }`),
+				`listeners[0] ("web").routes[0].` + strings.TrimPrefix(path, "listeners.routes.")
+		case "listeners.routes.per_try_timeout":
+			return httpWith(`{ prefix = "/", cluster = "c", retry_on = ["5xx"], timeout = "24h", per_try_timeout = ` + value + ` }`),
+				`listeners[0] ("web").routes[0].per_try_timeout`
+		case "listeners.access_log.queue_size":
+			return webOK + "[[listeners.access_log]]\npath = \"/tmp/a.log\"\nqueue_size = " + value + "\n" + clusterC,
+				`listeners[0] ("web").access_log[0].queue_size`
+		}
 		return webOK + kv + clusterC, `listeners[0] ("web").` + name
 	case "clusters":
 		if path == "clusters.health_check.timeout" {
@@ -109,11 +120,17 @@ func TestBounds(t *testing.T) {
 	var rows []row
 	for path, b := range durationBounds {
 		q := func(d time.Duration) string { return strconv.Quote(d.String()) }
+		out := []string{q(b.min - 1), q(b.max + 1), q(0), q(-b.min)}
+		if path == "listeners.routes.timeout" || path == "listeners.routes.per_try_timeout" {
+			// 0 is what leaving them out means (the listener's
+			// request_timeout; no bound per try).
+			out = []string{q(b.min - 1), q(b.max + 1), q(-b.min)}
+		}
 		rows = append(rows, row{
 			path:      path,
 			in:        []string{q(b.min), q(b.max)},
-			out:       []string{q(b.min - 1), q(b.max + 1), q(0), q(-b.min)},
-			outShown:  []string{q(b.min - 1), q(b.max + 1), q(0), q(-b.min)},
+			out:       out,
+			outShown:  out,
 			rangeText: []string{"must be between " + shortDuration(b.min) + " and " + shortDuration(b.max), "default, "},
 		})
 	}
@@ -211,6 +228,10 @@ func TestExampleShowsDefaults(t *testing.T) {
 		"clusters.name": true, "clusters.endpoints": true,
 		// No default: left out, the check is a TCP connect.
 		"clusters.health_check.path": true,
+		// No default: the file an access log goes to.
+		"listeners.access_log.path": true,
+		// No default: the key of ring_hash and maglev, which need one.
+		"clusters.hash_on": true,
 	}
 	checked := 0
 	var walk func(m map[string]any, path, human string)
@@ -224,6 +245,9 @@ func TestExampleShowsDefaults(t *testing.T) {
 			v := m[k]
 			if noDefault[path+k] {
 				continue
+			}
+			if _, hashed := m["hash_on"]; hashed && path+k == "clusters.lb_policy" {
+				continue // ring_hash or maglev: hash_on needs it
 			}
 			if sub, ok := v.(map[string]any); ok {
 				walk(sub, path+k+".", human+k+".")

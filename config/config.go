@@ -92,7 +92,71 @@ const (
 	LBRoundRobin   = "round_robin"
 	LBLeastRequest = "least_request"
 	LBRandom       = "random"
+	// LBRingHash and LBMaglev send requests with the same hash_on key to
+	// the same endpoint, on every worker and every generation.
+	LBRingHash = "ring_hash"
+	LBMaglev   = "maglev"
 )
+
+// hash_on: what a ring_hash or maglev cluster hashes.
+const (
+	HashOnHeaderPrefix = "header:"   // "header:x-user": a request header's value
+	HashOnCookiePrefix = "cookie:"   // "cookie:session": a cookie's value
+	HashOnSourceIP     = "source_ip" // the client's IP address
+)
+
+// retry_on conditions (Envoy's names).
+const (
+	// RetryConnectFailure: every endpoint tried refused or timed out
+	// at connect; nothing was sent.
+	RetryConnectFailure = "connect-failure"
+	// RetryReset: the upstream closed or reset the connection, or
+	// per_try_timeout passed, before a response head.
+	RetryReset = "reset"
+	// Retry5xx: any 5xx response, and what RetryReset covers.
+	Retry5xx = "5xx"
+	// RetryGatewayError: a 502, 503 or 504 response, and a
+	// per_try_timeout.
+	RetryGatewayError = "gateway-error"
+)
+
+// RetryConditions lists every retry_on value.
+var RetryConditions = []string{RetryConnectFailure, RetryReset, Retry5xx, RetryGatewayError}
+
+// Access-log formats: AccessLogJSON writes one JSON object per line with
+// every variable; anything else is a format string in which %NAME% is
+// replaced by variable NAME (AccessLogVariables).
+const (
+	AccessLogJSON = "json"
+	// DefaultAccessLogFormat is a one-line text format close to the
+	// common log format, with the upstream and the duration.
+	DefaultAccessLogFormat = `%CLIENT_IP% [%START_TIME%] "%METHOD% %PATH% %PROTOCOL%" %RESPONSE_CODE% %BYTES_SENT% %DURATION% %UPSTREAM_HOST% %RETRIES%`
+	// DefaultAccessLogQueue is how many records wait for the writer
+	// before new ones are dropped (and counted).
+	DefaultAccessLogQueue = 4096
+	// DefaultNumRetries applies to a route with retry_on and no
+	// num_retries.
+	DefaultNumRetries = 1
+)
+
+// AccessLogVariables are the %NAME% variables of an access-log format
+// string, in the order a JSON line has them.
+var AccessLogVariables = []string{
+	"START_TIME",       // the request's first byte, RFC 3339 with milliseconds, UTC
+	"CLIENT_IP",        // the client's address
+	"METHOD",           // the request method
+	"PATH",             // the request target as received (truncated past 512 bytes)
+	"PROTOCOL",         // HTTP/1.1 or HTTP/1.0
+	"RESPONSE_CODE",    // the status sent to the client (0: none was sent)
+	"BYTES_RECEIVED",   // request body bytes announced (Content-Length; -1 chunked)
+	"BYTES_SENT",       // response bytes written to the client, head included
+	"DURATION",         // milliseconds from the first byte to the response's end
+	"UPSTREAM_CLUSTER", // the route's cluster ("-": none)
+	"UPSTREAM_HOST",    // the endpoint that answered ("-": none)
+	"RETRIES",          // retries made (retry_on and stale connections)
+	"LISTENER",         // the listener's name
+	"EPOCH",            // the generation that served the request
+}
 
 // Config is one whole hotproxy configuration.
 type Config struct {
@@ -246,6 +310,23 @@ type Listener struct {
 	// sockets: BalanceLeastConn, BalanceHash or BalanceKernel. It needs
 	// server.reuse_port (one socket per worker).
 	Balance string `toml:"balance" json:"balance"`
+	// AccessLog lists an http listener's access logs: one line per
+	// request, written by a goroutine of its own.
+	AccessLog []AccessLog `toml:"access_log,omitempty" json:"access_log,omitempty"`
+}
+
+// AccessLog is one access-log file of a listener.
+type AccessLog struct {
+	// Path is the file, opened with O_APPEND (created 0640) and opened
+	// again on SIGUSR1, after logrotate moved it.
+	Path string `toml:"path" json:"path"`
+	// Format is "json" or a format string with %NAME% variables
+	// (AccessLogVariables); default DefaultAccessLogFormat.
+	Format string `toml:"format" json:"format"`
+	// QueueSize bounds the records waiting for the writer; a full queue
+	// drops the record and counts it in access_log.dropped, never
+	// blocking a request.
+	QueueSize int `toml:"queue_size" json:"queue_size"`
 }
 
 // TrustsForwardedFor reports whether the client's X-Forwarded-For chain is
@@ -267,6 +348,25 @@ type Route struct {
 	// Exactly one action: a cluster, or a direct response.
 	Cluster        string          `toml:"cluster,omitempty" json:"cluster,omitempty"`
 	DirectResponse *DirectResponse `toml:"direct_response,omitempty" json:"direct_response,omitempty"`
+
+	// Timeout bounds a proxied request from its first byte to the end
+	// of the response head, retries included; 0: the listener's
+	// request_timeout.
+	Timeout Duration `toml:"timeout,omitzero" json:"timeout,omitempty"`
+	// RetryOn lists the conditions a request is sent again on
+	// (RetryConditions), to another endpoint where there is one. Only a
+	// request whose body is already buffered whole is retried.
+	RetryOn []string `toml:"retry_on,omitempty" json:"retry_on,omitempty"`
+	// NumRetries bounds the retries of one request (default
+	// DefaultNumRetries when retry_on is set).
+	NumRetries int `toml:"num_retries,omitzero" json:"num_retries,omitempty"`
+	// PerTryTimeout bounds each attempt up to the response head; 0:
+	// only Timeout.
+	PerTryTimeout Duration `toml:"per_try_timeout,omitzero" json:"per_try_timeout,omitempty"`
+	// RetryNonIdempotent allows retrying a POST or PATCH whose bytes
+	// reached an upstream (which may have acted on it); a connect
+	// failure is retried whatever the method.
+	RetryNonIdempotent bool `toml:"retry_non_idempotent,omitzero" json:"retry_non_idempotent,omitempty"`
 }
 
 // DirectResponse is answered by the proxy itself. Body may contain
@@ -283,6 +383,10 @@ type Cluster struct {
 	Name      string   `toml:"name" json:"name"`
 	LBPolicy  string   `toml:"lb_policy" json:"lb_policy"`
 	Endpoints []string `toml:"endpoints" json:"endpoints"`
+	// HashOn is the key of ring_hash and maglev: "header:NAME",
+	// "cookie:NAME" or "source_ip". A request without the key goes to
+	// an endpoint picked at random.
+	HashOn string `toml:"hash_on,omitempty" json:"hash_on,omitempty"`
 
 	ConnectTimeout Duration `toml:"connect_timeout" json:"connect_timeout"`
 	// IdleTimeout closes pooled upstream keep-alive connections idle for

@@ -235,6 +235,34 @@ func (c *Config) setDefaults(raw map[string]any) {
 				trust := true
 				l.TrustForwardedFor = &trust
 			}
+			rawRoutes := tables(m, "routes")
+			for j := range l.Routes {
+				r := &l.Routes[j]
+				var rm map[string]any
+				if j < len(rawRoutes) {
+					rm = rawRoutes[j]
+				}
+				if r.Cluster == "" {
+					continue // a direct_response is never retried
+				}
+				if len(r.RetryOn) > 0 && !given(rm, "num_retries", r.NumRetries == 0) {
+					r.NumRetries = DefaultNumRetries
+				}
+			}
+			rawLogs := tables(m, "access_log")
+			for j := range l.AccessLog {
+				al := &l.AccessLog[j]
+				var am map[string]any
+				if j < len(rawLogs) {
+					am = rawLogs[j]
+				}
+				if !given(am, "format", al.Format == "") {
+					al.Format = DefaultAccessLogFormat
+				}
+				if !given(am, "queue_size", al.QueueSize == 0) {
+					al.QueueSize = DefaultAccessLogQueue
+				}
+			}
 		}
 		if !given(m, "balance", l.Balance == "") {
 			l.Balance = DefaultBalance

@@ -50,6 +50,9 @@ var durationBounds = map[string]durationBound{
 	"listeners.request_timeout": {10 * time.Millisecond, 24 * time.Hour},
 	"listeners.header_timeout":  {10 * time.Millisecond, time.Hour},
 	"listeners.write_timeout":   {10 * time.Millisecond, 24 * time.Hour},
+	// 0 (left out) means the listener's request_timeout.
+	"listeners.routes.timeout":         {10 * time.Millisecond, 24 * time.Hour},
+	"listeners.routes.per_try_timeout": {10 * time.Millisecond, 24 * time.Hour},
 	// The kernel gives up on a connect after its SYN retries (about two
 	// minutes with the default net.ipv4.tcp_syn_retries = 6) anyway.
 	"clusters.connect_timeout": {10 * time.Millisecond, 5 * time.Minute},
@@ -85,6 +88,10 @@ var intBounds = map[string]intBound{
 	"listeners.max_header_bytes": {1024, 1 << 20},
 	// A direct response is a final response: 1xx are not.
 	"listeners.routes.direct_response.status": {200, 599},
+	// Each retry holds one of the cluster's max_retries while it runs.
+	"listeners.routes.num_retries": {0, 10},
+	// A record is about 700 bytes: the largest queue holds 700 MiB.
+	"listeners.access_log.queue_size": {16, 1 << 20},
 	// Connections from one address to one endpoint are bounded by the
 	// ephemeral port range.
 	"clusters.max_idle_per_endpoint":                         {0, 65535},
@@ -100,7 +107,7 @@ var intBounds = map[string]intBound{
 }
 
 var (
-	lbPolicies = []string{LBRoundRobin, LBLeastRequest, LBRandom}
+	lbPolicies = []string{LBRoundRobin, LBLeastRequest, LBRandom, LBRingHash, LBMaglev}
 	balances   = []string{BalanceLeastConn, BalanceHash, BalanceKernel}
 	logLevels  = []string{"trace", "debug", "info", "warn", "error"}
 	logFormats = []string{"text", "json"}
@@ -253,6 +260,7 @@ func (v *validator) tcpListener(key string, l *Listener) {
 		{"max_header_bytes", l.MaxHeaderBytes != 0, strconv.Itoa(l.MaxHeaderBytes)},
 		{"write_timeout", l.WriteTimeout != 0, quote(durationString(l.WriteTimeout))},
 		{"trust_forwarded_for", l.TrustForwardedFor != nil, strconv.FormatBool(l.TrustsForwardedFor())},
+		{"access_log", len(l.AccessLog) > 0, "[[listeners.access_log]]"},
 	} {
 		if d.set {
 			v.ps.add(key+"."+d.name, "%s: applies only to http listeners; remove it", d.val)
@@ -275,6 +283,10 @@ func (v *validator) httpListener(key string, l *Listener) {
 		fmt.Sprintf("leave it out for the default, %d", DefaultMaxHeaderBytes))
 	for j := range l.Routes {
 		v.route(fmt.Sprintf("%s.routes[%d]", key, j), &l.Routes[j])
+		v.retries(fmt.Sprintf("%s.routes[%d]", key, j), &l.Routes[j], l.RequestTimeout)
+	}
+	for j := range l.AccessLog {
+		v.accessLog(fmt.Sprintf("%s.access_log[%d]", key, j), &l.AccessLog[j])
 	}
 }
 
@@ -325,6 +337,7 @@ func (v *validator) clusters() {
 		if !slices.Contains(lbPolicies, c.LBPolicy) {
 			v.ps.add(key+".lb_policy", "%s: unknown policy (use %s)", quote(c.LBPolicy), orList(lbPolicies))
 		}
+		v.hashOn(key, c)
 		if len(c.Endpoints) == 0 {
 			v.ps.add(key+".endpoints", "a cluster needs at least one endpoint, like endpoints = [\"127.0.0.1:9000\"]")
 		}

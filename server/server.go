@@ -127,6 +127,11 @@ type Server struct {
 	// context asks the generation to stop (the admin API).
 	quit     chan string
 	quitOnce sync.Once
+
+	// reopen receives SIGUSR1 (accesslog.go), from New on: a signal
+	// forwarded while the generation starts must not kill it.
+	reopen     <-chan os.Signal
+	stopReopen func()
 }
 
 // New builds the generation: everything derived from config first (routes,
@@ -154,6 +159,7 @@ func New(opts Options) (*Server, error) {
 		statsKick:   make(chan struct{}, 1),
 	}
 	s.firstStart = s.started
+	s.reopen, s.stopReopen = s.reopenSignals()
 	hostname, _ := os.Hostname()
 	s.identity = workers.Identity{
 		Version:  version.Version,
@@ -164,6 +170,7 @@ func New(opts Options) (*Server, error) {
 
 	snap, err := workers.BuildSnapshot(cfg, s.identity)
 	if err != nil {
+		s.stopReopen()
 		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
 	}
 	s.snapshot = snap
@@ -176,6 +183,7 @@ func New(opts Options) (*Server, error) {
 	var adminLn net.Listener
 	if opts.Epoch > 0 {
 		if inherited, adminLn, err = s.takeOver(); err != nil {
+			s.stopReopen()
 			return nil, err
 		}
 	}
@@ -188,6 +196,7 @@ func New(opts Options) (*Server, error) {
 		s.closeHotRestart()
 		s.stopHealthMonitors()
 		s.closeStats()
+		s.stopReopen()
 		return nil, err
 	}
 	if err := s.openStats(); err != nil {
@@ -257,6 +266,8 @@ func (s *Server) Run(ctx context.Context) error {
 		defer signal.Stop(sigs)
 	}
 
+	defer s.stopReopen()
+
 	s.workers.Start()
 	go s.hr.listener.Serve()
 	s.setState(StateLive)
@@ -292,6 +303,8 @@ func (s *Server) Run(ctx context.Context) error {
 				continue
 			}
 			reason = "signal " + sig.String()
+		case <-s.reopen:
+			s.reopenAccessLogs()
 		case reply := <-s.hr.sockets:
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:
@@ -357,6 +370,7 @@ func (s *Server) requestQuit(reason string) {
 func (s *Server) Close() error {
 	s.closeHotRestart()
 	s.stopHealthMonitors()
+	s.stopReopen()
 	return errors.Join(s.workers.Close(), s.adminLn.Close(), s.closeStats())
 }
 

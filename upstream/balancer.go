@@ -13,8 +13,9 @@ import (
 // state is atomics only: no lock on the request path.
 type balancer interface {
 	// pick returns the position in usable (endpoint indices, never
-	// empty) of the endpoint to try first.
-	pick(usable []int32) int
+	// empty) of the endpoint to try first. key is the request's
+	// hash_on key (HashKey), 0 for none; only hashing balancers use it.
+	pick(usable []int32, key uint64) int
 	// start and finish bracket the use of endpoint i (from the attempt to
 	// connect until the connection or response is done with).
 	start(i int)
@@ -52,7 +53,7 @@ type roundRobin struct {
 	n    uint64
 }
 
-func (b *roundRobin) pick(usable []int32) int {
+func (b *roundRobin) pick(usable []int32, _ uint64) int {
 	n := uint64(len(usable))
 	if n <= 1 {
 		return 0
@@ -68,7 +69,7 @@ func (*roundRobin) counts() bool { return false }
 // generator, so goroutines of every worker draw without contention.
 type random struct{ n int }
 
-func (b *random) pick(usable []int32) int {
+func (b *random) pick(usable []int32, _ uint64) int {
 	if len(usable) <= 1 {
 		return 0
 	}
@@ -95,7 +96,7 @@ type leastRequest struct {
 	active []paddedCount
 }
 
-func (b *leastRequest) pick(usable []int32) int {
+func (b *leastRequest) pick(usable []int32, _ uint64) int {
 	n := len(usable)
 	if n <= 1 {
 		return 0

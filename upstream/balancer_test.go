@@ -12,7 +12,7 @@ func TestLeastRequestPicksTheLessBusyOfTwo(t *testing.T) {
 	all := []int32{0, 1}
 	b.start(0)
 	for range 100 {
-		if i := b.pick(all); i != 1 {
+		if i := b.pick(all, 0); i != 1 {
 			t.Fatalf("picked busy endpoint %d", i)
 		}
 	}
@@ -20,7 +20,7 @@ func TestLeastRequestPicksTheLessBusyOfTwo(t *testing.T) {
 	b.start(1)
 	b.start(1)
 	for range 100 {
-		if i := b.pick(all); i != 0 {
+		if i := b.pick(all, 0); i != 0 {
 			t.Fatalf("picked busy endpoint %d", i)
 		}
 	}
@@ -32,7 +32,7 @@ func TestPickStaysInRange(t *testing.T) {
 			b := newBalancer(policy, n, 7)
 			usable := allEndpoints(n)
 			for range 1000 {
-				if i := b.pick(usable); i < 0 || i >= n {
+				if i := b.pick(usable, 0); i < 0 || i >= n {
 					t.Fatalf("%s over %d endpoints picked %d", policy, n, i)
 				}
 			}
@@ -46,7 +46,7 @@ func benchmarkPick(b *testing.B, policy string) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			i := bal.pick(usable)
+			i := bal.pick(usable, 0)
 			bal.start(i)
 			bal.finish(i)
 		}
@@ -63,7 +63,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 		bal := newBalancer(policy, 8, 0)
 		usable := allEndpoints(8)
 		if n := testing.AllocsPerRun(100, func() {
-			i := bal.pick(usable)
+			i := bal.pick(usable, 0)
 			bal.start(i)
 			bal.finish(i)
 		}); n != 0 {
@@ -83,7 +83,7 @@ func BenchmarkRoundRobinPickPerWorker(b *testing.B) {
 		bal := c.ForWorker(int(w.Add(1))).bal
 		usable := allEndpoints(8)
 		for pb.Next() {
-			i := bal.pick(usable)
+			i := bal.pick(usable, 0)
 			bal.start(i)
 			bal.finish(i)
 		}

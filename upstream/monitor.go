@@ -486,6 +486,7 @@ func (m *Monitor) nextUneject() (time.Time, bool) {
 // membership gauges.
 func (m *Monitor) publish() {
 	hs := newHostSet(slices.Clone(m.addrs), slices.Clone(m.healthy), slices.Clone(m.ejected))
+	m.c.hashing.prepare(hs.usable) // ring_hash, maglev: off the workers
 	m.c.state.hosts.Store(hs)
 	view := make([]EndpointHealth, len(m.healthy))
 	for i := range view {

@@ -70,18 +70,65 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // without a check; AcquireChecked is for requests that could not be
 // retried if it turned out stale.
 func (wc *WorkerCluster) Acquire(ctx context.Context) (*Conn, error) {
-	return wc.acquireLimited(ctx, peekAfterIdle)
+	return wc.acquireLimited(ctx, peekAfterIdle, 0, -1)
+}
+
+// AcquireKey is Acquire (checked: AcquireChecked) for a request whose
+// hash_on key is key (HashKey; 0: none): a ring_hash or maglev cluster
+// sends every request with the same key to the same endpoint while it is
+// usable. Other policies ignore the key.
+func (wc *WorkerCluster) AcquireKey(ctx context.Context, key uint64, checked bool) (*Conn, error) {
+	peekAfter := peekAfterIdle
+	if checked {
+		peekAfter = 0
+	}
+	return wc.acquireLimited(ctx, peekAfter, key, -1)
+}
+
+// AcquireRetry returns a connection for a retry (retry_on) of a request
+// whose previous try went to endpoint avoid: another endpoint when one is
+// usable, chosen as AcquireKey would with avoid left out (a hashing
+// policy takes the next endpoint on its ring or table, the same one on
+// every worker). Every pooled connection is checked first. The retry
+// holds one of max_retries (and of max_requests) until it is released;
+// past max_retries it fails at once with an OverflowError.
+func (wc *WorkerCluster) AcquireRetry(ctx context.Context, key uint64, avoid int) (*Conn, error) {
+	if wc.n == 0 {
+		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
+	}
+	brk := wc.state.breakers
+	if brk != nil {
+		if !take(&brk.retries, brk.maxRetries) {
+			wc.countOverflow(false)
+			return nil, brk.errRetries
+		}
+		if !take(&brk.requests, brk.maxRequests) {
+			brk.retries.n.Add(-1)
+			wc.countOverflow(false)
+			return nil, brk.errRequests
+		}
+	}
+	c, err := wc.acquire(ctx, brk, 0, key, avoid)
+	if brk != nil {
+		if err != nil {
+			brk.retries.n.Add(-1)
+			brk.requests.n.Add(-1)
+		} else {
+			c.holdsRequest, c.holdsRetry = true, true
+		}
+	}
+	return c, err
 }
 
 // AcquireChecked is Acquire for a request that cannot be sent twice (not
 // idempotent, or with a body streamed from the client): every pooled
 // connection is checked for a close by the upstream first, one syscall.
 func (wc *WorkerCluster) AcquireChecked(ctx context.Context) (*Conn, error) {
-	return wc.acquireLimited(ctx, 0)
+	return wc.acquireLimited(ctx, 0, 0, -1)
 }
 
 // acquireLimited is Acquire within the circuit breakers.
-func (wc *WorkerCluster) acquireLimited(ctx context.Context, peekAfter time.Duration) (*Conn, error) {
+func (wc *WorkerCluster) acquireLimited(ctx context.Context, peekAfter time.Duration, key uint64, avoid int) (*Conn, error) {
 	if wc.n == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
@@ -90,7 +137,7 @@ func (wc *WorkerCluster) acquireLimited(ctx context.Context, peekAfter time.Dura
 		wc.countOverflow(false)
 		return nil, brk.errRequests
 	}
-	c, err := wc.acquire(ctx, brk, peekAfter)
+	c, err := wc.acquire(ctx, brk, peekAfter, key, avoid)
 	if brk != nil {
 		if err != nil {
 			brk.requests.n.Add(-1)
@@ -101,11 +148,18 @@ func (wc *WorkerCluster) acquireLimited(ctx context.Context, peekAfter time.Dura
 	return c, err
 }
 
-func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers, peekAfter time.Duration) (*Conn, error) {
+// acquire picks an endpoint for key (0: none), the next usable one when
+// the pick is avoid (an endpoint index; -1: none) and there is another,
+// and returns a pooled or new connection to it, trying the next endpoints
+// (but avoid) when a connect fails.
+func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers, peekAfter time.Duration, key uint64, avoid int) (*Conn, error) {
 	hs := wc.hosts()
 	usable := hs.usable
 	n := len(usable)
-	first := wc.bal.pick(usable)
+	first := wc.bal.pick(usable, key)
+	if n > 1 && int(usable[first]) == avoid {
+		first = (first + 1) % n
+	}
 	if i := int(usable[first]); wc.maxIdle > 0 {
 		if c := wc.takeIdle(i, hs.addrs[i], peekAfter); c != nil {
 			wc.bal.start(i)
@@ -124,6 +178,9 @@ func (wc *WorkerCluster) acquire(ctx context.Context, brk *breakers, peekAfter t
 	var last error
 	for k := range n {
 		i := int(usable[(first+k)%n])
+		if i == avoid && n > 1 {
+			continue // the retry's previous try went there
+		}
 		c, err := wc.dial(ctx, i, hs.addrs[i])
 		if err == nil {
 			wc.bal.start(i)
@@ -385,6 +442,22 @@ func (wc *WorkerCluster) IdleConns() int {
 		n += len(q)
 	}
 	return n
+}
+
+// CountRetry counts a retry of a request (retry_on), in
+// upstream_rq_retry.
+func (wc *WorkerCluster) CountRetry() {
+	if st := wc.stats.Load(); st != nil {
+		st.RqRetry.Inc()
+	}
+}
+
+// CountRetrySuccess counts a retried request whose last try got a
+// response that was not retried, in upstream_rq_retry_success.
+func (wc *WorkerCluster) CountRetrySuccess() {
+	if st := wc.stats.Load(); st != nil {
+		st.RqRetrySuccess.Inc()
+	}
 }
 
 // RecordRequest counts one request sent to the cluster and, once its

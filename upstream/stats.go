@@ -24,6 +24,9 @@ import (
 //	                                   max_pending_requests or max_retries
 //	lb_healthy_panic          counter  picks made in panic mode (no endpoint
 //	                                   healthy and not ejected: all used)
+//	upstream_rq_retry         counter  retries made by a route's retry_on
+//	upstream_rq_retry_success counter  retried requests whose last try got a
+//	                                   response that was not retried
 type Stats struct {
 	CxTotal           stats.CounterLane
 	CxActive          stats.GaugeLane
@@ -33,6 +36,8 @@ type Stats struct {
 	CxOverflow        stats.CounterLane
 	RqPendingOverflow stats.CounterLane
 	LBHealthyPanic    stats.CounterLane
+	RqRetry           stats.CounterLane
+	RqRetrySuccess    stats.CounterLane
 }
 
 // NewStats resolves the stats of cluster on lane (1 + the worker index,
@@ -49,6 +54,8 @@ func NewStats(st *stats.Store, cluster string, lane int) *Stats {
 		CxOverflow:        st.Counter(sc + "upstream_cx_overflow").Lane(lane),
 		RqPendingOverflow: st.Counter(sc + "upstream_rq_pending_overflow").Lane(lane),
 		LBHealthyPanic:    st.Counter(sc + "lb_healthy_panic").Lane(lane),
+		RqRetry:           st.Counter(sc + "upstream_rq_retry").Lane(lane),
+		RqRetrySuccess:    st.Counter(sc + "upstream_rq_retry_success").Lane(lane),
 	}
 }
 

@@ -68,6 +68,9 @@ type Cluster struct {
 	names      []string
 	dnsRefresh time.Duration
 
+	// hashing is the shared balancer of a ring_hash or maglev cluster.
+	hashing *hashing
+
 	// spec is what the cluster was built from: its Monitor reads the
 	// health_check and outlier_detection tables.
 	spec config.Cluster
@@ -103,9 +106,13 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 	case "":
 		c.policy = config.LBRoundRobin
 	case config.LBRoundRobin, config.LBLeastRequest, config.LBRandom:
+	case config.LBRingHash, config.LBMaglev:
+		// One balancer for every worker: its table depends only on the
+		// endpoints as the config names them.
+		c.hashing = newHashing(c.policy, spec.Endpoints)
 	default:
-		return nil, fmt.Errorf("cluster %q: unknown lb_policy %q (valid: %s, %s, %s)",
-			spec.Name, spec.LBPolicy, config.LBRoundRobin, config.LBLeastRequest, config.LBRandom)
+		return nil, fmt.Errorf("cluster %q: unknown lb_policy %q (valid: %s, %s, %s, %s, %s)",
+			spec.Name, spec.LBPolicy, config.LBRoundRobin, config.LBLeastRequest, config.LBRandom, config.LBRingHash, config.LBMaglev)
 	}
 	// Timeouts and pool sizes are taken as config.Load leaves them:
 	// defaults filled in and ranges checked there, and nowhere else.
@@ -129,6 +136,7 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 	}
 	c.dnsRefresh = spec.DNSRefresh.D()
 	c.state = newClusterState(addrs, spec)
+	c.hashing.prepare(c.state.hosts.Load().usable)
 	return c, nil
 }
 
@@ -209,6 +217,9 @@ func (c *Cluster) ForWorker(w int) *WorkerCluster {
 	}
 	c.state.register(wc)
 	wc.bal = newBalancer(s.policy, wc.n, w)
+	if c.hashing != nil {
+		wc.bal = c.hashing
+	}
 	wc.idleTimeout = s.idleTimeout
 	wc.maxIdle = s.maxIdle
 	return wc
@@ -241,6 +252,12 @@ type WorkerCluster struct {
 // counts active connections with it). Past the circuit breaker's
 // max_connections it fails at once with an OverflowError.
 func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint string, done func(), err error) {
+	return wc.DialTCPKey(ctx, 0)
+}
+
+// DialTCPKey is DialTCP for a connection whose hash_on key is key
+// (HashKey of the client's address, for source_ip; 0: none).
+func (wc *WorkerCluster) DialTCPKey(ctx context.Context, key uint64) (conn net.Conn, endpoint string, done func(), err error) {
 	if wc.n == 0 {
 		return nil, "", nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
@@ -252,7 +269,7 @@ func (wc *WorkerCluster) DialTCP(ctx context.Context) (conn net.Conn, endpoint s
 	hs := wc.hosts()
 	usable := hs.usable
 	n := len(usable)
-	first := wc.bal.pick(usable)
+	first := wc.bal.pick(usable, key)
 	var tried []string
 	var last error
 	for k := range n {

@@ -120,7 +120,7 @@ func TestRoundRobinSpreadsEvenly(t *testing.T) {
 func TestRoundRobinWorkerOffset(t *testing.T) {
 	c := &Cluster{Name: "backend", Endpoints: []Endpoint{{"127.0.0.1:1"}, {"127.0.0.1:2"}, {"127.0.0.1:3"}}}
 	for w := range 5 {
-		if got, want := c.ForWorker(w).bal.pick(allEndpoints(3)), w%3; got != want {
+		if got, want := c.ForWorker(w).bal.pick(allEndpoints(3), 0), w%3; got != want {
 			t.Errorf("worker %d starts at endpoint %d, want %d", w, got, want)
 		}
 	}

@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 )
@@ -270,4 +272,24 @@ func BenchmarkH1ProxyClose(b *testing.B) {
 		}
 		c.Close()
 	}
+}
+
+// BenchmarkH1ProxyAccessLogMaglevRetry: BenchmarkH1ProxyKeepAlive with
+// every feature of a route on: a JSON access log (formatted and written
+// by its own goroutine, counted here too), maglev keyed by a header, and
+// retry_on with a per-try timeout. It must allocate nothing per request
+// either.
+func BenchmarkH1ProxyAccessLogMaglevRetry(b *testing.B) {
+	be := rawKeepAliveBackend(b, benchResponse)
+	cfg := proxyConfig(be, func(l *config.Listener) {
+		l.AccessLog = []config.AccessLog{{Path: filepath.Join(b.TempDir(), "access.log"), Format: config.AccessLogJSON}}
+		l.Routes[0].RetryOn, l.Routes[0].NumRetries = []string{config.Retry5xx, config.RetryConnectFailure}, 2
+		l.Routes[0].PerTryTimeout = config.Duration(5 * time.Second)
+	})
+	cfg.Clusters[0].LBPolicy, cfg.Clusters[0].HashOn = config.LBMaglev, "header:x-user"
+	m := startManager(b, cfg, 1)
+	a := addr(b, m, "web")
+	req := "GET /bench HTTP/1.1\r\nHost: bench.example\r\nX-User: alice\r\nAccept: */*\r\n\r\n"
+	respLen := probeLen(b, a, req)
+	benchRaw(b, a, req, respLen)
 }

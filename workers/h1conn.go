@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -96,6 +97,16 @@ type clientConn struct {
 
 	clientIP []byte // for X-Forwarded-For, formatted once
 
+	// Access logging (accesslog.go): the listener's logs (nil: none),
+	// the record being filled, and what the request's handling leaves
+	// for it.
+	logs      []*accesslog.Logger
+	rec       *accesslog.Record
+	status    int    // the last status sent
+	sentBytes int64  // bytes written to the client, all requests
+	upAddr    string // the endpoint of the request's last try
+	retries   int
+
 	closed atomic.Bool
 	// idleSince is when the connection last became idle between requests
 	// (monotime), or 0 while it is new, busy or tunnelling.
@@ -122,6 +133,9 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 	cc.readableFn = cc.readable
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
+	}
+	if logs := m.listeners[a.li].accessLogs; len(logs) > 0 {
+		cc.logs, cc.rec = logs, new(accesslog.Record)
 	}
 	return cc
 }
@@ -286,6 +300,7 @@ func (cc *clientConn) write(b []byte) error {
 	n, err := cc.c.Write(b)
 	if n > 0 {
 		cc.st.txBytes.Add(uint64(n))
+		cc.sentBytes += int64(n)
 	}
 	return err
 }
@@ -296,6 +311,7 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 	n, err := bufs.WriteTo(cc.c)
 	if n > 0 {
 		cc.st.txBytes.Add(uint64(n))
+		cc.sentBytes += n
 	}
 	return err
 }
@@ -367,7 +383,7 @@ func (cc *clientConn) growForHead() bool {
 // sends is read and dropped for a moment, so that it reads the answer
 // rather than a reset.
 func (cc *clientConn) refuse(status int, reason string) {
-	cc.st.status(status)
+	cc.sent(status)
 	b := cc.ex.wbuf[:0]
 	b = appendSimpleResponse(b, status, reason, true)
 	cc.ex.wbuf = b

@@ -24,6 +24,9 @@ func (cc *clientConn) handle() bool {
 	st.rqTotal.Inc()
 	st.rqActive.Inc()
 
+	if cc.logs != nil {
+		cc.beginRecord(buf, start)
+	}
 	keep := !req.Close && !cc.m.draining.Load()
 	lv := cc.wk.view.Load().listeners[cc.li]
 	var rt *route
@@ -45,6 +48,9 @@ func (cc *clientConn) handle() bool {
 	}
 	st.requestDone(start)
 	st.rqActive.Dec()
+	if cc.logs != nil {
+		cc.finishRecord(rt, start)
+	}
 	return keep
 }
 
@@ -61,7 +67,7 @@ func (cc *clientConn) answer(status int, body string, keep bool) bool {
 	}
 	b := appendSimpleResponse(cc.ex.wbuf[:0], status, body, !keep)
 	cc.ex.wbuf = b
-	cc.st.status(status)
+	cc.sent(status)
 	if cc.write(b) != nil {
 		return false
 	}
@@ -92,7 +98,7 @@ func (cc *clientConn) answerDirect(d *directResponse, keep bool) bool {
 		b = append(b, d.body...)
 	}
 	cc.ex.wbuf = b
-	cc.st.status(d.status)
+	cc.sent(d.status)
 	if cc.write(b) != nil {
 		return false
 	}

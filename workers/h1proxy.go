@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -46,6 +47,11 @@ type exchange struct {
 	// The upstream's read buffer and its unconsumed bytes.
 	ub     []byte
 	ur, uw int
+
+	// interim: a 1xx response went to the client (in wbuf, where the
+	// request for a retry was): the request is not sent again.
+	interim bool
+	retries int // retries made (retry_on and a stale connection)
 }
 
 // proxy forwards the request to rt's cluster and the response back. It
@@ -78,34 +84,11 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 		return cc.failBeforeResponse(x, err)
 	}
 
-	for attempt := 0; ; attempt++ {
-		switch {
-		case attempt == 0 && x.idempotent && x.bodyDone:
-			// A stale pooled connection is caught by the retry below.
-			x.up, err = x.wc.Acquire(cc.m.ctx)
-		case attempt == 0:
-			x.up, err = x.wc.AcquireChecked(cc.m.ctx)
-		default:
-			x.up, err = x.wc.AcquireFresh(cc.m.ctx, x.up.EndpointIndex())
-		}
-		if err != nil {
-			x.up = nil
-			return cc.failBeforeResponse(x, err)
-		}
-		x.up.SetDeadline(start.Add(lv.requestTimeout))
-		err = x.sendHead(b, bodyRef)
-		if err == nil && x.bodyDone {
-			// The response head may already be there; a stale pooled
-			// connection shows itself now, as EOF or a reset.
-			err = x.readResponseHead()
-		}
-		if err != nil && attempt == 0 && x.retryable(err) {
-			x.up.Discard()
-			x.ur, x.uw = 0, 0
-			continue
-		}
-		break
+	err = x.tryUntilResponse(lv, rt, b, bodyRef)
+	if x.up != nil {
+		cc.upAddr = x.up.Endpoint()
 	}
+	cc.retries = x.retries
 	if err == nil && !x.bodyDone {
 		x.startPump()
 		err = x.readResponseHead()
@@ -118,6 +101,199 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	// and the per-endpoint counters; atomics only.
 	x.wc.ReportStatus(x.up.EndpointIndex(), int(cc.ex.resp.Status))
 	return x.forwardResponse(keep)
+}
+
+// tryUntilResponse sends the request (head b, then bodyRef) and, when its
+// body is complete, reads the response head; it sends it again where the
+// route's retry policy says so (or once on a stale pooled connection), to
+// another endpoint where there is one. On return, x.up is the connection
+// of the last try (nil if none connected) and, on success with
+// x.bodyDone, cc.ex.resp its response head. A try is repeated only while
+// the whole request is in b and bodyRef (x.bodyDone: nothing streams from
+// the client) and nothing of a response reached the client; a response
+// it repeats is read no further and its connection closed.
+func (x *exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []byte) error {
+	cc := x.cc
+	timeout := rt.timeout
+	if timeout == 0 {
+		timeout = lv.requestTimeout
+	}
+	deadline := x.start.Add(timeout)
+	pol := &rt.retry
+	left := 0
+	if x.bodyDone {
+		left = pol.num
+	}
+	key := cc.hashKey(&rt.hashOn, x.head)
+	prev, stale := -1, false
+	staleRetried := false
+	var err error
+	for attempt := 0; ; attempt++ {
+		switch {
+		case attempt == 0:
+			// A stale pooled connection is caught by the retry below,
+			// for a request that can be sent twice; any other takes a
+			// checked one.
+			x.up, err = x.wc.AcquireKey(cc.m.ctx, key, !(x.idempotent && x.bodyDone))
+		case stale:
+			x.up, err = x.wc.AcquireFresh(cc.m.ctx, prev)
+		default:
+			x.up, err = x.wc.AcquireRetry(cc.m.ctx, key, prev)
+		}
+		if err != nil {
+			x.up = nil
+			var ce *upstream.ConnectError
+			if left > 0 && pol.on&retryConnectFailure != 0 && errors.As(err, &ce) && time.Now().Before(deadline) {
+				// Nothing was sent: safe whatever the method.
+				left--
+				x.countRetry()
+				prev, stale = -1, false
+				continue
+			}
+			return err
+		}
+		tryDeadline := deadline
+		if pol.perTry > 0 {
+			tryDeadline = minTime(deadline, time.Now().Add(pol.perTry))
+		}
+		x.up.SetDeadline(tryDeadline)
+		err = x.sendHead(b, bodyRef)
+		if err == nil && x.bodyDone {
+			// The response head may already be there; a stale pooled
+			// connection shows itself now, as EOF or a reset.
+			err = x.readResponseHead()
+		}
+		prev, stale = x.up.EndpointIndex(), false
+		switch {
+		case err != nil && !staleRetried && attempt == 0 && x.retryable(err):
+			staleRetried, stale = true, true
+			x.retries++
+		case err != nil:
+			if left == 0 || x.interim || !x.mayResend(pol) || !retryOnError(pol.on, err) || !time.Now().Before(deadline) {
+				return err
+			}
+			// Hook (upstream resilience): the failed try counts for
+			// outlier detection.
+			x.wc.ReportStatus(prev, 0)
+			left--
+			x.countRetry()
+		case x.bodyDone && left > 0 && !x.interim && retryOnStatus(pol.on, int(cc.ex.resp.Status)) &&
+			x.mayResend(pol) && time.Now().Before(deadline):
+			// A response to repeat: never sent to the client, its
+			// connection closed rather than its body read.
+			x.wc.ReportStatus(prev, int(cc.ex.resp.Status))
+			left--
+			x.countRetry()
+		default:
+			if left < pol.num && x.bodyDone && err == nil && !retryOnStatus(pol.on, int(cc.ex.resp.Status)) {
+				x.wc.CountRetrySuccess()
+			}
+			if !x.bodyDone || err != nil || pol.perTry == 0 {
+				return err
+			}
+			// The body is read within the request deadline, no longer
+			// the try's.
+			x.up.SetDeadline(deadline)
+			return nil
+		}
+		x.up.Discard()
+		x.up = nil
+		x.ur, x.uw = 0, 0
+	}
+}
+
+func (x *exchange) countRetry() {
+	x.retries++
+	x.wc.CountRetry()
+}
+
+// mayResend: the request's bytes reached the upstream, which may have
+// acted on them; only an idempotent request is sent again, unless the
+// route says retry_non_idempotent.
+func (x *exchange) mayResend(pol *retryPolicy) bool {
+	return x.idempotent || pol.nonIdempotent
+}
+
+// retryOnError reports whether a try that failed after its request was
+// sent (no response head, a timeout, a malformed response) is retried.
+func retryOnError(on retryOn, err error) bool {
+	if errors.Is(err, errClientBody) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pe *http1.Error
+	switch {
+	case isTimeout(err):
+		// per_try_timeout (the request's own deadline is checked
+		// apart).
+		return on&(retryReset|retry5xx|retryGatewayError) != 0
+	case errors.As(err, &pe):
+		return on&retry5xx != 0
+	}
+	return on&(retryReset|retry5xx) != 0
+}
+
+// retryOnStatus reports whether a response with status is retried.
+func retryOnStatus(on retryOn, status int) bool {
+	switch {
+	case status < 500:
+		return false
+	case on&retry5xx != 0:
+		return true
+	}
+	return on&retryGatewayError != 0 && (status == 502 || status == 503 || status == 504)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// hashKey finds the request's hash_on key (upstream.HashKey; 0: the
+// request has none) without allocating.
+func (cc *clientConn) hashKey(h *hashSource, head []byte) uint64 {
+	req := &cc.ex.req
+	switch h.kind {
+	case hashSourceIP:
+		return upstream.HashKey(cc.clientIP)
+	case hashHeader:
+		for i := range req.NFields {
+			f := &req.Fields[i]
+			if http1.EqualFold(f.Name.Bytes(head), h.name) {
+				return upstream.HashKey(f.Value.Bytes(head))
+			}
+		}
+	case hashCookie:
+		for i := range req.NFields {
+			f := &req.Fields[i]
+			if !http1.EqualFold(f.Name.Bytes(head), "cookie") {
+				continue
+			}
+			if v, ok := cookieValue(f.Value.Bytes(head), h.name); ok {
+				return upstream.HashKey(v)
+			}
+		}
+	}
+	return 0
+}
+
+// cookieValue returns the value of cookie name in a Cookie header's value
+// ("a=1; session=xyz"), without allocating.
+func cookieValue(header []byte, name string) ([]byte, bool) {
+	for len(header) > 0 {
+		pair := header
+		if i := bytes.IndexByte(header, ';'); i >= 0 {
+			pair, header = header[:i], header[i+1:]
+		} else {
+			header = nil
+		}
+		pair = bytes.TrimLeft(pair, " \t")
+		if len(pair) > len(name) && pair[len(name)] == '=' && string(pair[:len(name)]) == name {
+			return bytes.TrimRight(pair[len(name)+1:], " \t"), true
+		}
+	}
+	return nil, false
 }
 
 // Methods as the response parser sees them: only HEAD changes a
@@ -447,6 +623,7 @@ func (x *exchange) readResponseHead() error {
 		interim := x.ub[x.ur : x.ur+resp.HeadLen]
 		x.ur += resp.HeadLen
 		if cc.ex.req.Minor > 0 {
+			x.interim = true
 			h := cc.appendResponseHead(cc.ex.wbuf[:0], interim, true, -1)
 			cc.ex.wbuf = h
 			if err := cc.write(h); err != nil {
@@ -531,7 +708,7 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 	keep := x.bodyDone && !cc.ex.req.Close && !cc.m.draining.Load()
 	b := appendSimpleResponse(cc.ex.wbuf[:0], status, body, !keep)
 	cc.ex.wbuf = b
-	cc.st.status(status)
+	cc.sent(status)
 	if cc.write(b) != nil {
 		return false
 	}

@@ -66,6 +66,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 		if req.Upgrade.Len() == 0 || !x.bodyDone {
 			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
 		}
+		cc.status = 101 // for the access log; not a counted class
 		// The tunnel gives the connection's state back to its pool:
 		// nothing of x may be touched after it.
 		x.tunnel()
@@ -114,7 +115,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	}
 	h := cc.appendResponseHead(ex.wbuf[:0], head, keep, bodyLen)
 	ex.wbuf = h
-	cc.st.status(status)
+	cc.sent(status)
 
 	upClean := !resp.Close
 	var err error

@@ -57,7 +57,8 @@ func (s *Snapshot) Config() *config.Config { return s.cfg }
 type listenerSnap struct {
 	name           string
 	protocol       string
-	cluster        string // tcp
+	cluster        string     // tcp
+	tcpHashOn      hashSource // tcp: its cluster's hash_on (only source_ip applies)
 	routes         []*route
 	idleTimeout    time.Duration
 	requestTimeout time.Duration
@@ -80,7 +81,46 @@ type route struct {
 	prefix  bool
 	cluster string
 	direct  *directResponse
+
+	// For a cluster: the route's timeout (0: the listener's
+	// request_timeout), its retry policy, and what its cluster hashes.
+	timeout time.Duration
+	retry   retryPolicy
+	hashOn  hashSource
 }
+
+// retryPolicy is a route's retry_on, compiled.
+type retryPolicy struct {
+	on            retryOn
+	num           int           // retries of one request at most
+	perTry        time.Duration // 0: no bound per try
+	nonIdempotent bool          // retry_non_idempotent
+}
+
+type retryOn uint8
+
+const (
+	retryConnectFailure retryOn = 1 << iota
+	retryReset
+	retry5xx
+	retryGatewayError
+)
+
+// hashSource is a cluster's hash_on, compiled: where the data path finds
+// a request's key.
+type hashSource struct {
+	kind hashKind
+	name string // header name (matched without case) or cookie name
+}
+
+type hashKind uint8
+
+const (
+	hashNone hashKind = iota
+	hashHeader
+	hashCookie
+	hashSourceIP
+)
 
 // directResponse is a direct_response with placeholders already replaced
 // and its headers prebuilt.
@@ -177,7 +217,15 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 			return nil, fmt.Errorf("protocol %q takes no routes (routes are for %q listeners)", l.Protocol, config.ProtocolHTTP)
 		}
 		ls.cluster = l.Cluster
+		if cs := s.cfg.Cluster(l.Cluster); cs != nil {
+			ls.tcpHashOn = compileHashOn(cs.HashOn)
+		}
 	case config.ProtocolHTTP:
+		for j := range l.AccessLog {
+			if err := checkAccessLog(&l.AccessLog[j]); err != nil {
+				return nil, fmt.Errorf("access_log %d: %w", j, err)
+			}
+		}
 		for j := range l.Routes {
 			r, err := s.compileRoute(j, &l.Routes[j], rep)
 			if err != nil {
@@ -226,6 +274,11 @@ func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) 
 			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", rs.Cluster, rs.Cluster)
 		}
 		r.cluster = rs.Cluster
+		r.timeout = rs.Timeout.D()
+		r.retry = compileRetry(rs)
+		if cs := s.cfg.Cluster(rs.Cluster); cs != nil {
+			r.hashOn = compileHashOn(cs.HashOn)
+		}
 	case rs.DirectResponse != nil:
 		d := rs.DirectResponse
 		if d.Status < 200 || d.Status > 599 {
@@ -298,4 +351,38 @@ func stripPort(host string) string {
 		host = host[:len(host)-1]
 	}
 	return host
+}
+
+// compileRetry turns a validated route's retry keys into its policy.
+func compileRetry(rs *config.Route) retryPolicy {
+	p := retryPolicy{num: rs.NumRetries, perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
+	for _, c := range rs.RetryOn {
+		switch c {
+		case config.RetryConnectFailure:
+			p.on |= retryConnectFailure
+		case config.RetryReset:
+			p.on |= retryReset
+		case config.Retry5xx:
+			p.on |= retry5xx
+		case config.RetryGatewayError:
+			p.on |= retryGatewayError
+		}
+	}
+	if p.on == 0 {
+		p.num = 0
+	}
+	return p
+}
+
+// compileHashOn turns a validated hash_on into where the key is found.
+func compileHashOn(h string) hashSource {
+	switch {
+	case h == config.HashOnSourceIP:
+		return hashSource{kind: hashSourceIP}
+	case strings.HasPrefix(h, config.HashOnHeaderPrefix):
+		return hashSource{kind: hashHeader, name: strings.ToLower(h[len(config.HashOnHeaderPrefix):])}
+	case strings.HasPrefix(h, config.HashOnCookiePrefix):
+		return hashSource{kind: hashCookie, name: h[len(config.HashOnCookiePrefix):]}
+	}
+	return hashSource{}
 }

@@ -26,6 +26,10 @@ const (
 // no other downstream_cx_* stat.
 const statCxOverflow = "downstream_cx_overflow"
 
+// statAccessLogDropped counts requests whose access-log line was dropped
+// because the log's queue was full (its writer is slower than traffic).
+const statAccessLogDropped = "access_log.dropped"
+
 // statRq are the response-class counters, by status/100 - 2.
 var statRq = [4]string{"downstream_rq_2xx", "downstream_rq_3xx", "downstream_rq_4xx", "downstream_rq_5xx"}
 
@@ -52,6 +56,7 @@ type listenerStats struct {
 	// (steer.go); nil without a program. A plain atomic add on shared
 	// memory: no syscall per connection.
 	steerActive *atomic.Uint64
+	logDropped  stats.CounterLane // statAccessLogDropped
 }
 
 func newListenerStats(st *stats.Store, listener string, worker int) *listenerStats {
@@ -69,6 +74,7 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 		workerCx:  st.Counter("worker." + strconv.Itoa(worker) + "." + statCxTotal).Lane(lane),
 	}
 	ls.cxOverflow = st.Counter(p + statCxOverflow).Lane(lane)
+	ls.logDropped = st.Counter(p + statAccessLogDropped).Lane(lane)
 	for i, n := range statRq {
 		ls.rq[i] = st.Counter(p + n).Lane(lane)
 	}

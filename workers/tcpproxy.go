@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/stats"
+	"github.com/hotproxy/hotproxy/upstream"
 )
 
 // bufSize is the copy buffer of a TCP session direction and of the HTTP
@@ -113,7 +114,16 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 	if lv == nil || lv.tcp == nil {
 		return
 	}
-	up, endpoint, done, err := lv.tcp.DialTCP(m.ctx)
+	var key uint64
+	if lv.tcpHashOn.kind == hashSourceIP {
+		// A TCP connection has no header or cookie: a ring_hash or
+		// maglev cluster keyed otherwise picks at random.
+		if ta, ok := s.client.RemoteAddr().(*net.TCPAddr); ok {
+			var ip [46]byte
+			key = upstream.HashKey(ta.AddrPort().Addr().Unmap().AppendTo(ip[:0]))
+		}
+	}
+	up, endpoint, done, err := lv.tcp.DialTCPKey(m.ctx, key)
 	if err != nil {
 		// Nothing to say in L4 but closing.
 		if m.log.IsDebug() {

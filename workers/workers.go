@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/steering"
@@ -132,6 +133,9 @@ type mlistener struct {
 	steerErr        error
 	steerUnloadable bool   // steerErr is the kernel refusing the program itself
 	protection      string // what protects a closing socket's queue, as logged
+	// accessLogs are the listener's access logs, opened by New and
+	// closed by Close, after the last request (accesslog.go).
+	accessLogs []*accesslog.Logger
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -223,9 +227,10 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		l := &cfg.Listeners[i]
 		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol, balance: l.Balance}
 		m.listeners = append(m.listeners, ml)
-		var err error
-		switch l.Protocol {
-		case config.ProtocolHTTP, config.ProtocolTCP:
+		err := m.openAccessLogs(ml, l, snap.id.Epoch)
+		switch {
+		case err != nil:
+		case l.Protocol == config.ProtocolHTTP || l.Protocol == config.ProtocolTCP:
 			startSteering(ml, n, cfg.Server.ReusePortEnabled())
 			err = openListener(ml, n, cfg.Server.ReusePortEnabled(), inh)
 		default:
@@ -238,6 +243,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 				}
 				if ml.steer != nil {
 					ml.steer.Close()
+				}
+				for _, al := range ml.accessLogs {
+					al.Close()
 				}
 			}
 			closeInherited()
@@ -644,6 +652,12 @@ func (m *Manager) Close() error {
 		for _, ml := range m.listeners {
 			if ml.steer != nil {
 				errs = append(errs, ml.steer.Close())
+			}
+		}
+		// Last: the queued lines of every request served are written.
+		for _, ml := range m.listeners {
+			for _, al := range ml.accessLogs {
+				errs = append(errs, al.Close())
 			}
 		}
 		m.closeErr = errors.Join(errs...)

@@ -43,6 +43,8 @@ type Route struct {
 	Cluster            string
 	Status             int
 	Body               string
+	// Extra is raw TOML lines of the route's table ("retry_on = [...]").
+	Extra string
 }
 
 // Cluster is one [[clusters]] table.
@@ -113,6 +115,10 @@ func (c Config) TOML() string {
 			}
 			if r.Status != 0 {
 				fmt.Fprintf(&b, "  direct_response = { status = %d, body = %s }\n", r.Status, q(r.Body))
+			}
+			if r.Extra != "" {
+				b.WriteString(r.Extra)
+				b.WriteString("\n")
 			}
 		}
 	}

@@ -1,0 +1,112 @@
+package workers
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/accesslog"
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// Access logging on the request path: a connection of a listener with
+// access logs has one record of its own (allocated with the connection,
+// never per request), filled while the request is handled and copied into
+// each log's queue when it is done. Formatting and writing happen on the
+// log's writer goroutine (internal/accesslog).
+
+// sent counts a response status and keeps it for the access log.
+func (cc *clientConn) sent(status int) {
+	cc.st.status(status)
+	cc.status = status
+}
+
+// beginRecord copies what the request's head says into the record, while
+// the head is still in rbuf.
+func (cc *clientConn) beginRecord(head []byte, start time.Time) {
+	req := &cc.ex.req
+	r := cc.rec
+	*r = accesslog.Record{Start: start, Minor: req.Minor}
+	r.SetMethod(req.Method.Bytes(head))
+	r.SetPath(req.Target.Bytes(head))
+	r.SetClientIP(cc.clientIP)
+	switch req.Framing {
+	case http1.FramingLength:
+		r.BytesReceived = req.ContentLength
+	case http1.FramingChunked:
+		r.BytesReceived = -1
+	}
+	r.BytesSent = cc.sentBytes // subtracted at the end
+	cc.status, cc.upAddr, cc.retries = 0, "", 0
+}
+
+// finishRecord completes the record and hands it to every log of the
+// listener; a full queue drops it, counted, without waiting.
+func (cc *clientConn) finishRecord(rt *route, start time.Time) {
+	r := cc.rec
+	r.Duration = time.Since(start)
+	r.Status = uint16(cc.status)
+	r.BytesSent = cc.sentBytes - r.BytesSent
+	r.Retries = uint8(min(cc.retries, 255))
+	r.Upstream = cc.upAddr
+	if rt != nil {
+		r.Cluster = rt.cluster
+	}
+	for _, l := range cc.logs {
+		if !l.Enqueue(r) {
+			cc.st.logDropped.Inc()
+		}
+	}
+}
+
+// openAccessLogs opens listener l's access logs (each with its writer
+// goroutine). Every generation opens the same files: see accesslog's
+// package comment for why their lines neither mix nor go missing.
+func (m *Manager) openAccessLogs(ml *mlistener, l *config.Listener, epoch int) error {
+	for _, spec := range l.AccessLog {
+		al, err := accesslog.New(accesslog.Options{
+			Path:      spec.Path,
+			Format:    spec.Format,
+			QueueSize: spec.QueueSize,
+			Listener:  l.Name,
+			Epoch:     epoch,
+			Logger:    m.log.Named("accesslog"),
+		})
+		if err != nil {
+			return fmt.Errorf("listener %q: %w", l.Name, err)
+		}
+		ml.accessLogs = append(ml.accessLogs, al)
+	}
+	return nil
+}
+
+// ReopenAccessLogs asks every access log to open its file again, after
+// logrotate moved it (SIGUSR1), without waiting: a writer stuck on a slow
+// disk must not hold up the main goroutine. Lines queued before go to the
+// old file. A log that cannot be reopened keeps writing to its old file,
+// and its writer logs why.
+func (m *Manager) ReopenAccessLogs() {
+	for _, ml := range m.listeners {
+		for _, al := range ml.accessLogs {
+			al.Reopen()
+		}
+	}
+}
+
+// checkAccessLog is the fail-fast check of an access log, when the
+// snapshot is built (and by hotproxy validate), before any socket is
+// touched: its directory must exist. The file itself is opened by New,
+// which creates it.
+func checkAccessLog(spec *config.AccessLog) error {
+	dir := filepath.Dir(spec.Path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("path %q: directory: %w (create it first)", spec.Path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("path %q: %q is not a directory", spec.Path, dir)
+	}
+	return nil
+}
