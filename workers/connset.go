@@ -1,0 +1,93 @@
+package workers
+
+import (
+	"io"
+	"sync"
+	"time"
+)
+
+// connSet is a worker's client connections (HTTP, upgraded HTTP, TCP
+// sessions), so that a drain can wait for them, close the idle ones and
+// close the rest at its deadline. Touched once when a connection starts and
+// once when it ends, by that worker's connections only: never per request.
+type connSet struct {
+	mu     sync.Mutex // guards m and killed
+	m      map[io.Closer]struct{}
+	killed bool
+}
+
+// add registers c; false means the set was killed and c must be closed.
+func (s *connSet) add(c io.Closer) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killed {
+		return false
+	}
+	if s.m == nil {
+		s.m = make(map[io.Closer]struct{})
+	}
+	s.m[c] = struct{}{}
+	return true
+}
+
+func (s *connSet) remove(c io.Closer) {
+	s.mu.Lock()
+	delete(s.m, c)
+	s.mu.Unlock()
+}
+
+func (s *connSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// closeIdle closes the HTTP connections idle between requests for at least
+// grace and returns how many connections remain.
+func (s *connSet) closeIdle(now int64, grace time.Duration) int {
+	var idle []*clientConn
+	s.mu.Lock()
+	for c := range s.m {
+		if tc, ok := c.(*clientConn); ok && tc.idleFor(now) >= grace {
+			idle = append(idle, tc)
+		}
+	}
+	left := len(s.m) - len(idle)
+	s.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+	return left
+}
+
+// closeHTTP closes every HTTP connection in the set, busy or not, and
+// returns how many.
+func (s *connSet) closeHTTP() int {
+	var cs []*clientConn
+	s.mu.Lock()
+	for c := range s.m {
+		if tc, ok := c.(*clientConn); ok {
+			cs = append(cs, tc)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return len(cs)
+}
+
+// killAll closes every connection in the set, and any added later.
+func (s *connSet) killAll() int {
+	s.mu.Lock()
+	s.killed = true
+	cs := make([]io.Closer, 0, len(s.m))
+	for c := range s.m {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return len(cs)
+}

@@ -1,0 +1,215 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// acceptStopped reports whether accepting has stopped.
+func (m *Manager) acceptStopped() bool {
+	select {
+	case <-m.stopAccept:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopAccepting stops every accept loop and then closes this generation's
+// descriptors of the listening sockets, once. With emptyQueues, each accept
+// loop first takes what is still queued on its socket (for at most
+// queueDrainMax): a socket that no successor holds — the last generation,
+// or a listener the successor dropped — resets its queue when it closes.
+// Where a successor holds the socket it accepts from the same queue, and
+// whatever this generation leaves is the successor's.
+func (m *Manager) stopAccepting(emptyQueues bool) {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return
+	}
+	m.stopped = true
+	if emptyQueues {
+		m.emptyQueuesUntil.Store(monotime() + int64(queueDrainMax))
+	}
+	close(m.stopAccept)
+	m.mu.Unlock()
+	// A deadline in the past wakes every accept loop without touching
+	// the socket itself.
+	now := time.Now()
+	for _, ml := range m.listeners {
+		for _, s := range ml.sockets {
+			s.ln.SetDeadline(now)
+		}
+	}
+	m.acceptWG.Wait()
+	for _, ml := range m.listeners {
+		for _, s := range ml.sockets {
+			s.close()
+		}
+	}
+}
+
+// forceDrain makes a running or future drain close whatever is left.
+func (m *Manager) forceDrain(cause error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.forceErr != nil {
+		return
+	}
+	m.forceErr = cause
+	close(m.force)
+	m.cancel()
+}
+
+// queueDrainMax bounds how long a stopped accept loop keeps taking queued
+// connections, so that a generation racing its successor on a busy shared
+// queue stops at some point.
+const queueDrainMax = time.Second
+
+// DrainOptions say how a generation drains. The zero value is the default.
+type DrainOptions struct {
+	// HTTPTimeout closes HTTP connections (upgraded ones included) still
+	// open this long after the drain began; zero leaves them to ctx.
+	// TCP-proxy connections run until ctx ends.
+	HTTPTimeout time.Duration
+}
+
+// drainIdleGrace: during a drain, a keep-alive connection idle this long
+// is closed. Its client is not sending; a client that is sending gets
+// "Connection: close" on its next response instead, and so never has a
+// connection closed under a request it is about to send.
+const drainIdleGrace = time.Second
+
+// drainPoll is how often a drain looks at what is left.
+const drainPoll = 20 * time.Millisecond
+
+// Drain stops accepting on every listener, makes HTTP responses carry
+// "Connection: close", closes keep-alive connections once idle for
+// drainIdleGrace, and waits for in-flight HTTP requests and TCP
+// connections to finish. Connections already accepted by the kernel are
+// served, never reset. When ctx ends, whatever is left is closed. Drain is
+// idempotent and safe to call concurrently: every call waits for the one
+// drain (the first call's options apply); the first ctx to end forces it.
+// It returns nil when everything finished by itself.
+func (m *Manager) Drain(ctx context.Context, opts DrainOptions) error {
+	m.drainOnce.Do(func() { go m.drain(opts) })
+	select {
+	case <-m.drainDone:
+	case <-ctx.Done():
+		m.forceDrain(context.Cause(ctx))
+		<-m.drainDone
+	}
+	return m.drainErr
+}
+
+func (m *Manager) drain(opts DrainOptions) {
+	defer close(m.drainDone)
+	m.draining.Store(true)
+	m.stopAccepting(m.queueEmptying)
+
+	var httpDeadline <-chan time.Time
+	if opts.HTTPTimeout > 0 {
+		t := time.NewTimer(opts.HTTPTimeout)
+		defer t.Stop()
+		httpDeadline = t.C
+	}
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	cut := 0
+	for done := false; !done; {
+		left, now := 0, monotime()
+		for _, wk := range m.workers {
+			left += wk.conns.closeIdle(now, drainIdleGrace)
+		}
+		if left == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-httpDeadline:
+			httpDeadline = nil
+			for _, wk := range m.workers {
+				cut += wk.conns.closeHTTP()
+			}
+		case <-m.force:
+			for _, wk := range m.workers {
+				cut += wk.conns.killAll()
+			}
+			done = true
+		}
+	}
+	m.connWG.Wait()
+	m.mu.Lock()
+	snap, cause := m.snap, m.forceErr
+	m.mu.Unlock()
+	if snap != nil {
+		snap.closeIdle()
+	}
+	if cut > 0 {
+		if cause == nil {
+			cause = fmt.Errorf("HTTP connections still open %v after the drain began", opts.HTTPTimeout)
+		}
+		m.drainErr = fmt.Errorf("workers: drain cut short: %d connections closed: %w", cut, cause)
+	}
+	m.log.Debug("drained", "closed_at_deadline", cut)
+}
+
+var errClosed = errors.New("workers: manager closed")
+
+// Close closes every socket and connection at once.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		m.forceDrain(errClosed)
+		m.stopAccepting(false)
+		var errs []error
+		for _, ml := range m.listeners {
+			for _, s := range ml.sockets {
+				if err := s.close(); err != nil && !errors.Is(err, net.ErrClosed) {
+					errs = append(errs, fmt.Errorf("listener %q: %w", ml.name, err))
+				}
+			}
+		}
+		for _, wk := range m.workers {
+			wk.conns.killAll()
+		}
+		m.acceptWG.Wait()
+		m.budget.close() // no accept loop uses the spare any more
+		m.connWG.Wait()
+		m.mu.Lock()
+		unused, snap := m.unused, m.snap
+		m.unused = nil
+		m.mu.Unlock()
+		for _, f := range unused {
+			if f != nil {
+				f.Close()
+			}
+		}
+		if snap != nil {
+			snap.closeIdle()
+		}
+		m.mu.Lock()
+		started := m.started
+		m.mu.Unlock()
+		close(m.stopMigrations)
+		if started {
+			<-m.migrationsDone
+		}
+		for _, ml := range m.listeners {
+			if ml.steer != nil {
+				errs = append(errs, ml.steer.Close())
+			}
+		}
+		// Last: the queued lines of every request served are written.
+		for _, ml := range m.listeners {
+			for _, al := range ml.accessLogs {
+				errs = append(errs, al.Close())
+			}
+		}
+		m.closeErr = errors.Join(errs...)
+	})
+	return m.closeErr
+}

@@ -1,0 +1,76 @@
+package workers
+
+import "github.com/hotproxy/hotproxy/upstream"
+
+// Publish hands a new snapshot to every worker (RCU): new connections and
+// requests use it, those in flight keep theirs. The previous snapshot's
+// idle upstream connections are closed. A snapshot built for fewer
+// workers than the Manager has is refused (logged).
+//
+// Listener sockets and the HTTP connection settings (header, idle and
+// write timeouts, header size) are fixed by New; a listener missing from snap,
+// or with another protocol, answers 404 (http) or closes connections
+// (tcp) until a snapshot has it again.
+func (m *Manager) Publish(snap *Snapshot) {
+	if snap == nil {
+		return
+	}
+	if snap.Workers() < m.n {
+		m.log.Error("snapshot refused: built for fewer workers", "snapshot_workers", snap.Workers(), "workers", m.n)
+		return
+	}
+	for _, c := range snap.clusters {
+		c.SetMembership(m.stats)
+	}
+	for w, wk := range m.workers {
+		for name, wc := range snap.views[w] {
+			if wc.Stats() == nil {
+				wc.BindStats(upstream.NewStats(m.stats, name, w+1))
+			}
+		}
+		wk.view.Store(m.buildView(snap, w))
+	}
+	m.mu.Lock()
+	old := m.snap
+	m.snap = snap
+	m.mu.Unlock()
+	if old != nil && old != snap {
+		old.closeIdle()
+	}
+}
+
+func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
+	v := &workerView{snap: snap, listeners: make([]*listenerView, len(m.listeners))}
+	for i, ml := range m.listeners {
+		ls := snap.listeners[ml.name]
+		if ls == nil || ls.protocol != ml.protocol {
+			if w == 0 {
+				m.log.Warn("listener not in the published snapshot; it serves nothing", "listener", ml.name)
+			}
+			continue
+		}
+		lv := &listenerView{listenerSnap: ls}
+		if ls.cluster != "" {
+			lv.tcp = snap.views[w][ls.cluster]
+		}
+		if len(ls.routes) > 0 {
+			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))
+			for j, r := range ls.routes {
+				if r.cluster != "" {
+					lv.clusters[j] = snap.views[w][r.cluster]
+				}
+			}
+		}
+		v.listeners[i] = lv
+	}
+	return v
+}
+
+// closeIdle closes the idle pooled upstream connections of every worker.
+func (s *Snapshot) closeIdle() {
+	for _, v := range s.views {
+		for _, wc := range v {
+			wc.CloseIdle()
+		}
+	}
+}
