@@ -34,6 +34,14 @@ func (m *Manager) stopAccepting(emptyQueues bool) {
 	m.stopped = true
 	if emptyQueues {
 		m.emptyQueuesUntil.Store(monotime() + int64(queueDrainMax))
+		// Where this generation's program still steers a group (it
+		// stops for good, or a successor dropped the listener), nothing
+		// new may enter the queues being emptied.
+		for _, ml := range m.listeners {
+			if ml.steer != nil {
+				ml.steer.RefuseNew()
+			}
+		}
 	}
 	close(m.stopAccept)
 	m.mu.Unlock()

@@ -26,6 +26,7 @@ const (
 	wordLive     = 0 // sockets in the socket array, indexes 0..live-1
 	wordMode     = 1 // Mode
 	wordMigrated = 2 // connections the program moved off a closing socket
+	wordRefuse   = 3 // non-zero: new connections are dropped (RefuseNew)
 	wordActive   = 4 // first of MaxSockets active-connection counts, by index
 	stateWords   = wordActive + MaxSockets
 )
@@ -36,7 +37,10 @@ const (
 	ctxMigratingSk = 48 // struct bpf_sock *migrating_sk: set when migrating
 )
 
-const skPass = 1 // SK_PASS
+const (
+	skDrop = 0 // SK_DROP
+	skPass = 1 // SK_PASS
+)
 
 // Group is one listener's steering: the program, its socket array and its
 // state map. Close releases this process's descriptors of them; the
@@ -133,6 +137,7 @@ func explain(what string, err error) error {
 // program is the SK_REUSEPORT program. In C it would read:
 //
 //	state = lookup(&hp_state, 0); if (!state || !state->live) return SK_PASS;
+//	if (state->refuse && !ctx->migrating_sk) return SK_DROP;
 //	live = min(state->live, MaxSockets); start = ctx->hash % live;
 //	if (state->mode == Hash) idx = start;
 //	else idx = the i in start, start+1, ... (mod live) with the smallest
@@ -165,7 +170,16 @@ func program(stateFD, socketsFD int) asm.Instructions {
 		asm.Mov.Reg(asm.R7, asm.R0), // state
 		asm.LoadMem(asm.R9, asm.R7, wordLive*8, asm.DWord),
 		asm.JEq.Imm(asm.R9, 0, "pass"),
-		asm.JLE.Imm(asm.R9, MaxSockets, "clamped"),
+		// RefuseNew: a new connection is dropped (the kernel answers its
+		// SYN with a reset: refused at once, never queued and then
+		// reset); a migration still goes to a live socket.
+		asm.LoadMem(asm.R1, asm.R7, wordRefuse*8, asm.DWord),
+		asm.JEq.Imm(asm.R1, 0, "open"),
+		asm.LoadMem(asm.R1, asm.R6, ctxMigratingSk, asm.DWord),
+		asm.JNE.Imm(asm.R1, 0, "open"),
+		asm.Mov.Imm(asm.R0, skDrop),
+		asm.Return(),
+		asm.JLE.Imm(asm.R9, MaxSockets, "clamped").WithSymbol("open"),
 		asm.Mov.Imm(asm.R9, MaxSockets),
 		asm.LoadMem(asm.R8, asm.R6, ctxHash, asm.Word).WithSymbol("clamped"),
 		asm.Mod.Reg(asm.R8, asm.R9), // start
@@ -296,6 +310,14 @@ func (g *Group) Migrated() uint64 {
 	}
 	return atomic.LoadUint64(&g.words[wordMigrated])
 }
+
+// RefuseNew makes the program drop every new connection from now on (the
+// client is refused at once), while it still migrates queued ones: a
+// generation that stops for good calls it before it empties its queues,
+// so that nothing enters a queue after the last accept, to be reset by
+// the close. A group whose sockets were handed over (Release) steers
+// nothing, so this does not touch a successor.
+func (g *Group) RefuseNew() { atomic.StoreUint64(&g.words[wordRefuse], 1) }
 
 // Mode is the group's mode.
 func (g *Group) Mode() Mode { return g.mode }

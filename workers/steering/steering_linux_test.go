@@ -299,3 +299,45 @@ func TestCapBPFIsEnough(t *testing.T) {
 		}
 	}
 }
+
+// TestRefuseNewQueuesNothing: once RefuseNew is called, a new connection
+// is refused at once and never enters the queue, so the close that
+// follows has nothing to reset. Before it, a connection is queued as
+// usual.
+func TestRefuseNewQueuesNothing(t *testing.T) {
+	requireSteering(t)
+	ln := listenReusePort(t, "127.0.0.1:0")
+	addr := ln.Addr().String()
+	g, err := New(LeastConn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	if err := g.Attach([]syscall.Conn{ln}); err != nil {
+		t.Fatal(err)
+	}
+	dial(t, addr) // steered and queued: the program lets connections in
+	g.RefuseNew()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err == nil {
+		c.Close()
+		t.Fatal("a connection completed its handshake after RefuseNew")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial after RefuseNew: %v, want connection refused", err)
+	}
+	// Exactly the one connection from before RefuseNew is queued.
+	queued := 0
+	for {
+		ln.SetDeadline(time.Now().Add(100 * time.Millisecond))
+		c, err := ln.Accept()
+		if err != nil {
+			break
+		}
+		queued++
+		c.Close()
+	}
+	if queued != 1 {
+		t.Fatalf("%d connections queued, want the 1 from before RefuseNew", queued)
+	}
+}

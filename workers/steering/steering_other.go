@@ -31,3 +31,6 @@ func (*Group) Mode() Mode { return LeastConn }
 
 // Release: nothing to release here.
 func (*Group) Release() error { return nil }
+
+// RefuseNew does nothing here: there is no program.
+func (*Group) RefuseNew() {}
