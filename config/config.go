@@ -367,6 +367,11 @@ type Route struct {
 	// reached an upstream (which may have acted on it); a connect
 	// failure is retried whatever the method.
 	RetryNonIdempotent bool `toml:"retry_non_idempotent,omitzero" json:"retry_non_idempotent,omitempty"`
+	// Connect lets CONNECT requests whose target host matches Host open
+	// a tunnel through this route: the proxy answers 200 and relays the
+	// bytes both ways to an endpoint of Cluster (path and prefix do not
+	// apply to them). Without it CONNECT is refused with 405.
+	Connect bool `toml:"connect,omitzero" json:"connect,omitempty"`
 }
 
 // DirectResponse is answered by the proxy itself. Body may contain

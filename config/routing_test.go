@@ -18,6 +18,8 @@ func TestRoutingKeysRefused(t *testing.T) {
 			[]string{`routes[0].num_retries: 2: does nothing without retry_on`}},
 		{"per_try_timeout past timeout", httpWith(`{ prefix = "/", cluster = "c", retry_on = ["reset"], timeout = "1s", per_try_timeout = "2s" }`),
 			[]string{`routes[0].per_try_timeout: "2s": longer than the route's timeout ("1s")`}},
+		{"connect on a direct response", httpWith(`{ prefix = "/", direct_response = { status = 200 }, connect = true }`),
+			[]string{`routes[0].connect: true needs cluster = "NAME"`}},
 		{"retry keys on a direct response", httpWith(`{ prefix = "/", direct_response = { status = 200 }, retry_on = ["5xx"] }`),
 			[]string{`routes[0]: timeout and retry keys apply to a route with a cluster`}},
 		{"hash_on missing", webOK + clusterC + "lb_policy = \"maglev\"\n",

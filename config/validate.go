@@ -306,6 +306,9 @@ func (v *validator) route(key string, r *Route) {
 			v.ps.add(key+".host", "%s: %s", quote(r.Host), msg)
 		}
 	}
+	if r.Connect && r.Cluster == "" {
+		v.ps.add(key+".connect", "true needs cluster = \"NAME\": a CONNECT tunnel goes to an endpoint of a cluster")
+	}
 	switch {
 	case r.Cluster == "" && r.DirectResponse == nil:
 		v.ps.add(key, "needs an action: cluster = \"NAME\" or direct_response = { status = 200, body = \"...\" }")

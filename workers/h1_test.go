@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,5 +457,62 @@ func TestHostAlwaysReachesTheUpstream(t *testing.T) {
 	}
 	if strings.Count(strings.ToLower(got), "\r\nhost:") != 2 {
 		t.Fatalf("a request carried Host twice:\n%s", got)
+	}
+}
+
+// CONNECT opens a tunnel only through a route with connect = true for the
+// target's host: 200, then the bytes both ways to the cluster; elsewhere
+// it is refused with 405 and nothing is dialed.
+func TestConnectTunnel(t *testing.T) {
+	var dialed atomic.Int64
+	echo := rawBackend(t, func(c net.Conn) {
+		dialed.Add(1)
+		io.Copy(c, c)
+	})
+	cfg := &config.Config{
+		Listeners: []config.Listener{httpListener("web",
+			config.Route{Host: "tunnel.example", Prefix: "/", Cluster: "echo", Connect: true},
+			config.Route{Prefix: "/", Cluster: "echo"})},
+		Clusters: []config.Cluster{cluster("echo", echo)},
+	}
+	m := startManager(t, cfg, 1)
+	a := addr(t, m, "web")
+
+	c, err := net.Dial("tcp", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	// The first tunnel bytes ride with the CONNECT itself.
+	io.WriteString(c, "CONNECT tunnel.example:443 HTTP/1.1\r\nHost: tunnel.example:443\r\n\r\nping")
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200 ") {
+		t.Fatalf("CONNECT answered %q, %v", line, err)
+	}
+	if blank, _ := br.ReadString('\n'); blank != "\r\n" {
+		t.Fatalf("the 200 has a head %q", blank)
+	}
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(br, buf[:4]); err != nil || string(buf[:4]) != "ping" {
+		t.Fatalf("echo through the tunnel: %q, %v", buf[:4], err)
+	}
+	io.WriteString(c, "pong")
+	if _, err := io.ReadFull(br, buf[:4]); err != nil || string(buf[:4]) != "pong" {
+		t.Fatalf("second echo: %q, %v", buf[:4], err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+		t.Fatalf("after a half-close the tunnel sent %q, %v; want a clean EOF", rest, err)
+	}
+
+	before := dialed.Load()
+	resp, closed := exchangeRaw(t, a, "CONNECT other.example:443 HTTP/1.1\r\nHost: other.example:443\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 405 ") || !closed {
+		t.Fatalf("CONNECT to a host no route lets through: %q (closed %v), want 405", firstLine(resp), closed)
+	}
+	if dialed.Load() != before {
+		t.Fatal("a refused CONNECT dialed the cluster")
 	}
 }

@@ -30,15 +30,21 @@ func (cc *clientConn) handle() bool {
 	keep := !req.Close && !cc.m.draining.Load()
 	lv := cc.wk.view.Load().listeners[cc.li]
 	var rt *route
-	if lv != nil {
+	switch {
+	case lv == nil:
+	case req.Connect:
+		// Only a route that says connect = true opens a tunnel: a
+		// route meant for requests never does.
+		rt = lv.matchConnect(bytesString(req.Target.Bytes(buf)))
+	default:
 		ex.path = http1.CleanPath(ex.path[:0], req.Target.Bytes(buf))
 		rt = lv.match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path))
 	}
 	switch {
+	case req.Connect && rt == nil:
+		keep = cc.answer(http.StatusMethodNotAllowed, "CONNECT is not allowed here (no route with connect = true for this host)", false)
 	case req.Connect:
-		// No route proxies CONNECT: refusing it here keeps a tunnel
-		// from being opened by a route meant for requests.
-		keep = cc.answer(http.StatusMethodNotAllowed, "CONNECT is not supported", false)
+		keep = cc.connectTunnel(lv, rt)
 	case rt == nil:
 		keep = cc.answer(http.StatusNotFound, noRouteBody, keep)
 	case rt.direct != nil:
@@ -106,6 +112,40 @@ func (cc *clientConn) answerDirect(d *directResponse, keep bool) bool {
 		cc.lingerClose() // the body is unread: let the client read the answer
 	}
 	return keep
+}
+
+// connectTunnel answers a CONNECT with 200 and relays the bytes both ways
+// to an endpoint of the route's cluster, a new connection (never one of
+// the HTTP pool). The client connection ends with the tunnel.
+func (cc *clientConn) connectTunnel(lv *listenerView, rt *route) bool {
+	req := &cc.ex.req
+	cc.r += req.HeadLen
+	up, _, done, err := lv.clusters[rt.index].DialTCP(cc.m.ctx)
+	if err != nil {
+		status, body := classify(err)
+		return cc.answer(status, body, false)
+	}
+	defer done()
+	defer up.Close()
+	upTCP, ok := unwrapTCP(up)
+	if !ok {
+		return cc.answer(http.StatusBadGateway, "upstream error", false)
+	}
+	b := append(cc.ex.wbuf[:0], "HTTP/1.1 200 Connection Established\r\n\r\n"...)
+	cc.ex.wbuf = b
+	cc.st.status(http.StatusOK)
+	if cc.write(b) != nil {
+		return false
+	}
+	if cc.r < cc.w {
+		// Bytes the client sent right behind its CONNECT.
+		if _, err := upTCP.Write(cc.rbuf[cc.r:cc.w]); err != nil {
+			return false
+		}
+		cc.r = cc.w
+	}
+	cc.relay(upTCP)
+	return false
 }
 
 // appendConnection says whether the connection stays open, where the

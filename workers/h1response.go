@@ -327,25 +327,35 @@ func (x *exchange) tunnel() {
 		return
 	}
 	up := x.up
+	// x lives in the state released by relay: only locals from now on.
+	putBuf(x.ub)
+	x.ub = nil
+	cc.relay(up.TCPConn)
+	up.Discard()
+}
+
+// relay copies bytes both ways between the client and up (a tunnel: an
+// upgrade or a CONNECT) until both directions have ended or the drain
+// closes the client connection, half-closing each side as the other ends.
+// Between two TCP sockets the copies are splice(2). The connection's
+// buffers and state go back to their pools first: a tunnel can live for
+// hours. The caller closes up.
+func (cc *clientConn) relay(up *net.TCPConn) {
 	cc.c.SetDeadline(time.Time{})
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 	up.SetDeadline(time.Time{})
-	// x lives in the state released here: only locals from now on.
-	putBuf(x.ub)
-	x.ub = nil
 	cc.releaseState()
 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(up.TCPConn, cc.c)
+		n, _ := io.Copy(up, cc.c)
 		cc.st.rxBytes.Add(uint64(n))
 		up.CloseWrite()
 	}()
-	n, _ := io.Copy(cc.c, up.TCPConn)
+	n, _ := io.Copy(cc.c, up)
 	cc.st.txBytes.Add(uint64(n))
 	cc.c.CloseWrite()
 	wg.Wait()
-	up.Discard()
 }

@@ -81,6 +81,7 @@ type route struct {
 	prefix  bool
 	cluster string
 	direct  *directResponse
+	connect bool // CONNECT requests may tunnel through it
 
 	// For a cluster: the route's timeout (0: the listener's
 	// request_timeout), its retry policy, and what its cluster hashes.
@@ -274,6 +275,7 @@ func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) 
 			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", rs.Cluster, rs.Cluster)
 		}
 		r.cluster = rs.Cluster
+		r.connect = rs.Connect
 		r.timeout = rs.Timeout.D()
 		r.retry = compileRetry(rs)
 		if cs := s.cfg.Cluster(rs.Cluster); cs != nil {
@@ -321,6 +323,18 @@ func (ls *listenerSnap) match(host, path string) *route {
 	return nil
 }
 
+// matchConnect returns the first route that lets CONNECT through to host
+// (the target's host), or nil. Paths do not apply to CONNECT.
+func (ls *listenerSnap) matchConnect(host string) *route {
+	host = stripPort(host)
+	for _, r := range ls.routes {
+		if r.connect && r.matchesHost(host) {
+			return r
+		}
+	}
+	return nil
+}
+
 func (r *route) matches(host, path string) bool {
 	if r.prefix {
 		if !strings.HasPrefix(path, r.path) {
@@ -329,6 +343,10 @@ func (r *route) matches(host, path string) bool {
 	} else if path != r.path {
 		return false
 	}
+	return r.matchesHost(host)
+}
+
+func (r *route) matchesHost(host string) bool {
 	switch r.hostKin {
 	case hostExact:
 		return strings.EqualFold(host, r.host)
