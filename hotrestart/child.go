@@ -56,15 +56,15 @@ func (c *conn) expect(want MessageType) (*Message, error) {
 		return nil, err
 	}
 	if m.Type == MsgError {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, fmt.Errorf("%w: %s", ErrRefused, m.Error)
 	}
 	if m.Type != want {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, fmt.Errorf("expected %s, got %s", want, m.Type)
 	}
 	if len(files) > 0 {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, fmt.Errorf("%s message carried unexpected fds", m.Type)
 	}
 	return m, nil
@@ -83,18 +83,18 @@ func (ch *Child) Sockets() ([]Socket, []*os.File, error) {
 	for {
 		m, fs, err := ch.c.recv(0)
 		if err != nil {
-			closeFiles(files)
+			CloseFiles(files)
 			return nil, nil, err
 		}
 		switch m.Type {
 		case MsgError:
-			closeFiles(fs)
-			closeFiles(files)
+			CloseFiles(fs)
+			CloseFiles(files)
 			return nil, nil, fmt.Errorf("%w: %s", ErrRefused, m.Error)
 		case MsgSockets:
 		default:
-			closeFiles(fs)
-			closeFiles(files)
+			CloseFiles(fs)
+			CloseFiles(files)
 			return nil, nil, fmt.Errorf("expected sockets, got %s", m.Type)
 		}
 		sockets = append(sockets, m.Sockets...)
@@ -144,7 +144,7 @@ func (ch *Child) AwaitRelease() error {
 	defer ch.c.uc.Close()
 	for {
 		m, files, err := ch.c.recv(time.Hour)
-		closeFiles(files)
+		CloseFiles(files)
 		var ne interface{ Timeout() bool }
 		switch {
 		case errors.Is(err, errPeerClosed):

@@ -85,7 +85,7 @@ func (c *conn) recv(timeout time.Duration) (*Message, []*os.File, error) {
 	}
 	files, ferr := parseRights(oob[:oobn])
 	fail := func(err error) (*Message, []*os.File, error) {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, nil, err
 	}
 	switch {
@@ -128,7 +128,7 @@ func parseRights(oob []byte) ([]*os.File, error) {
 		}
 		fds, err := unix.ParseUnixRights(&msgs[i])
 		if err != nil {
-			closeFiles(files)
+			CloseFiles(files)
 			return nil, fmt.Errorf("control message: %w", err)
 		}
 		for _, fd := range fds {
@@ -152,21 +152,13 @@ func (c *conn) closeGracefully() {
 		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
 		if oobn > 0 {
 			files, _ := parseRights(oob[:oobn])
-			closeFiles(files)
+			CloseFiles(files)
 		}
 		if err != nil || (n == 0 && oobn == 0) {
 			break
 		}
 	}
 	c.uc.Close()
-}
-
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		if f != nil {
-			f.Close()
-		}
-	}
 }
 
 // parentPID reads the parent pid of pid from /proc/<pid>/stat, whose

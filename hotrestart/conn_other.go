@@ -29,11 +29,3 @@ func listen(addr string) (*net.UnixListener, error) {
 func dial(addr string, _ time.Duration) (*net.UnixConn, error) {
 	return nil, fmt.Errorf("restart socket %s: %w", addr, ErrNotSupported)
 }
-
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		if f != nil {
-			f.Close()
-		}
-	}
-}

@@ -34,7 +34,7 @@ func TestEarlyCommitReachesTheParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeFiles(files)
+	CloseFiles(files)
 	if err := ch.Drain(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestEarlyCommitNotSentToAParentWithoutIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeFiles(files)
+	CloseFiles(files)
 	if err := ch.Drain(nil); err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func (r *recorder) Sockets() ([]Socket, []*os.File, error) {
 	for i, ln := range r.listeners {
 		f, err := ln.File()
 		if err != nil {
-			closeFiles(files)
+			CloseFiles(files)
 			return nil, nil, err
 		}
 		sockets = append(sockets, Socket{Network: "tcp", Address: ln.Addr().String(), Worker: i, Role: RoleListener, Name: "l"})
@@ -179,7 +179,7 @@ func TestHandOverSocketsInBatches(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Sockets: %v", err)
 	}
-	defer closeFiles(files)
+	defer CloseFiles(files)
 	if len(sockets) != n || len(files) != n {
 		t.Fatalf("got %d sockets and %d files, want %d", len(sockets), len(files), n)
 	}
@@ -255,7 +255,7 @@ func TestChildDyingBeforeDrainIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeFiles(files)
+	CloseFiles(files)
 	ch.Close()
 	select {
 	case ev := <-r.lost:
@@ -295,7 +295,7 @@ func TestSecondChildIsRefusedWhileOneTakesOver(t *testing.T) {
 	if _, files, err := first.Sockets(); err != nil {
 		t.Fatalf("first child after the race: %v", err)
 	} else {
-		closeFiles(files)
+		CloseFiles(files)
 	}
 }
 
@@ -535,7 +535,7 @@ func TestNoFDLeakAcrossHandOvers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		closeFiles(files)
+		CloseFiles(files)
 		if err := ch.Drain(nil); err != nil {
 			t.Fatal(err)
 		}
@@ -694,7 +694,7 @@ func TestUnusedSocketsReachTheParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeFiles(files)
+	CloseFiles(files)
 	if err := ch.Drain(sockets[1:]); err != nil {
 		t.Fatal(err)
 	}

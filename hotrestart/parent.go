@@ -244,7 +244,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	}
 
 	m, files, err := c.recv(p.opts.Timeout)
-	closeFiles(files)
+	CloseFiles(files)
 	if err != nil {
 		p.refuse(c, refusedProtocol, "expected hello: "+err.Error(), "peer_pid", pid)
 		return
@@ -305,7 +305,7 @@ func (p *Parent) session(uc *net.UnixConn) {
 	drained := false
 	for {
 		m, files, err := c.recv(p.opts.ReadyTimeout)
-		closeFiles(files)
+		CloseFiles(files)
 		if err != nil {
 			var ne net.Error
 			if drained && errors.As(err, &ne) && ne.Timeout() {
@@ -390,7 +390,7 @@ func (p *Parent) checkSupervised(child Identity, childVersion string) error {
 
 func (p *Parent) sendSockets(c *conn) error {
 	sockets, files, err := p.opts.Handler.Sockets()
-	defer closeFiles(files)
+	defer CloseFiles(files)
 	if err != nil {
 		return err
 	}

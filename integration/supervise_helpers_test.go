@@ -349,11 +349,12 @@ func requireUnshare(t *testing.T) string {
 	return p
 }
 
-// requireServeContract skips when the binary's serve lacks --ready-fd.
+// requireServeContract fails when the binary's serve lacks --ready-fd,
+// which the supervisor relies on: a regression there must fail, not skip.
 func requireServeContract(t *testing.T) {
 	t.Helper()
 	res := harness.Run(t, "serve", "--help")
 	if !strings.Contains(res.Stdout+res.Stderr, "ready-fd") {
-		t.Skip("hotproxy serve has no --ready-fd yet")
+		t.Fatalf("hotproxy serve --help does not mention --ready-fd, which the supervisor needs:\n%s%s", res.Stdout, res.Stderr)
 	}
 }

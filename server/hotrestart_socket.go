@@ -109,7 +109,7 @@ func (s *Server) socketsForSuccessor() socketsReply {
 	}
 	admin, err := listenerFile(s.adminLn)
 	if err != nil {
-		closeFiles(r.files)
+		hotrestart.CloseFiles(r.files)
 		return socketsReply{err: fmt.Errorf("admin listener: %w", err)}
 	}
 	r.sockets = append(r.sockets, hotrestart.Socket{Network: "tcp", Address: s.cfg.Admin.Address, Worker: -1, Role: hotrestart.RoleAdmin})
@@ -126,10 +126,4 @@ func listenerFile(ln net.Listener) (*os.File, error) {
 		return nil, fmt.Errorf("a %T cannot be handed over", ln)
 	}
 	return fl.File()
-}
-
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
 }

@@ -375,13 +375,8 @@ func (s *Server) Close() error {
 }
 
 func bindHint(err error) string {
-	switch {
-	case errors.Is(err, syscall.EADDRINUSE):
-		return " (another process is listening there; stop it or choose another address)"
-	case errors.Is(err, syscall.EACCES):
-		return " (run as root or grant CAP_NET_BIND_SERVICE)"
-	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return " (no interface of this machine has that address)"
+	if h := workers.BindHint(err); h != "" {
+		return " (" + h + ")"
 	}
 	return ""
 }

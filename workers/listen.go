@@ -26,7 +26,7 @@ func (e *BindError) Error() string {
 	if errors.As(e.Err, &se) {
 		msg = se.Syscall + ": " + se.Err.Error()
 	}
-	if hint := bindHint(e.Err); hint != "" {
+	if hint := BindHint(e.Err); hint != "" {
 		msg += " (" + hint + ")"
 	}
 	return fmt.Sprintf("listener %q: address %q: %s", e.Listener, e.Address, msg)
@@ -34,7 +34,9 @@ func (e *BindError) Error() string {
 
 func (e *BindError) Unwrap() error { return e.Err }
 
-func bindHint(err error) string {
+// BindHint says what to do about a failed bind, or "" (the admin listener
+// uses it too).
+func BindHint(err error) string {
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
 		return "another process is listening there; stop it or choose another address"
