@@ -516,3 +516,33 @@ func TestConnectTunnel(t *testing.T) {
 		t.Fatal("a refused CONNECT dialed the cluster")
 	}
 }
+
+// A head that arrives a byte at a time is parsed once per line, not once
+// per byte, and still answered; a request line that never ends is still
+// cut at its limit (414), and a head at its limit (431).
+func TestHeadByteByByte(t *testing.T) {
+	m := startManager(t, directConfig("ok"), 1)
+	a := addr(t, m, "web")
+	send := func(raw string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		for i := 0; i < len(raw); i++ {
+			if _, err := c.Write([]byte{raw[i]}); err != nil {
+				break // the proxy answered and closed early
+			}
+		}
+		b, _ := io.ReadAll(c)
+		return firstLine(string(b))
+	}
+	if got := send("GET / HTTP/1.1\r\nHost: x\r\nX-A: " + strings.Repeat("b", 300) + "\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200 ") {
+		t.Fatalf("a head sent a byte at a time: %q", got)
+	}
+	if got := send("GET /" + strings.Repeat("a", 8300)); !strings.HasPrefix(got, "HTTP/1.1 414 ") {
+		t.Fatalf("an endless request line sent a byte at a time: %q, want 414", got)
+	}
+}

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -322,9 +323,13 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 func (cc *clientConn) readHead() bool {
 	req := &cc.ex.req
 	first := true
+	// Parse reads the head from its start each time: it runs again only
+	// when the bytes read since hold a line end or cross a limit, so that
+	// a client sending a byte at a time costs linear work, not quadratic.
+	parse := cc.r < cc.w
 	for {
 		err := http1.ErrIncomplete
-		if cc.r < cc.w {
+		if parse {
 			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.cfg.limits)
 		}
 		if err == nil {
@@ -350,6 +355,7 @@ func (cc *clientConn) readHead() bool {
 			}
 			cc.compact()
 		}
+		before := cc.w
 		if err := cc.read(); err != nil {
 			if cc.r < cc.w && isTimeout(err) {
 				cc.st.rqTotal.Inc()
@@ -357,16 +363,33 @@ func (cc *clientConn) readHead() bool {
 			}
 			return false
 		}
+		parse = bytes.IndexByte(cc.rbuf[before:cc.w], '\n') >= 0 ||
+			crosses(before-cc.r, cc.w-cc.r, cc.maxRequestLine()+2) ||
+			crosses(before-cc.r, cc.w-cc.r, cc.maxHeadBytes())
 	}
+}
+
+// crosses reports whether a count that went from a to b reached limit.
+func crosses(a, b, limit int) bool { return a < limit && b >= limit }
+
+func (cc *clientConn) maxRequestLine() int {
+	if n := cc.cfg.limits.MaxRequestLine; n > 0 {
+		return n
+	}
+	return http1.DefaultMaxRequestLine
+}
+
+func (cc *clientConn) maxHeadBytes() int {
+	if n := cc.cfg.limits.MaxHeadBytes; n > 0 {
+		return n
+	}
+	return http1.DefaultMaxHeadBytes
 }
 
 // growForHead swaps rbuf for one big enough for the largest allowed head.
 // The rare large head pays for its own buffer; it is not pooled.
 func (cc *clientConn) growForHead() bool {
-	limit := cc.cfg.limits.MaxHeadBytes
-	if limit == 0 {
-		limit = http1.DefaultMaxHeadBytes
-	}
+	limit := cc.maxHeadBytes()
 	if len(cc.rbuf) >= limit+1 {
 		return false
 	}
