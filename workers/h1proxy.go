@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -208,8 +209,14 @@ func (x *exchange) readResponseHead() error {
 		x.ub = getBuf()
 	}
 	resp := &cc.ex.resp
+	// As for request heads: parse again only once a line has ended (or
+	// the buffer is full), not after every read.
+	parse := x.ur < x.uw
 	for {
-		err := resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, x.method)
+		err := http1.ErrIncomplete
+		if parse {
+			err = resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, x.method)
+		}
 		if err == http1.ErrIncomplete {
 			if x.uw == len(x.ub) {
 				if x.ur == 0 {
@@ -226,6 +233,7 @@ func (x *exchange) readResponseHead() error {
 				}
 				return x.pumpErrorOr(err)
 			}
+			parse = bytes.IndexByte(x.ub[x.uw-n:x.uw], '\n') >= 0 || x.uw == len(x.ub)
 			continue
 		}
 		if err != nil {
