@@ -334,13 +334,7 @@ func TestCircuitBreakerOverflow(t *testing.T) {
 		}()
 	}
 	// Both slow requests are at the backend (readiness, not a sleep).
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Requests() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow requests never reached the backend")
-		}
-		time.Sleep(pollEvery)
-	}
+	waitFor(t, 5*time.Second, "the slow requests to reach the backend", func() bool { return b.Requests() >= 2 })
 	client := &http.Client{Timeout: 5 * time.Second}
 	var worst time.Duration
 	for range 10 {

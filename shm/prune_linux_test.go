@@ -111,13 +111,7 @@ func TestOpenAfterPruneUsesTheFileAtThePath(t *testing.T) {
 	}()
 	// Wait until Open waits on the lock: a second lock request on the
 	// file shows in /proc/locks as a blocked one ("->").
-	deadline := time.Now().Add(5 * time.Second)
-	for !blockedOnLock(t, before.Ino) {
-		if time.Now().After(deadline) {
-			t.Fatal("Open never waited on the allocation lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "Open to wait on the allocation lock", func() bool { return blockedOnLock(t, before.Ino) })
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}

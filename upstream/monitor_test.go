@@ -469,13 +469,9 @@ func TestMaxPendingRequests(t *testing.T) {
 		_, err := wc.Acquire(ctx)
 		waiting <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Status().Breakers.PendingRequests != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never started to connect")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, 5*time.Second, "the first request never started to connect", func() bool {
+		return c.Status().Breakers.PendingRequests == 1
+	})
 	start := time.Now()
 	_, err = wc.Acquire(context.Background())
 	var oe *OverflowError

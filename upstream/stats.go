@@ -148,3 +148,32 @@ func (c *countedConn) CloseWrite() error {
 func msSince(start time.Time) float64 {
 	return float64(time.Since(start)) / float64(time.Millisecond)
 }
+
+// CountRetry counts a retry of a request (retry_on), in
+// upstream_rq_retry.
+func (wc *WorkerCluster) CountRetry() {
+	if st := wc.stats.Load(); st != nil {
+		st.RqRetry.Inc()
+	}
+}
+
+// CountRetrySuccess counts a retried request whose last try got a
+// response that was not retried, in upstream_rq_retry_success.
+func (wc *WorkerCluster) CountRetrySuccess() {
+	if st := wc.stats.Load(); st != nil {
+		st.RqRetrySuccess.Inc()
+	}
+}
+
+// RecordRequest counts one request sent to the cluster and, once its
+// response head has arrived (ok), the time it took.
+func (wc *WorkerCluster) RecordRequest(start time.Time, ok bool) {
+	st := wc.stats.Load()
+	if st == nil {
+		return
+	}
+	st.RqTotal.Inc()
+	if ok {
+		st.RqTime.Record(msSince(start))
+	}
+}
