@@ -2,11 +2,8 @@ package workers
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net"
-	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -52,34 +49,6 @@ const (
 	// timers about once a second rather than on every request.
 	deadlineSlack = time.Second
 )
-
-var ioBufs = sync.Pool{New: func() any { return new([ioBufSize]byte) }}
-
-func getBuf() []byte { return ioBufs.Get().(*[ioBufSize]byte)[:] }
-
-func putBuf(b []byte) {
-	if cap(b) == ioBufSize {
-		ioBufs.Put((*[ioBufSize]byte)(b[:ioBufSize]))
-	}
-}
-
-// h1State is what a connection needs only while it has a request in hand:
-// parsed heads, write scratch. Pooled, so an idle connection holds none.
-type h1State struct {
-	req  http1.Request
-	resp http1.Response
-	wbuf []byte // request head to upstream, response head to client
-	path []byte // the request path, cleaned for routing
-	// The request body's decoder belongs to the body pump, the
-	// response's to the connection's goroutine: both run at once.
-	reqChunks  http1.ChunkedDecoder
-	respChunks http1.ChunkedDecoder
-	xchg       exchange
-}
-
-var h1States = sync.Pool{New: func() any {
-	return &h1State{wbuf: make([]byte, 0, 4<<10), path: make([]byte, 0, 256)}
-}}
 
 // clientConn is one HTTP client connection. Its goroutine owns every
 // field but the atomics, which the drain reads.
@@ -189,31 +158,6 @@ func (cc *clientConn) serve() {
 		if !cc.handle() {
 			return
 		}
-	}
-}
-
-func (cc *clientConn) takeState() {
-	if cc.rbuf == nil {
-		cc.rbuf = getBuf()
-		cc.r, cc.w = 0, 0
-	}
-	if cc.ex == nil {
-		cc.ex = h1States.Get().(*h1State)
-	}
-}
-
-// releaseState gives the buffers back; only when nothing is buffered.
-func (cc *clientConn) releaseState() {
-	if cc.rbuf != nil && cc.r == cc.w {
-		putBuf(cc.rbuf)
-		cc.rbuf = nil
-		cc.r, cc.w = 0, 0
-	}
-	if cc.ex != nil {
-		cc.ex.wbuf = cc.ex.wbuf[:0]
-		cc.ex.xchg = exchange{}
-		h1States.Put(cc.ex)
-		cc.ex = nil
 	}
 }
 
@@ -439,23 +383,4 @@ func (cc *clientConn) lingerClose() {
 		}
 	}
 	cc.r, cc.w = 0, 0
-}
-
-// appendSimpleResponse is a plain-text answer of the proxy's own: body and
-// a newline.
-func appendSimpleResponse(b []byte, status int, body string, closeConn bool) []byte {
-	b = appendStatusLine(b, status, "")
-	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
-	b = appendInt(b, int64(len(body)+1))
-	if closeConn {
-		b = append(b, "\r\nConnection: close"...)
-	}
-	b = append(b, "\r\n\r\n"...)
-	b = append(b, body...)
-	return append(b, '\n')
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }

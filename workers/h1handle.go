@@ -1,8 +1,11 @@
 package workers
 
 import (
+	"errors"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 	"unsafe"
@@ -191,4 +194,23 @@ func appendRequestID(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// appendSimpleResponse is a plain-text answer of the proxy's own: body and
+// a newline.
+func appendSimpleResponse(b []byte, status int, body string, closeConn bool) []byte {
+	b = appendStatusLine(b, status, "")
+	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
+	b = appendInt(b, int64(len(body)+1))
+	if closeConn {
+		b = append(b, "\r\nConnection: close"...)
+	}
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, body...)
+	return append(b, '\n')
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
