@@ -74,9 +74,6 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Args == nil {
 		opts.Args = os.Args
 	}
-	if opts.ControlSocket == "" {
-		opts.ControlSocket = DefaultControlSocket(opts.BaseID)
-	}
 	if opts.NotifySocket == "" {
 		opts.NotifySocket = os.Getenv("NOTIFY_SOCKET")
 	}
@@ -149,9 +146,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.ControlSocket != "-" && s.ctl == nil {
-		s.ctl, err = listenControl(s.opts.ControlSocket, s.log)
-		if err != nil {
+	switch {
+	case s.ctl != nil, s.opts.ControlSocket == "-":
+	case s.opts.ControlSocket == "":
+		if s.ctl, err = listenDefaultControl(s.opts.BaseID, s.log); err != nil {
+			return err
+		}
+		// A re-execution in place hands over this path, not the search.
+		s.opts.ControlSocket = s.ctl.path
+	default:
+		if s.ctl, err = listenControl(s.opts.ControlSocket, s.log); err != nil {
 			return err
 		}
 	}
