@@ -210,6 +210,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			ctxDone = nil
 			s.beginStop("context cancelled")
 		case m := <-s.readyCh:
+			if m.err != nil {
+				// The pipe closed because the generation died (readReady
+				// waited for that): reap it first, so that the failure
+				// says how it ended rather than "without a word".
+				s.reap()
+			}
 			s.onReady(m)
 		case r := <-s.ctlCh:
 			s.onControl(r)
@@ -390,7 +396,15 @@ func exitOf(ws unix.WaitStatus) exit {
 	case ws.Exited():
 		return exit{how: "exit status " + strconv.Itoa(ws.ExitStatus()), clean: ws.ExitStatus() == 0}
 	case ws.Signaled():
-		return exit{how: "killed by " + ws.Signal().String()}
+		// "killed by SIGKILL": Signal.String would say "killed by killed".
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = "signal " + strconv.Itoa(int(ws.Signal()))
+		}
+		if ws.CoreDump() {
+			name += " (core dumped)"
+		}
+		return exit{how: "killed by " + name}
 	}
 	return exit{how: fmt.Sprintf("wait status %#x", uint32(ws))}
 }
