@@ -170,7 +170,16 @@ func serve(args []string, stderr io.Writer) int {
 	if *logFormat != "" {
 		format = *logFormat
 	}
-	log, err := server.NewLogger(stderr, level, format)
+	logOut, logFile, err := openProcessLog(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		ready.failed(err)
+		return 1
+	}
+	if logFile != nil {
+		defer logFile.Close()
+	}
+	log, err := server.NewLogger(logOut, level, format)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
 		return exitUsage
@@ -188,21 +197,40 @@ func serve(args []string, stderr io.Writer) int {
 		AllowColdStart:    *allowCold,
 		SupervisorPID:     hotrestart.SupervisorFromEnv(),
 		OnReady:           ready.ready,
+		LogFile:           logFile,
 		StopAfterTakeover: stopAfterTakeover,
 	})
 	if err != nil {
-		// Once for log collectors, once as plain text for whoever
-		// started it.
-		log.Error("cannot start", "error", err)
+		// Once as plain text for whoever started it; in the log too
+		// only when the log is a file, not this same stderr.
+		if logFile != nil {
+			log.Error("cannot start", "error", err)
+		}
 		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
 		ready.failed(err)
 		return 1
 	}
 	if err := srv.Run(context.Background()); err != nil {
 		log.Error("stopped with an error", "error", err)
+		if logFile != nil {
+			fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		}
 		return 1
 	}
 	return 0
+}
+
+// openProcessLog opens the file of [log] path, or returns stderr when it
+// is not set (logFile is then nil).
+func openProcessLog(cfg *config.Config, stderr io.Writer) (out io.Writer, logFile *server.LogFile, err error) {
+	if cfg == nil || cfg.Log.Path == "" {
+		return stderr, nil, nil
+	}
+	lf, err := server.OpenLogFile(cfg.Log.Path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+	return lf, lf, nil
 }
 
 // testStopAfterTakeoverFlag is serve's hidden test hook (see

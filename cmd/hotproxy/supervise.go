@@ -21,7 +21,7 @@ func superviseCmd(args []string, stderr io.Writer) int {
 			"SIGHUP or `hotproxy reload` starts the next epoch from the binary on disk,\n"+
 			"which takes over the listening sockets; a new generation that fails leaves\n"+
 			"the serving one untouched. SIGTERM/SIGINT stop every generation within\n"+
-			"server.parent_shutdown_time; SIGUSR1 is forwarded. Speaks the systemd notify\n"+
+			"server.parent_shutdown_time; SIGUSR1 reopens [log] path and is forwarded. Speaks the systemd notify\n"+
 			"protocol when NOTIFY_SOCKET is set, and is safe as PID 1.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
@@ -36,7 +36,8 @@ func superviseCmd(args []string, stderr io.Writer) int {
 	}
 
 	level, format := config.DefaultLogLevel, config.DefaultLogFormat
-	if cfg, err := config.Load(*cfgPath); err == nil {
+	cfg, err := config.Load(*cfgPath)
+	if err == nil {
 		level, format = cfg.Log.Level, cfg.Log.Format
 	} else if _, resuming := os.LookupEnv(supervisor.EnvState); !resuming {
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
@@ -51,7 +52,17 @@ func superviseCmd(args []string, stderr io.Writer) int {
 		format = *logFormat
 		extra = append(extra, "--log-format", *logFormat)
 	}
-	log, err := server.NewLogger(stderr, level, format)
+	logOut, logFile, err := openProcessLog(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
+		return 1
+	}
+	var reopener supervisor.LogReopener
+	if logFile != nil {
+		defer logFile.Close()
+		reopener = logFile
+	}
+	log, err := server.NewLogger(logOut, level, format)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
 		return exitUsage
@@ -65,13 +76,17 @@ func superviseCmd(args []string, stderr io.Writer) int {
 		ReapOrphans:   true,
 		TakeOver:      *takeOver,
 		Logger:        log,
+		LogFile:       reopener,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
 		return 1
 	}
 	if err := sup.Run(context.Background()); err != nil {
-		log.Error("supervisor stopped", "error", err)
+		// Once on stderr; in the log too only when the log is a file.
+		if logFile != nil {
+			log.Error("supervisor stopped", "error", err)
+		}
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
 		return 1
 	}

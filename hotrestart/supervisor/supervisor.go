@@ -109,6 +109,15 @@ type Options struct {
 	StopMargin  time.Duration
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
+	// LogFile, if set, is the file Logger writes to ([log] path): SIGUSR1
+	// reopens it before the signal is forwarded to the generations.
+	LogFile LogReopener
+}
+
+// LogReopener is a log file that logrotate may move away: Reopen opens its
+// path again.
+type LogReopener interface {
+	Reopen() error
 }
 
 // DefaultControlSocket is the first of ControlSocketCandidates: the path a

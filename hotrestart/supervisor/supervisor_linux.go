@@ -237,6 +237,13 @@ func (s *Supervisor) onSignal(sig os.Signal) {
 	case unix.SIGHUP:
 		s.requestReload(nil, false)
 	case unix.SIGUSR1:
+		if s.opts.LogFile != nil {
+			if err := s.opts.LogFile.Reopen(); err != nil {
+				s.log.Error("SIGUSR1: cannot reopen the process log; still writing to the old file", "error", err)
+			} else {
+				s.log.Info("SIGUSR1: process log reopened")
+			}
+		}
 		s.forward(SignalUser1)
 	case unix.SIGTERM, unix.SIGINT:
 		s.beginStop("signal " + sig.String())
