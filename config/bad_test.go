@@ -88,6 +88,7 @@ func TestBadConfigs(t *testing.T) {
 		{"admin allow_remote not a bool", "[admin]\naddress = \"0.0.0.0:9901\"\nallow_remote = \"yes\"\n", []string{"admin.allow_remote", `string "yes"`}, 0},
 		{"log level", "[log]\nlevel = \"verbose\"\n", []string{"log.level", `"verbose"`, "trace, debug, info, warn or error"}, 0},
 		{"log format", "[log]\nformat = \"xml\"\n", []string{"log.format", `"xml"`, "text or json"}, 0},
+		{"log path relative", "[log]\npath = \"hotproxy.log\"\n", []string{"log.path", `"hotproxy.log"`, "absolute path"}, 0},
 
 		// Listeners.
 		{"listener name missing", "[[listeners]]\naddress = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\n" + clusterC, []string{"listeners[0].name", "missing"}, 0},

@@ -270,6 +270,11 @@ func parseFileMode(s string) (os.FileMode, error) {
 type Log struct {
 	Level  string `toml:"level" json:"level"`   // trace, debug, info, warn, error
 	Format string `toml:"format" json:"format"` // text or json
+	// Path is the file the process log is appended to (O_APPEND, created
+	// 0640), by the supervisor and every generation alike, and opened
+	// again on SIGUSR1 after logrotate moved it. "" (the default) is
+	// standard error, for systemd's journal or a container runtime.
+	Path string `toml:"path,omitempty" json:"path,omitempty"`
 }
 
 // Listener is one listening address and what to do with its connections.

@@ -24,7 +24,9 @@ type Problem struct {
 	// `listeners[0] ("web").address`; empty for problems of the file as a
 	// whole (syntax, unknown keys).
 	Key string
-	// Line and Column locate a syntax error; 0 when not known.
+	// Line and Column locate a syntax error; Line alone, the key of a
+	// value error (or the nearest key enclosing it: keylines.go); 0 when
+	// not known.
 	Line, Column int
 	// Msg says what is wrong, quoting the value, and what to do.
 	Msg string
@@ -34,7 +36,7 @@ type Problem struct {
 
 func (p Problem) String() string {
 	var b strings.Builder
-	if p.Line > 0 {
+	if p.Line > 0 && p.Column > 0 {
 		fmt.Fprintf(&b, "line %d, column %d: ", p.Line, p.Column)
 	}
 	if p.Key != "" {
@@ -42,6 +44,11 @@ func (p Problem) String() string {
 		b.WriteString(": ")
 	}
 	b.WriteString(p.Msg)
+	if p.Line > 0 && p.Column == 0 {
+		// A value error: the key and value lead, as they always did; the
+		// line follows, for an editor's "go to line".
+		fmt.Fprintf(&b, " (line %d)", p.Line)
+	}
 	if p.Context != "" {
 		b.WriteString("\n")
 		b.WriteString(strings.TrimRight(p.Context, "\n"))

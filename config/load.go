@@ -51,6 +51,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	ch.check(rootSchema(), raw, "")
 	ps := ch.problems
 	if ch.badType {
+		ps.locate(data)
 		return nil, ps.err(source)
 	}
 
@@ -79,6 +80,7 @@ func Parse(data []byte, source string) (*Config, error) {
 		}
 	}
 	if len(ps) > 0 {
+		ps.locate(data)
 		return nil, ps.err(source)
 	}
 	return &c, nil

@@ -103,6 +103,9 @@ func (v *validator) log() {
 	if !slices.Contains(logFormats, l.Format) {
 		v.ps.add("log.format", "%s: unknown format (use %s)", quote(l.Format), orList(logFormats))
 	}
+	if l.Path != "" && !filepath.IsAbs(l.Path) {
+		v.ps.add("log.path", "%s: must be an absolute path (the supervisor and every generation must open the same file, whatever directory they start in)", quote(l.Path))
+	}
 }
 
 // name checks a listener's or cluster's name, and that it is unique;

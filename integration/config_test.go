@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +161,25 @@ func TestBindFailureNamesListener(t *testing.T) {
 	wantContains(t, "serve's stderr", p.Stderr(), "taken", held)
 	if !strings.Contains(strings.ToLower(p.Stderr()), "in use") {
 		t.Errorf("serve's stderr does not say the address is in use:\n%s", p.Stderr())
+	}
+	// Issue 15: each error once, not once as a log line and again as text.
+	// (Counted by the address, which a log line's quoting leaves as is.)
+	if n := strings.Count(p.Stderr(), held); n != 1 {
+		t.Errorf("serve's stderr says the error %d times, want once:\n%s", n, p.Stderr())
+	}
+
+	// With [log] path, stderr still says it once, and the log file too.
+	logPath := filepath.Join(t.TempDir(), "hotproxy.log")
+	p = harness.Launch(t, cfg+"\n[log]\npath = \""+logPath+"\"\n")
+	if code, err := p.Wait(15 * time.Second); err != nil || code == 0 {
+		t.Fatalf("serve with [log] path: exit %d, %v\n%s", code, err, p.Output())
+	}
+	if n := strings.Count(p.Stderr(), held); n != 1 {
+		t.Errorf("with [log] path, serve's stderr says the error %d times, want once:\n%s", n, p.Stderr())
+	}
+	logged, _ := os.ReadFile(logPath)
+	if n := strings.Count(string(logged), held); n != 1 {
+		t.Errorf("the log file says the error %d times, want once:\n%s", n, logged)
 	}
 }
 

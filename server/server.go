@@ -74,6 +74,9 @@ type Options struct {
 	OnReady func()
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
+	// LogFile, if set, is the file Logger writes to ([log] path): SIGUSR1
+	// reopens it, with the access logs.
+	LogFile *LogFile
 	// HandleSignals makes Run stop on SIGTERM and SIGINT. Off for
 	// embedding in tests, which cancel Run's context instead.
 	HandleSignals bool
@@ -304,7 +307,7 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 			reason = "signal " + sig.String()
 		case <-s.reopen:
-			s.reopenAccessLogs()
+			s.reopenLogs()
 		case reply := <-s.hr.sockets:
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:

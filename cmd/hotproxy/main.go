@@ -30,9 +30,9 @@ Usage:
   hotproxy status   [--json]            the supervisor's generations
   hotproxy stats    [flags]             the stats, read from shared memory (never asks the proxy)
   hotproxy top      [flags]             a live full-screen view of the stats: rates, latency, generations
-  hotproxy validate [-c FILE]           build a config fully, without binding anything
-  hotproxy version                      build and protocol versions
-  hotproxy help [VERB]                  this text, or a verb's flags
+  hotproxy validate [-c] FILE           build a config fully, without binding anything
+  hotproxy version | --version          build and protocol versions
+  hotproxy help [VERB] | -h | --help    this text, or a verb's flags
 
 With no -c, serve, supervise and validate use the embedded default config:
 an HTTP listener on 127.0.0.1:10000 that answers directly, and the admin API
@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return topCmd(rest, os.Stdin, stdout, stderr)
 	case "validate":
 		return validate(rest, stdout, stderr)
-	case "version":
+	case "version", "--version", "-version", "-V":
 		return printVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
@@ -76,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "hotproxy: unknown verb %q\n\n%s", verb, usage)
+	fmt.Fprintf(stderr, "hotproxy: unknown verb %q (run 'hotproxy help' for the list)\n", verb)
 	return exitUsage
 }
 
@@ -92,15 +92,34 @@ func newFlags(verb, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args; it returns -1 to go on, or the exit status.
+// verbOf is the verb of a flag set made by newFlags, whose name is the
+// verb's usage line.
+func verbOf(fs *flag.FlagSet) string {
+	verb, _, _ := strings.Cut(fs.Name(), " ")
+	return verb
+}
+
+// parse parses args; it returns -1 to go on, or the exit status. -h and
+// --help print the verb's whole usage; a mistake prints one line that says
+// what is wrong and where the flags are described, not the whole usage,
+// which would bury the line that matters.
 func parse(fs *flag.FlagSet, args []string) int {
-	switch err := fs.Parse(args); {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	verb := verbOf(fs)
+	switch {
 	case errors.Is(err, flag.ErrHelp):
+		usage()
 		return 0
 	case err != nil:
+		fmt.Fprintf(out, "hotproxy %s: %v (run 'hotproxy help %s' for its flags)\n", verb, err, verb)
 		return exitUsage
 	case fs.NArg() > 0:
-		fmt.Fprintf(fs.Output(), "hotproxy %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fmt.Fprintf(out, "hotproxy %s: unexpected argument %q (run 'hotproxy help %s' for its usage)\n", verb, fs.Arg(0), verb)
 		return exitUsage
 	}
 	return -1
@@ -151,7 +170,16 @@ func serve(args []string, stderr io.Writer) int {
 	if *logFormat != "" {
 		format = *logFormat
 	}
-	log, err := server.NewLogger(stderr, level, format)
+	logOut, logFile, err := openProcessLog(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		ready.failed(err)
+		return 1
+	}
+	if logFile != nil {
+		defer logFile.Close()
+	}
+	log, err := server.NewLogger(logOut, level, format)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
 		return exitUsage
@@ -169,21 +197,40 @@ func serve(args []string, stderr io.Writer) int {
 		AllowColdStart:    *allowCold,
 		SupervisorPID:     hotrestart.SupervisorFromEnv(),
 		OnReady:           ready.ready,
+		LogFile:           logFile,
 		StopAfterTakeover: stopAfterTakeover,
 	})
 	if err != nil {
-		// Once for log collectors, once as plain text for whoever
-		// started it.
-		log.Error("cannot start", "error", err)
+		// Once as plain text for whoever started it; in the log too
+		// only when the log is a file, not this same stderr.
+		if logFile != nil {
+			log.Error("cannot start", "error", err)
+		}
 		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
 		ready.failed(err)
 		return 1
 	}
 	if err := srv.Run(context.Background()); err != nil {
 		log.Error("stopped with an error", "error", err)
+		if logFile != nil {
+			fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		}
 		return 1
 	}
 	return 0
+}
+
+// openProcessLog opens the file of [log] path, or returns stderr when it
+// is not set (logFile is then nil).
+func openProcessLog(cfg *config.Config, stderr io.Writer) (out io.Writer, logFile *server.LogFile, err error) {
+	if cfg == nil || cfg.Log.Path == "" {
+		return stderr, nil, nil
+	}
+	lf, err := server.OpenLogFile(cfg.Log.Path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", cfg.Source, err)
+	}
+	return lf, lf, nil
 }
 
 // testStopAfterTakeoverFlag is serve's hidden test hook (see
@@ -206,14 +253,25 @@ func takeHiddenFlag(args []string, flag string) (bool, []string) {
 }
 
 func validate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("validate [-c FILE]",
+	fs := newFlags("validate [-c] FILE",
 		"Parses and checks a config, resolves every endpoint name and compiles every\n"+
 			"route, exactly as serve would, without binding a socket. Exits 0 when the\n"+
-			"config can be served, 1 with every problem found otherwise.", stderr)
+			"config can be served, 1 with every problem found otherwise. With no file,\n"+
+			"checks the embedded default config.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
+	// The file may also be the one argument: `validate FILE`, as with
+	// nginx -t or haproxy -c, is what people type first.
+	args, file := splitTrailingFile(args)
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
+	}
+	if file != "" {
+		if *cfgPath != "" {
+			fmt.Fprintf(stderr, "hotproxy validate: two configs given, -c %s and %s (give one)\n", *cfgPath, file)
+			return exitUsage
+		}
+		*cfgPath = file
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err == nil {
@@ -229,6 +287,22 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s: OK (%d listeners, %d clusters, concurrency %d)\n",
 		cfg.Source, len(cfg.Listeners), len(cfg.Clusters), workers.Concurrency(cfg))
 	return 0
+}
+
+// splitTrailingFile takes a last argument that is not a flag, nor the
+// value of the flag before it, off args.
+func splitTrailingFile(args []string) (rest []string, file string) {
+	n := len(args)
+	if n == 0 || strings.HasPrefix(args[n-1], "-") {
+		return args, ""
+	}
+	if n >= 2 {
+		prev := args[n-2]
+		if prev == "-c" || prev == "--c" || prev == "-config" || prev == "--config" {
+			return args, ""
+		}
+	}
+	return args[:n-1], args[n-1]
 }
 
 func printVersion(args []string, stdout, stderr io.Writer) int {

@@ -21,12 +21,12 @@ func superviseCmd(args []string, stderr io.Writer) int {
 			"SIGHUP or `hotproxy reload` starts the next epoch from the binary on disk,\n"+
 			"which takes over the listening sockets; a new generation that fails leaves\n"+
 			"the serving one untouched. SIGTERM/SIGINT stop every generation within\n"+
-			"server.parent_shutdown_time; SIGUSR1 is forwarded. Speaks the systemd notify\n"+
+			"server.parent_shutdown_time; SIGUSR1 reopens [log] path and is forwarded. Speaks the systemd notify\n"+
 			"protocol when NOTIFY_SOCKET is set, and is safe as PID 1.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	baseID := fs.Int("base-id", 0, "base `id`: names the restart sockets, the stats region and the control socket")
-	ctlPath := fs.String("control-socket", "", "control socket `path` (default $RUNTIME_DIRECTORY/hotproxy.<base-id>.sock,\nelse /run/hotproxy/hotproxy.<base-id>.sock; \"-\": none)")
+	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use; \"-\": none)")
 	genBinary := fs.String("generation-binary", "", "`path` of the binary each generation runs (default: this executable's path,\nre-read at each start so that a replaced binary is picked up)")
 	takeOver := fs.Bool("take-over", false, "start the first generation as the successor of a running generation of this\nbase-id that another supervisor started (e.g. in another container of the pod);\ncold start when none runs")
 	logLevel := fs.String("log-level", "", "log `level` of the supervisor and its generations (overrides [log] level)")
@@ -36,7 +36,8 @@ func superviseCmd(args []string, stderr io.Writer) int {
 	}
 
 	level, format := config.DefaultLogLevel, config.DefaultLogFormat
-	if cfg, err := config.Load(*cfgPath); err == nil {
+	cfg, err := config.Load(*cfgPath)
+	if err == nil {
 		level, format = cfg.Log.Level, cfg.Log.Format
 	} else if _, resuming := os.LookupEnv(supervisor.EnvState); !resuming {
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
@@ -51,7 +52,17 @@ func superviseCmd(args []string, stderr io.Writer) int {
 		format = *logFormat
 		extra = append(extra, "--log-format", *logFormat)
 	}
-	log, err := server.NewLogger(stderr, level, format)
+	logOut, logFile, err := openProcessLog(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
+		return 1
+	}
+	var reopener supervisor.LogReopener
+	if logFile != nil {
+		defer logFile.Close()
+		reopener = logFile
+	}
+	log, err := server.NewLogger(logOut, level, format)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
 		return exitUsage
@@ -65,13 +76,17 @@ func superviseCmd(args []string, stderr io.Writer) int {
 		ReapOrphans:   true,
 		TakeOver:      *takeOver,
 		Logger:        log,
+		LogFile:       reopener,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
 		return 1
 	}
 	if err := sup.Run(context.Background()); err != nil {
-		log.Error("supervisor stopped", "error", err)
+		// Once on stderr; in the log too only when the log is a file.
+		if logFile != nil {
+			log.Error("supervisor stopped", "error", err)
+		}
 		fmt.Fprintf(stderr, "hotproxy supervise: %v\n", err)
 		return 1
 	}
@@ -83,14 +98,14 @@ func controlFlags(fs interface {
 	String(name, value, usage string) *string
 	Int(name string, value int, usage string) *int
 	Duration(name string, value time.Duration, usage string) *time.Duration
-}) func() string {
-	path := fs.String("control-socket", "", "control socket `path` (default: the one `hotproxy supervise` uses for --base-id)")
+}) func() (string, error) {
+	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id)")
 	baseID := fs.Int("base-id", 0, "base `id` of the supervisor")
-	return func() string {
+	return func() (string, error) {
 		if *path != "" {
-			return *path
+			return *path, nil
 		}
-		return supervisor.DefaultControlSocket(*baseID)
+		return supervisor.FindControlSocket(*baseID)
 	}
 }
 
@@ -104,7 +119,12 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
-	resp, err := supervisor.Call(socket(), supervisor.OpStatus, 10*time.Second)
+	path, err := socket()
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy status: %v\n", err)
+		return 1
+	}
+	resp, err := supervisor.Call(path, supervisor.OpStatus, 10*time.Second)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy status: %v\n", err)
 		return 1
@@ -161,7 +181,12 @@ func reloadCmd(args []string, stdout, stderr io.Writer) int {
 	if *self {
 		op = supervisor.OpReexec
 	}
-	resp, err := supervisor.CallRequest(socket(), supervisor.Request{Op: op, WaitCommit: *waitCommit && !*self}, *timeout)
+	path, err := socket()
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy reload: %v\n", err)
+		return 1
+	}
+	resp, err := supervisor.CallRequest(path, supervisor.Request{Op: op, WaitCommit: *waitCommit && !*self}, *timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy reload: %v\n", err)
 		return 1

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -58,6 +60,20 @@ type Response struct {
 
 // ErrNoSupervisor wraps a failure to reach the control socket.
 var ErrNoSupervisor = errors.New("no supervisor answers")
+
+// FindControlSocket is where a supervisor of baseID that was started
+// without --control-socket listens: the first of ControlSocketCandidates
+// where a socket exists. With none, the error names every place looked at.
+func FindControlSocket(baseID int) (string, error) {
+	candidates := ControlSocketCandidates(baseID)
+	for _, p := range candidates {
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w for base-id %d: no control socket at %s (is `hotproxy supervise --base-id %d` running as this user? else pass its --control-socket PATH)",
+		ErrNoSupervisor, baseID, strings.Join(candidates, ", "), baseID)
+}
 
 // Call sends one request to the control socket at path and returns the
 // response; timeout bounds the whole exchange (0: DefaultClientTimeout).

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -61,6 +63,60 @@ func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
 	}
 	return newControlServer(ln, path, log), nil
+}
+
+// listenDefaultControl binds the control socket in the first of
+// ControlSocketCandidates this process may use: a user who is not root
+// cannot create /run/hotproxy and falls back to $XDG_RUNTIME_DIR, then to
+// a private directory in the temp dir. Another supervisor already
+// listening is an error at once, never a reason to try elsewhere: two
+// supervisors of one base-id must not both run.
+func listenDefaultControl(baseID int, log hclog.Logger) (*controlServer, error) {
+	var tried []error
+	for _, path := range ControlSocketCandidates(baseID) {
+		dir := filepath.Dir(path)
+		var err error
+		if dir == PrivateRuntimeDir() {
+			err = makePrivateDir(dir)
+		} else {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err == nil {
+			var ln *net.UnixListener
+			ln, err = unixsock.Listen("unix", path)
+			if errors.Is(err, unixsock.ErrInUse) {
+				return nil, fmt.Errorf("control socket %s: another supervisor is listening there (use another --base-id or --control-socket)", path)
+			}
+			if err == nil {
+				return newControlServer(ln, path, log), nil
+			}
+		}
+		tried = append(tried, fmt.Errorf("%s: %w", path, err))
+	}
+	return nil, fmt.Errorf("control socket: no usable place (choose one with --control-socket PATH, or \"-\" for none): %w", errors.Join(tried...))
+}
+
+// makePrivateDir creates dir mode 0700 and checks that this user owns it
+// and nobody else may enter it: the directory is in a world-writable temp
+// dir, where another user could have created it first to catch the socket.
+func makePrivateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory (remove it)", dir)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s belongs to another user (remove it, or set XDG_RUNTIME_DIR)", dir)
+	case fi.Mode().Perm() != 0o700:
+		return fmt.Errorf("%s has mode %04o, want 0700 (chmod 0700 it)", dir, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // controlFromFD rebuilds the control server from a listener inherited

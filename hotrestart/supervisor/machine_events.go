@@ -63,7 +63,12 @@ func (m *machine) onReady(msg readyMsg) {
 	} else {
 		m.remove(g)
 	}
-	m.log.Error("generation failed to start; the serving generation is untouched", "epoch", g.epoch, "pid", g.pid, "reason", reason)
+	if cur := m.serving(); cur != nil {
+		m.log.Error("generation failed to start; the serving generation is untouched", "epoch", g.epoch, "pid", g.pid, "reason", reason,
+			"serving_epoch", cur.epoch, "serving_pid", cur.pid)
+	} else {
+		m.log.Error("generation failed to start; no generation serves", "epoch", g.epoch, "pid", g.pid, "reason", reason)
+	}
 	m.finishOp(nil, fmt.Sprintf("epoch %d (pid %d): %s", g.epoch, g.pid, reason))
 }
 

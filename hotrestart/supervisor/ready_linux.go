@@ -53,8 +53,38 @@ func readReady(g *generation, r *os.File, timeout time.Duration, out chan<- read
 				send(readyMsg{gen: g, line: strings.TrimSpace(string(buf))})
 				return
 			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				waitExited(g.pid, exitReportWait)
+			}
 			send(readyMsg{gen: g, err: err})
 			return
 		}
+	}
+}
+
+// exitReportWait bounds how long a closed readiness pipe waits for its
+// generation to become a zombie. The kernel closes a dying process's
+// descriptors before it reports the exit, so the pipe's EOF usually wins
+// the race against SIGCHLD by a little; a generation that closed the pipe
+// and lives on costs this much delay before it is failed and killed.
+const exitReportWait = time.Second
+
+// waitExited waits, at most max, until pid has exited, without reaping
+// it (WNOWAIT): the loop reaps it and learns its status.
+func waitExited(pid int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return // not our child any more, or already reaped
+		}
+		if err == nil && info.Signo == int32(unix.SIGCHLD) {
+			return
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

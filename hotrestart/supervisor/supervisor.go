@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -87,8 +88,8 @@ type Options struct {
 	ExtraArgs []string
 	// Env is added to the environment of every generation.
 	Env []string
-	// ControlSocket is the path of the control socket; "" =
-	// DefaultControlSocket(BaseID). "-" disables it.
+	// ControlSocket is the path of the control socket; "" = the first of
+	// ControlSocketCandidates(BaseID) this process may bind. "-" disables it.
 	ControlSocket string
 	// NotifySocket is where systemd notifications go; "" = $NOTIFY_SOCKET
 	// (none when that is unset too).
@@ -108,25 +109,62 @@ type Options struct {
 	StopMargin  time.Duration
 	// Logger defaults to a null logger.
 	Logger hclog.Logger
+	// LogFile, if set, is the file Logger writes to ([log] path): SIGUSR1
+	// reopens it before the signal is forwarded to the generations.
+	LogFile LogReopener
 }
 
-// DefaultControlSocket is $RUNTIME_DIRECTORY/hotproxy.<base-id>.sock when
-// that variable is set (systemd's RuntimeDirectory=), else
-// /run/hotproxy/hotproxy.<base-id>.sock. With RuntimeDirectory=hotproxy
-// both are the same path, so the CLI finds the socket from a shell.
+// LogReopener is a log file that logrotate may move away: Reopen opens its
+// path again.
+type LogReopener interface {
+	Reopen() error
+}
+
+// DefaultControlSocket is the first of ControlSocketCandidates: the path a
+// supervisor run by systemd (RuntimeDirectory=hotproxy) or by root binds.
 func DefaultControlSocket(baseID int) string {
-	dir := DefaultRuntimeDir
+	return ControlSocketCandidates(baseID)[0]
+}
+
+// ControlSocketCandidates lists, in order, where a supervisor started
+// without --control-socket binds its control socket, and so where
+// `hotproxy status` and `reload` look for it:
+//
+//  1. $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=), when set;
+//  2. /run/hotproxy, which only root can usually create;
+//  3. $XDG_RUNTIME_DIR, a normal user's private runtime directory, when set;
+//  4. <temp dir>/hotproxy-<uid>, a private 0700 directory, for a user with
+//     neither (a container, a login without a session manager).
+//
+// A supervisor takes the first one it may create its socket in; a client
+// takes the first one where a socket exists. The list is the same for both
+// so that they agree without being told.
+func ControlSocketCandidates(baseID int) []string {
+	name := "hotproxy." + strconv.Itoa(baseID) + ".sock"
+	var dirs []string
 	if rd := os.Getenv("RUNTIME_DIRECTORY"); rd != "" {
 		// systemd lists several directories separated by ':'.
-		for i := 0; i < len(rd); i++ {
-			if rd[i] == ':' {
-				rd = rd[:i]
-				break
-			}
-		}
-		dir = rd
+		rd, _, _ = strings.Cut(rd, ":")
+		dirs = append(dirs, rd)
 	}
-	return filepath.Join(dir, "hotproxy."+strconv.Itoa(baseID)+".sock")
+	dirs = append(dirs, DefaultRuntimeDir)
+	if xdg := os.Getenv("XDG_RUNTIME_DIR"); xdg != "" {
+		dirs = append(dirs, xdg)
+	}
+	dirs = append(dirs, PrivateRuntimeDir())
+	paths := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		paths = append(paths, filepath.Join(d, name))
+	}
+	return paths
+}
+
+// PrivateRuntimeDir is the last resort of ControlSocketCandidates:
+// <temp dir>/hotproxy-<uid>. Named for the uid so that two users of one
+// machine do not meet there; the supervisor creates it 0700 and refuses it
+// when another user owns it.
+func PrivateRuntimeDir() string {
+	return filepath.Join(os.TempDir(), "hotproxy-"+strconv.Itoa(os.Geteuid()))
 }
 
 // State is a generation's lifecycle state.

@@ -74,9 +74,6 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Args == nil {
 		opts.Args = os.Args
 	}
-	if opts.ControlSocket == "" {
-		opts.ControlSocket = DefaultControlSocket(opts.BaseID)
-	}
 	if opts.NotifySocket == "" {
 		opts.NotifySocket = os.Getenv("NOTIFY_SOCKET")
 	}
@@ -149,9 +146,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.ControlSocket != "-" && s.ctl == nil {
-		s.ctl, err = listenControl(s.opts.ControlSocket, s.log)
-		if err != nil {
+	switch {
+	case s.ctl != nil, s.opts.ControlSocket == "-":
+	case s.opts.ControlSocket == "":
+		if s.ctl, err = listenDefaultControl(s.opts.BaseID, s.log); err != nil {
+			return err
+		}
+		// A re-execution in place hands over this path, not the search.
+		s.opts.ControlSocket = s.ctl.path
+	default:
+		if s.ctl, err = listenControl(s.opts.ControlSocket, s.log); err != nil {
 			return err
 		}
 	}
@@ -206,6 +210,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			ctxDone = nil
 			s.beginStop("context cancelled")
 		case m := <-s.readyCh:
+			if m.err != nil {
+				// The pipe closed because the generation died (readReady
+				// waited for that): reap it first, so that the failure
+				// says how it ended rather than "without a word".
+				s.reap()
+			}
 			s.onReady(m)
 		case r := <-s.ctlCh:
 			s.onControl(r)
@@ -227,6 +237,13 @@ func (s *Supervisor) onSignal(sig os.Signal) {
 	case unix.SIGHUP:
 		s.requestReload(nil, false)
 	case unix.SIGUSR1:
+		if s.opts.LogFile != nil {
+			if err := s.opts.LogFile.Reopen(); err != nil {
+				s.log.Error("SIGUSR1: cannot reopen the process log; still writing to the old file", "error", err)
+			} else {
+				s.log.Info("SIGUSR1: process log reopened")
+			}
+		}
 		s.forward(SignalUser1)
 	case unix.SIGTERM, unix.SIGINT:
 		s.beginStop("signal " + sig.String())
@@ -386,7 +403,15 @@ func exitOf(ws unix.WaitStatus) exit {
 	case ws.Exited():
 		return exit{how: "exit status " + strconv.Itoa(ws.ExitStatus()), clean: ws.ExitStatus() == 0}
 	case ws.Signaled():
-		return exit{how: "killed by " + ws.Signal().String()}
+		// "killed by SIGKILL": Signal.String would say "killed by killed".
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = "signal " + strconv.Itoa(int(ws.Signal()))
+		}
+		if ws.CoreDump() {
+			name += " (core dumped)"
+		}
+		return exit{how: "killed by " + name}
 	}
 	return exit{how: fmt.Sprintf("wait status %#x", uint32(ws))}
 }

@@ -601,3 +601,54 @@ func FuzzControlRequest(f *testing.F) {
 		supervisor.ParseRequestForTest(b)
 	})
 }
+
+// TestCrashedGenerationReportsItsSignal (issue 15): a new generation that
+// dies by a signal before it is ready is reported, to `reload` and in the
+// log, with that signal, not as a pipe "closed without a word"; the log
+// says the serving generation is untouched, because one serves.
+func TestCrashedGenerationReportsItsSignal(t *testing.T) {
+	var logged lockedBuffer
+	r := newRig(t, supervisortest.EnvKillEpochs+"=1")
+	r.logger = hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})
+	r.start("")
+	r.waitServing()
+	resp := r.call(supervisor.OpReload)
+	if resp.OK || resp.Reload == nil {
+		t.Fatalf("reload to a generation that crashes: %+v, want a failure", resp)
+	}
+	if !strings.Contains(resp.Reload.Error, "SIGKILL") {
+		t.Errorf("reload's reason %q does not name the signal SIGKILL", resp.Reload.Error)
+	}
+	if resp.Reload.ServingEpoch != 0 {
+		t.Errorf("serving epoch after the failed reload: %d, want 0", resp.Reload.ServingEpoch)
+	}
+	if log := logged.String(); !strings.Contains(log, "the serving generation is untouched") {
+		t.Errorf("log does not say the serving generation is untouched:\n%s", log)
+	}
+}
+
+// TestFailedFirstGenerationIsNotCalledUntouched (issue 15): when epoch 0
+// dies before it is ready, nothing was serving: the log must not claim
+// that "the serving generation is untouched", and it names the signal.
+func TestFailedFirstGenerationIsNotCalledUntouched(t *testing.T) {
+	var logged lockedBuffer
+	r := newRig(t, supervisortest.EnvKillEpochs+"=0")
+	r.logger = hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})
+	r.start("")
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err == nil || !strings.Contains(err.Error(), "SIGKILL") {
+			t.Errorf("Run: %v, want an error that names SIGKILL", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	log := logged.String()
+	if strings.Contains(log, "untouched") {
+		t.Errorf("the log calls a serving generation untouched when none served:\n%s", log)
+	}
+	if !strings.Contains(log, "no generation serves") {
+		t.Errorf("the log does not say that no generation serves:\n%s", log)
+	}
+}

@@ -42,6 +42,10 @@ const (
 	// EnvFailEpochs is a comma-separated list of epochs that fail to
 	// start (FAILED on the readiness fd, exit 1).
 	EnvFailEpochs = "HOTPROXY_FAKEGEN_FAIL_EPOCHS"
+	// EnvKillEpochs is a comma-separated list of epochs that die by
+	// SIGKILL before they are ready, without a word on the readiness fd:
+	// a crash.
+	EnvKillEpochs = "HOTPROXY_FAKEGEN_KILL_EPOCHS"
 	// EnvHangEpochs is a comma-separated list of epochs that never become
 	// ready (and ignore SIGTERM).
 	EnvHangEpochs = "HOTPROXY_FAKEGEN_HANG_EPOCHS"
@@ -97,6 +101,10 @@ func Main(args []string) int {
 	}
 	if inList(os.Getenv(EnvFailEpochs), *epoch) {
 		return fail("epoch %d told to fail by %s", *epoch, EnvFailEpochs)
+	}
+	if inList(os.Getenv(EnvKillEpochs), *epoch) {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	}
 	if inList(os.Getenv(EnvHangEpochs), *epoch) {
 		signal.Ignore(syscall.SIGTERM)
