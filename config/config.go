@@ -320,74 +320,6 @@ type Listener struct {
 	AccessLog []AccessLog `toml:"access_log,omitempty" json:"access_log,omitempty"`
 }
 
-// AccessLog is one access-log file of a listener.
-type AccessLog struct {
-	// Path is the file, opened with O_APPEND (created 0640) and opened
-	// again on SIGUSR1, after logrotate moved it.
-	Path string `toml:"path" json:"path"`
-	// Format is "json" or a format string with %NAME% variables
-	// (AccessLogVariables); default DefaultAccessLogFormat.
-	Format string `toml:"format" json:"format"`
-	// QueueSize bounds the records waiting for the writer; a full queue
-	// drops the record and counts it in access_log.dropped, never
-	// blocking a request.
-	QueueSize int `toml:"queue_size" json:"queue_size"`
-}
-
-// TrustsForwardedFor reports whether the client's X-Forwarded-For chain is
-// kept (the default) or replaced.
-func (l Listener) TrustsForwardedFor() bool {
-	return l.TrustForwardedFor == nil || *l.TrustForwardedFor
-}
-
-// Route matches HTTP requests by host and path and says what to do.
-type Route struct {
-	// Host matches the request's Host exactly, or "*.example.com" matches
-	// any subdomain of example.com. Empty matches any host.
-	Host string `toml:"host,omitempty" json:"host,omitempty"`
-	// Prefix matches a path prefix; Path matches a path exactly. One of
-	// the two is required.
-	Prefix string `toml:"prefix,omitempty" json:"prefix,omitempty"`
-	Path   string `toml:"path,omitempty" json:"path,omitempty"`
-
-	// Exactly one action: a cluster, or a direct response.
-	Cluster        string          `toml:"cluster,omitempty" json:"cluster,omitempty"`
-	DirectResponse *DirectResponse `toml:"direct_response,omitempty" json:"direct_response,omitempty"`
-
-	// Timeout bounds a proxied request from its first byte to the end
-	// of the response head, retries included; 0: the listener's
-	// request_timeout.
-	Timeout Duration `toml:"timeout,omitzero" json:"timeout,omitempty"`
-	// RetryOn lists the conditions a request is sent again on
-	// (RetryConditions), to another endpoint where there is one. Only a
-	// request whose body is already buffered whole is retried.
-	RetryOn []string `toml:"retry_on,omitempty" json:"retry_on,omitempty"`
-	// NumRetries bounds the retries of one request (default
-	// DefaultNumRetries when retry_on is set).
-	NumRetries int `toml:"num_retries,omitzero" json:"num_retries,omitempty"`
-	// PerTryTimeout bounds each attempt up to the response head; 0:
-	// only Timeout.
-	PerTryTimeout Duration `toml:"per_try_timeout,omitzero" json:"per_try_timeout,omitempty"`
-	// RetryNonIdempotent allows retrying a POST or PATCH whose bytes
-	// reached an upstream (which may have acted on it); a connect
-	// failure is retried whatever the method.
-	RetryNonIdempotent bool `toml:"retry_non_idempotent,omitzero" json:"retry_non_idempotent,omitempty"`
-	// Connect lets CONNECT requests whose target host matches Host open
-	// a tunnel through this route: the proxy answers 200 and relays the
-	// bytes both ways to an endpoint of Cluster (path and prefix do not
-	// apply to them). Without it CONNECT is refused with 405.
-	Connect bool `toml:"connect,omitzero" json:"connect,omitempty"`
-}
-
-// DirectResponse is answered by the proxy itself. Body may contain
-// %VERSION%, %EPOCH%, %PID% and %HOSTNAME%, replaced when the generation
-// starts.
-type DirectResponse struct {
-	Status      int    `toml:"status" json:"status"`
-	Body        string `toml:"body" json:"body"`
-	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty"`
-}
-
 // Cluster is a named group of upstream endpoints.
 type Cluster struct {
 	Name      string   `toml:"name" json:"name"`
@@ -417,55 +349,6 @@ type Cluster struct {
 	// CircuitBreakers, when set, bounds what the cluster is asked to
 	// carry at once; past a bound a request is answered 503 at once.
 	CircuitBreakers *CircuitBreakers `toml:"circuit_breakers,omitempty" json:"circuit_breakers,omitempty"`
-}
-
-// HealthCheck is a cluster's active health check, run by the main side
-// against every endpoint, every Interval (plus a random jitter of up to
-// HealthCheckJitterPercent of it).
-type HealthCheck struct {
-	// Path, when set, makes the check an HTTP GET of this path whose
-	// status must be one of ExpectedStatuses; empty: a TCP connect.
-	Path string `toml:"path,omitempty" json:"path,omitempty"`
-	// ExpectedStatuses are the statuses that pass an HTTP check.
-	ExpectedStatuses []int    `toml:"expected_statuses" json:"expected_statuses"`
-	Interval         Duration `toml:"interval" json:"interval"`
-	// Timeout bounds one check, connect and response together.
-	Timeout Duration `toml:"timeout" json:"timeout"`
-	// UnhealthyThreshold: consecutive failed checks that make a healthy
-	// endpoint unhealthy.
-	UnhealthyThreshold int `toml:"unhealthy_threshold" json:"unhealthy_threshold"`
-	// HealthyThreshold: consecutive passed checks that make an unhealthy
-	// endpoint healthy again (one is enough for an endpoint not yet
-	// checked, when a generation starts).
-	HealthyThreshold int `toml:"healthy_threshold" json:"healthy_threshold"`
-}
-
-// OutlierDetection ejects an endpoint that fails requests in a row, for
-// BaseEjectionTime times the number of times it has been ejected.
-type OutlierDetection struct {
-	// Consecutive5xx: 5xx responses (or upstream failures after
-	// connect) in a row that eject an endpoint; 0 disables.
-	Consecutive5xx int `toml:"consecutive_5xx" json:"consecutive_5xx"`
-	// ConsecutiveConnectFailure: failed connects in a row that eject an
-	// endpoint; 0 disables.
-	ConsecutiveConnectFailure int      `toml:"consecutive_connect_failure" json:"consecutive_connect_failure"`
-	BaseEjectionTime          Duration `toml:"base_ejection_time" json:"base_ejection_time"`
-	// MaxEjectionPercent: no endpoint is ejected while this share of
-	// the cluster's endpoints is ejected already.
-	MaxEjectionPercent int `toml:"max_ejection_percent" json:"max_ejection_percent"`
-}
-
-// CircuitBreakers bound a cluster's load, summed over all workers.
-type CircuitBreakers struct {
-	// MaxConnections bounds the open upstream connections.
-	MaxConnections int `toml:"max_connections" json:"max_connections"`
-	// MaxPendingRequests bounds the requests waiting for a new
-	// connection to be established.
-	MaxPendingRequests int `toml:"max_pending_requests" json:"max_pending_requests"`
-	// MaxRequests bounds the requests in flight.
-	MaxRequests int `toml:"max_requests" json:"max_requests"`
-	// MaxRetries bounds the retries in flight.
-	MaxRetries int `toml:"max_retries" json:"max_retries"`
 }
 
 // Duration is a time.Duration written as a string ("30s", "1m30s").
