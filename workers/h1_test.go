@@ -3,6 +3,7 @@ package workers
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -544,5 +545,73 @@ func TestHeadByteByByte(t *testing.T) {
 	}
 	if got := send("GET /" + strings.Repeat("a", 8300)); !strings.HasPrefix(got, "HTTP/1.1 414 ") {
 		t.Fatalf("an endless request line sent a byte at a time: %q, want 414", got)
+	}
+}
+
+// max_idle_per_endpoint = 0 keeps no idle upstream connection, from the
+// config through the proxy: every request reaches the backend on a
+// connection of its own. The default keeps one and reuses it.
+func TestMaxIdlePerEndpointThroughTheProxy(t *testing.T) {
+	for _, tc := range []struct {
+		maxIdle   int
+		wantConns int64
+	}{{0, 5}, {config.DefaultMaxIdlePerEndpoint, 1}} {
+		var conns atomic.Int64
+		be := rawBackend(t, func(c net.Conn) {
+			conns.Add(1)
+			br := bufio.NewReader(c)
+			for {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				io.WriteString(c, okResponse)
+			}
+		})
+		// Parsed from TOML, as a user writes it: config.Load is what
+		// tells an explicit 0 from a key left out.
+		cfg, err := config.Parse([]byte(fmt.Sprintf(`
+[[listeners]]
+name = "web"
+address = "127.0.0.1:0"
+protocol = "http"
+  [[listeners.routes]]
+  prefix = "/"
+  cluster = "backend"
+[[clusters]]
+name = "backend"
+endpoints = [%q]
+max_idle_per_endpoint = %d
+`, be, tc.maxIdle)), "test.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := BuildSnapshotN(cfg, Identity{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(Options{Config: cfg, Concurrency: 1, Logger: testLogger()}, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		m.Start()
+		c, err := net.Dial("tcp", addr(t, m, "web"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		for range 5 {
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			r, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, r.Body)
+		}
+		c.Close()
+		if got := conns.Load(); got != tc.wantConns {
+			t.Errorf("max_idle_per_endpoint = %d: 5 requests opened %d upstream connections, want %d", tc.maxIdle, got, tc.wantConns)
+		}
 	}
 }
