@@ -208,10 +208,7 @@ func (c *Config) setDefaults(raw map[string]any) {
 	rawListeners := tables(raw, "listeners")
 	for i := range c.Listeners {
 		l := &c.Listeners[i]
-		var m map[string]any
-		if i < len(rawListeners) {
-			m = rawListeners[i]
-		}
+		m := tableAt(rawListeners, i)
 		switch l.Protocol {
 		case ProtocolTCP:
 			if !given(m, "idle_timeout", l.IdleTimeout == 0) {
@@ -240,10 +237,7 @@ func (c *Config) setDefaults(raw map[string]any) {
 			rawRoutes := tables(m, "routes")
 			for j := range l.Routes {
 				r := &l.Routes[j]
-				var rm map[string]any
-				if j < len(rawRoutes) {
-					rm = rawRoutes[j]
-				}
+				rm := tableAt(rawRoutes, j)
 				if r.Cluster == "" {
 					continue // a direct_response is never retried
 				}
@@ -254,10 +248,7 @@ func (c *Config) setDefaults(raw map[string]any) {
 			rawLogs := tables(m, "access_log")
 			for j := range l.AccessLog {
 				al := &l.AccessLog[j]
-				var am map[string]any
-				if j < len(rawLogs) {
-					am = rawLogs[j]
-				}
+				am := tableAt(rawLogs, j)
 				if !given(am, "format", al.Format == "") {
 					al.Format = DefaultAccessLogFormat
 				}
@@ -276,10 +267,7 @@ func (c *Config) setDefaults(raw map[string]any) {
 	rawClusters := tables(raw, "clusters")
 	for i := range c.Clusters {
 		cl := &c.Clusters[i]
-		var m map[string]any
-		if i < len(rawClusters) {
-			m = rawClusters[i]
-		}
+		m := tableAt(rawClusters, i)
 		if !given(m, "lb_policy", cl.LBPolicy == "") {
 			cl.LBPolicy = LBRoundRobin
 		}

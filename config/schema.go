@@ -319,6 +319,15 @@ func tables(m map[string]any, key string) []map[string]any {
 	return out
 }
 
+// tableAt is the i-th table of ts, or nil when the file has fewer (a
+// config built in code has none at all).
+func tableAt(ts []map[string]any, i int) map[string]any {
+	if i < len(ts) {
+		return ts[i]
+	}
+	return nil
+}
+
 func subTable(m map[string]any, key string) map[string]any {
 	sub, _ := m[key].(map[string]any)
 	return sub
