@@ -58,6 +58,9 @@ var durationBounds = map[string]durationBound{
 	// Multiplied by the number of ejections; a day keeps the product
 	// far from overflowing.
 	"clusters.outlier_detection.base_ejection_time": {10 * time.Millisecond, 24 * time.Hour},
+	// A new key per rotation; a week keeps a stolen key's reach short.
+	"listeners.tls.session_ticket_rotation": {time.Minute, 7 * 24 * time.Hour},
+	"listeners.tls.handshake_timeout":       {10 * time.Millisecond, 5 * time.Minute},
 }
 
 // An intBound is the range an integer key accepts.

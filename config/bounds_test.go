@@ -92,6 +92,10 @@ func boundCase(t *testing.T, path, value string) (data, key string) {
 		case "listeners.routes.per_try_timeout":
 			return httpWith(`{ prefix = "/", cluster = "c", retry_on = ["5xx"], timeout = "24h", per_try_timeout = ` + value + ` }`),
 				`listeners[0] ("web").routes[0].per_try_timeout`
+		case "listeners.tls.handshake_timeout", "listeners.tls.session_ticket_rotation":
+			return webOK + "[listeners.tls]\ncertificates = [{ cert = \"../examples/tls/a.example.com.pem\", key = \"../examples/tls/a.example.com.key\" }]\n" +
+					strings.TrimPrefix(path, "listeners.tls.") + " = " + value + "\n" + clusterC,
+				`listeners[0] ("web").tls.` + strings.TrimPrefix(path, "listeners.tls.")
 		case "listeners.access_log.queue_size":
 			return webOK + "[[listeners.access_log]]\npath = \"/tmp/a.log\"\nqueue_size = " + value + "\n" + clusterC,
 				`listeners[0] ("web").access_log[0].queue_size`
@@ -214,7 +218,7 @@ func TestExampleShowsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := Parse(data, "example")
+	want, err := Parse(data, examplePath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +236,13 @@ func TestExampleShowsDefaults(t *testing.T) {
 		"listeners.access_log.path": true,
 		// No default: the key of ring_hash and maglev, which need one.
 		"clusters.hash_on": true,
+		// No default: which files, names and suites are the example's own.
+		"listeners.tls.certificates": true, "listeners.tls.cipher_suites": true,
+		"listeners.tls.session_ticket_keys_file": true,
+		"listeners.routes.server_name":           true, "listeners.sni_routes": true,
+		"listeners.http2_cleartext": true, "clusters.http2": true,
+		"clusters.tls.ca": true, "clusters.tls.server_name": true,
+		"clusters.tls.cert": true, "clusters.tls.key": true,
 	}
 	checked := 0
 	var walk func(m map[string]any, path, human string)
@@ -265,7 +276,7 @@ func TestExampleShowsDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			m[k] = v
-			got, err := Parse(buf.Bytes(), "example")
+			got, err := Parse(buf.Bytes(), examplePath)
 			checked++
 			switch {
 			case err != nil:

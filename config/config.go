@@ -318,6 +318,18 @@ type Listener struct {
 	// AccessLog lists an http listener's access logs: one line per
 	// request, written by a goroutine of its own.
 	AccessLog []AccessLog `toml:"access_log,omitempty" json:"access_log,omitempty"`
+
+	// TLS, when set, terminates TLS on the listener (tls.go).
+	TLS *ListenerTLS `toml:"tls,omitempty" json:"tls,omitempty"`
+	// SNIRoutes make a tcp listener pass TLS through untouched, to the
+	// cluster of the first route naming the ClientHello's SNI; Cluster,
+	// when set, takes the connections no route names (and those without
+	// a ClientHello's SNI).
+	SNIRoutes []SNIRoute `toml:"sni_routes,omitempty" json:"sni_routes,omitempty"`
+	// HTTP2Cleartext lets an http listener without TLS serve HTTP/2 to
+	// clients that open with its connection preface (prior knowledge,
+	// "h2c"), besides HTTP/1.1.
+	HTTP2Cleartext bool `toml:"http2_cleartext,omitzero" json:"http2_cleartext,omitempty"`
 }
 
 // Cluster is a named group of upstream endpoints.
@@ -349,6 +361,12 @@ type Cluster struct {
 	// CircuitBreakers, when set, bounds what the cluster is asked to
 	// carry at once; past a bound a request is answered 503 at once.
 	CircuitBreakers *CircuitBreakers `toml:"circuit_breakers,omitempty" json:"circuit_breakers,omitempty"`
+
+	// TLS, when set, makes upstream connections TLS (tls.go).
+	TLS *ClusterTLS `toml:"tls,omitempty" json:"tls,omitempty"`
+	// HTTP2 speaks HTTP/2 to the endpoints: over TLS (ALPN h2) when TLS
+	// is set, else cleartext with prior knowledge. Default HTTP/1.1.
+	HTTP2 bool `toml:"http2,omitzero" json:"http2,omitempty"`
 }
 
 // Duration is a time.Duration written as a string ("30s", "1m30s").

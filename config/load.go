@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,6 +72,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	}
 	c.Source = source
 	c.normalize()
+	c.resolveFiles(source)
 	c.setDefaults(raw)
 	if err := c.Validate(); err != nil {
 		var e *Error
@@ -147,6 +150,41 @@ func (c *Config) normalize() {
 		}
 		if hc := c.Clusters[i].HealthCheck; hc != nil && len(hc.ExpectedStatuses) == 0 {
 			hc.ExpectedStatuses = nil
+		}
+	}
+}
+
+// resolveFiles makes the TLS files' paths absolute: a relative one is
+// relative to the directory of the config file (source), so that a config
+// and the certificates beside it move together, and a generation started
+// from another directory reads the same files.
+func (c *Config) resolveFiles(source string) {
+	dir := "."
+	if source != DefaultSource {
+		dir = filepath.Dir(source)
+	}
+	abs := func(p *string) {
+		if *p == "" || filepath.IsAbs(*p) {
+			return
+		}
+		if a, err := filepath.Abs(filepath.Join(dir, *p)); err == nil {
+			*p = a
+		}
+	}
+	for i := range c.Listeners {
+		if t := c.Listeners[i].TLS; t != nil {
+			for j := range t.Certificates {
+				abs(&t.Certificates[j].Cert)
+				abs(&t.Certificates[j].Key)
+			}
+			abs(&t.SessionTicketKeysFile)
+		}
+	}
+	for i := range c.Clusters {
+		if t := c.Clusters[i].TLS; t != nil {
+			abs(&t.CA)
+			abs(&t.Cert)
+			abs(&t.Key)
 		}
 	}
 }
@@ -260,6 +298,21 @@ func (c *Config) setDefaults(raw map[string]any) {
 		if !given(m, "balance", l.Balance == "") {
 			l.Balance = DefaultBalance
 		}
+		if t := l.TLS; t != nil {
+			tm := subTable(m, "tls")
+			if !given(tm, "min_version", t.MinVersion == "") {
+				t.MinVersion = DefaultTLSMinVersion
+			}
+			if !given(tm, "alpn", t.ALPN == nil) && l.Protocol == ProtocolHTTP {
+				t.ALPN = slices.Clone(DefaultHTTPALPN)
+			}
+			if !given(tm, "session_ticket_rotation", t.SessionTicketRotation == 0) {
+				t.SessionTicketRotation = Duration(DefaultSessionTicketRotation)
+			}
+			if !given(tm, "handshake_timeout", t.HandshakeTimeout == 0) {
+				t.HandshakeTimeout = Duration(DefaultHandshakeTimeout)
+			}
+		}
 		// max_connections stays 0 when left out: 0 is the default and
 		// means "no bound of this listener's own".
 	}
@@ -286,6 +339,9 @@ func (c *Config) setDefaults(raw map[string]any) {
 			cl.DNSRefresh = Duration(DefaultDNSRefresh)
 		}
 		setResilienceDefaults(cl, m, given)
+		if t := cl.TLS; t != nil && !given(subTable(m, "tls"), "min_version", t.MinVersion == "") {
+			t.MinVersion = DefaultTLSMinVersion
+		}
 	}
 }
 

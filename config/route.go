@@ -25,6 +25,10 @@ type Route struct {
 	// Host matches the request's Host exactly, or "*.example.com" matches
 	// any subdomain of example.com. Empty matches any host.
 	Host string `toml:"host,omitempty" json:"host,omitempty"`
+	// ServerName matches the TLS connection's SNI like Host matches the
+	// Host header (exact, or "*.example.com"); a connection without TLS
+	// or without SNI matches no route that sets it. Empty matches any.
+	ServerName string `toml:"server_name,omitempty" json:"server_name,omitempty"`
 	// Prefix matches a path prefix; Path matches a path exactly. One of
 	// the two is required.
 	Prefix string `toml:"prefix,omitempty" json:"prefix,omitempty"`

@@ -30,6 +30,7 @@ func (v *validator) clusters() {
 			fmt.Sprintf("0 keeps no idle connections; leave it out for the default, %d", DefaultMaxIdlePerEndpoint))
 		v.duration(key+".dns_refresh", "clusters.dns_refresh", c.DNSRefresh, DefaultDNSRefresh)
 		v.resilience(key, c)
+		v.clusterTLS(key, c)
 	}
 }
 

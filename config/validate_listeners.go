@@ -38,6 +38,8 @@ func (v *validator) listeners() {
 		}
 		v.number(key+".max_connections", "listeners.max_connections", l.MaxConnections,
 			"0, the default, leaves only [server] max_connections")
+		v.listenerTLS(key, l)
+		v.sniRoutes(key, l)
 		if !slices.Contains(balances, l.Balance) {
 			v.ps.add(key+".balance", "%s: unknown balance (use %s; default %s)", quote(l.Balance), orList(balances), quote(DefaultBalance))
 		}
@@ -46,7 +48,9 @@ func (v *validator) listeners() {
 
 func (v *validator) tcpListener(key string, l *Listener) {
 	if l.Cluster == "" {
-		v.ps.add(key+".cluster", "missing: a tcp listener needs the cluster its connections go to")
+		if len(l.SNIRoutes) == 0 {
+			v.ps.add(key+".cluster", "missing: a tcp listener needs the cluster its connections go to (or sni_routes)")
+		}
 	} else {
 		v.clusterRef(key+".cluster", l.Cluster)
 	}
@@ -108,6 +112,11 @@ func (v *validator) route(key string, r *Route) {
 	if r.Host != "" {
 		if msg := checkRouteHost(r.Host); msg != "" {
 			v.ps.add(key+".host", "%s: %s", quote(r.Host), msg)
+		}
+	}
+	if r.ServerName != "" {
+		if msg := checkServerName(r.ServerName); msg != "" {
+			v.ps.add(key+".server_name", "%s: %s", quote(r.ServerName), msg)
 		}
 	}
 	if r.Connect && r.Cluster == "" {

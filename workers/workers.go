@@ -6,6 +6,7 @@ package workers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -59,6 +60,12 @@ type Options struct {
 	// w+1 (build it with Workers >= Concurrency). nil: a store in process
 	// memory of the Manager's own (tests).
 	Stats *stats.Store
+	// ServerTLS is the TLS server config of every listener with
+	// [listeners.tls], by listener name, built by the caller (package
+	// tlsconf: certificates picked by SNI and swapped on rotation,
+	// session-ticket keys handed over between generations). A listener
+	// with TLS and no entry here is an error.
+	ServerTLS map[string]*tls.Config
 }
 
 // Manager owns all workers of one generation.
