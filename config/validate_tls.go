@@ -117,7 +117,7 @@ func (v *validator) listenerTLS(key string, l *Listener) {
 		v.certificatePair(fmt.Sprintf("%s.certificates[%d]", key, j), p)
 	}
 	if !slices.Contains(tlsVersions, t.MinVersion) {
-		v.ps.add(key+".min_version", "%s: use %s (TLS 1.0 and 1.1 are deprecated, RFC 8996)", quote(t.MinVersion), orList(tlsVersions))
+		v.ps.add(key+".min_version", "%s: use %s (TLS 1.0 and 1.1 are deprecated, RFC 8996)", quote(t.MinVersion), orList(quoteAll(tlsVersions)))
 	}
 	v.cipherSuites(key+".cipher_suites", t.CipherSuites, t.MinVersion)
 	seen := map[string]bool{}
@@ -125,7 +125,7 @@ func (v *validator) listenerTLS(key string, l *Listener) {
 		k := fmt.Sprintf("%s.alpn[%d]", key, j)
 		switch {
 		case l.Protocol == ProtocolHTTP && p != ALPNHTTP2 && p != ALPNHTTP11:
-			v.ps.add(k, "%s: an http listener speaks %s", quote(p), orList([]string{ALPNHTTP2, ALPNHTTP11}))
+			v.ps.add(k, "%s: an http listener speaks %s", quote(p), orList(quoteAll([]string{ALPNHTTP2, ALPNHTTP11})))
 		case p == "" || len(p) > 255:
 			v.ps.add(k, "%s: a protocol name is 1 to 255 bytes", quote(p))
 		case seen[p]:
@@ -222,7 +222,7 @@ func (v *validator) clusterTLS(key string, c *Cluster) {
 		v.certificatePair(key, CertificatePair{Cert: t.Cert, Key: t.Key})
 	}
 	if !slices.Contains(tlsVersions, t.MinVersion) {
-		v.ps.add(key+".min_version", "%s: use %s", quote(t.MinVersion), orList(tlsVersions))
+		v.ps.add(key+".min_version", "%s: use %s", quote(t.MinVersion), orList(quoteAll(tlsVersions)))
 	}
 }
 
@@ -264,4 +264,12 @@ func (v *validator) cipherSuites(key string, names []string, minVersion string) 
 		}
 		v.ps.add(fmt.Sprintf("%s[%d]", key, j), "%s: %s (use %s)", quote(name), msg, strings.Join(known, ", "))
 	}
+}
+
+func quoteAll(l []string) []string {
+	q := make([]string, len(l))
+	for i, s := range l {
+		q[i] = quote(s)
+	}
+	return q
 }
