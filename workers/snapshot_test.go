@@ -50,7 +50,7 @@ func TestRouteMatch(t *testing.T) {
 		{"nothing.test", "/x", -1},
 		{"[::1]:80", "/", 5},
 	} {
-		r := ls.match(tc.host, tc.path)
+		r := ls.match(tc.host, tc.path, "")
 		got := -1
 		if r != nil {
 			got = r.index
