@@ -63,14 +63,15 @@ type clientConn struct {
 	// tls is c when the listener terminates TLS, else nil; sni is the
 	// ClientHello's server name, for routes with server_name, stored
 	// once the handshake is done.
-	tls *tls.Conn
-	sni string
-	m   *Manager
-	wk  *worker
-	li  int
-	st  *listenerStats
-	set *connSet
-	cfg *h1Settings
+	tls       *tls.Conn
+	sni       string
+	handshook bool // the TLS handshake completed
+	m         *Manager
+	wk        *worker
+	li        int
+	st        *listenerStats
+	set       *connSet
+	cfg       *h1Settings
 	// slots is the connection slot accept took (connlimit.go); Close
 	// gives it back, once.
 	slots *connSlots
@@ -145,7 +146,7 @@ func (cc *clientConn) Close() error {
 // finished its handshake and was not closed by a drain says close_notify
 // first.
 func (cc *clientConn) closeAtEnd() {
-	if cc.tls != nil && !cc.closed.Load() && cc.tls.ConnectionState().HandshakeComplete {
+	if cc.handshook && !cc.closed.Load() {
 		cc.tls.Close()
 	}
 	cc.Close()
@@ -221,7 +222,7 @@ func (cc *clientConn) handshake() bool {
 		}
 		return false
 	}
-	cc.sni = cs.ServerName
+	cc.sni, cc.handshook = cs.ServerName, true
 	return true
 }
 
