@@ -66,12 +66,13 @@ type clientConn struct {
 	tls       *tls.Conn
 	sni       string
 	handshook bool // the TLS handshake completed
-	m         *Manager
-	wk        *worker
-	li        int
-	st        *listenerStats
-	set       *connSet
-	cfg       *h1Settings
+
+	m   *Manager
+	wk  *worker
+	li  int
+	st  *listenerStats
+	set *connSet
+	cfg *h1Settings
 	// slots is the connection slot accept took (connlimit.go); Close
 	// gives it back, once.
 	slots *connSlots
