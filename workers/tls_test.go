@@ -581,3 +581,53 @@ func tcpPair(tb testing.TB) (server, client *net.TCPConn) {
 	tb.Cleanup(func() { s.Close() })
 	return s.(*net.TCPConn), client
 }
+
+// TestTLSRequestBodies: request bodies over TLS, read by the body pump
+// while the response comes back (Content-Length and chunked, larger than
+// a record and than the read buffer).
+func TestTLSRequestBodies(t *testing.T) {
+	be := echoBackend(t)
+	m := startTLSManager(t, proxyConfig(hostOf(be.URL), withTLS), 1)
+	c := newTLSClient(t, "a.example.com")
+	body := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB
+	for _, chunked := range []bool{false, true} {
+		var r io.Reader = strings.NewReader(body)
+		if chunked {
+			r = io.MultiReader(r) // hides the length: net/http sends it chunked
+		}
+		req, err := http.NewRequest("POST", "https://"+addr(t, m, "web")+"/echo-body", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("chunked %v: %v", chunked, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(got) != body {
+			t.Fatalf("chunked %v: %d, %d bytes back of %d, %v", chunked, resp.StatusCode, len(got), len(body), err)
+		}
+		if te := resp.Header.Get("X-Got-Transfer-Encoding"); (te == "chunked") != chunked {
+			t.Fatalf("chunked %v: the upstream got Transfer-Encoding %q", chunked, te)
+		}
+	}
+}
+
+// TestTLSBadRequest: a malformed request over TLS is answered 400 and the
+// connection closed gracefully (close_notify, then FIN): the client reads
+// the answer, then EOF.
+func TestTLSBadRequest(t *testing.T) {
+	m := startTLSManager(t, tlsDirectConfig("ok"), 1)
+	c := dialTLS(t, addr(t, m, "web"), "a.example.com")
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil || resp.StatusCode != 400 {
+		t.Fatalf("response %v %v, want 400", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Fatalf("after the 400: %v, want EOF (close_notify)", err)
+	}
+}
