@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -629,5 +630,58 @@ func TestTLSBadRequest(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	if _, err := r.ReadByte(); err != io.EOF {
 		t.Fatalf("after the 400: %v, want EOF (close_notify)", err)
+	}
+}
+
+// TestTLSNoGoroutineLeak: Close ends every TLS connection's goroutine: an
+// idle keep-alive one, one stuck in its handshake, a terminated TCP
+// session and a passthrough one.
+func TestTLSNoGoroutineLeak(t *testing.T) {
+	echo := rawBackend(t, func(c net.Conn) { io.Copy(c, c) })
+	c := newTLSClient(t, "a.example.com")
+	runtime.GC()
+	before := runtime.NumGoroutine()
+
+	cfg := proxyConfig(echo, withTLS) // the http route is never used
+	web := httpListener("direct", directRoute("ok"))
+	withTLS(&web)
+	term := tcpListener("term", "backend")
+	withTLS(&term)
+	pass := tcpListener("pass", "backend")
+	pass.SNIRoutes = []config.SNIRoute{{ServerNames: []string{"db.example.com"}, Cluster: "backend"}}
+	cfg.Listeners = append(cfg.Listeners, web, term, pass)
+	m := startTLSManager(t, cfg, 2)
+
+	if resp, _ := get(t, c, "https://"+addr(t, m, "direct")+"/"); resp.StatusCode != 200 {
+		t.Fatal(resp.StatusCode)
+	}
+	stuck := dialTCP(t, addr(t, m, "direct")) // never says hello
+	tc := dialTLS(t, addr(t, m, "term"), "a.example.com")
+	io.WriteString(tc, "x")
+	io.ReadFull(tc, make([]byte, 1))
+	p := dialTCP(t, addr(t, m, "pass"))
+	io.WriteString(p, "not tls: the default cluster\n")
+	io.ReadFull(p, make([]byte, 5))
+	waitFor(t, 5*time.Second, "4 connections open", func() bool {
+		n := int64(0)
+		for _, l := range []string{"direct", "term", "pass"} {
+			n += gauge(m, "listener."+l+"."+statCxActive)
+		}
+		return n == 4
+	})
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseIdleConnections()
+	stuck.Close()
+	tc.Close()
+	p.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
