@@ -685,3 +685,25 @@ func TestTLSNoGoroutineLeak(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTCPTLSIdleTimeout: a terminated TCP session that goes quiet is
+// closed at the listener's idle_timeout, like a spliced one.
+func TestTCPTLSIdleTimeout(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) { io.Copy(c, c) })
+	cfg := tcpConfig(be, 300*time.Millisecond)
+	withTLS(&cfg.Listeners[0])
+	m := startTLSManager(t, cfg, 1)
+	c := dialTLS(t, addr(t, m, "tcp"), "a.example.com")
+	io.WriteString(c, "x")
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data from an idle session")
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 10*time.Second {
+		t.Fatalf("closed after %v, want about the 300ms idle timeout", d)
+	}
+	waitFor(t, 5*time.Second, "the session to end", func() bool { return cxActive(m) == 0 })
+}
