@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"time"
@@ -139,6 +140,9 @@ func (m *Manager) acceptTCP(a *acceptor, li int) {
 			return
 		}
 		s := &tcpSession{client: c, slots: a.slots}
+		if lt := m.listeners[li].tls; lt != nil {
+			s.clientTLS = tls.Server(c, lt.config)
+		}
 		if !a.wk.conns.add(s) {
 			c.Close()
 			a.st.closed()

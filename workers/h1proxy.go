@@ -167,7 +167,11 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		}
 	}
 	b = append(b, cc.clientIP...)
-	b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
+	if cc.tls != nil {
+		b = append(b, "\r\nX-Forwarded-Proto: https\r\n"...)
+	} else {
+		b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
+	}
 	if req.Host.Len() > 0 {
 		b = append(b, "X-Forwarded-Host: "...)
 		b = append(b, req.Host.Bytes(head)...)

@@ -337,9 +337,10 @@ func (x *exchange) tunnel() {
 // relay copies bytes both ways between the client and up (a tunnel: an
 // upgrade or a CONNECT) until both directions have ended or the drain
 // closes the client connection, half-closing each side as the other ends.
-// Between two TCP sockets the copies are splice(2). The connection's
-// buffers and state go back to their pools first: a tunnel can live for
-// hours. The caller closes up.
+// Between two TCP sockets the copies are splice(2); a TLS client's bytes
+// go through user space (io.Copy's buffer), as they must be decrypted.
+// The connection's buffers and state go back to their pools first: a
+// tunnel can live for hours. The caller closes up.
 func (cc *clientConn) relay(up *net.TCPConn) {
 	cc.c.SetDeadline(time.Time{})
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
@@ -356,6 +357,6 @@ func (cc *clientConn) relay(up *net.TCPConn) {
 	}()
 	n, _ := io.Copy(cc.c, up)
 	cc.st.txBytes.Add(uint64(n))
-	cc.c.CloseWrite()
+	cc.closeWrite()
 	wg.Wait()
 }

@@ -53,6 +53,9 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 		if ls.cluster != "" {
 			lv.tcp = snap.views[w][ls.cluster]
 		}
+		for _, r := range ls.sniRoutes {
+			lv.sniClusters = append(lv.sniClusters, snap.views[w][r.cluster])
+		}
 		if len(ls.routes) > 0 {
 			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))
 			for j, r := range ls.routes {

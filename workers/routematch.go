@@ -2,15 +2,16 @@ package workers
 
 import "strings"
 
-// match returns the first route that matches host (as in the Host header)
-// and path, or nil.
-func (ls *listenerSnap) match(host, path string) *route {
+// match returns the first route that matches host (as in the Host header),
+// path and sni (the TLS connection's server name; "" without TLS or SNI),
+// or nil.
+func (ls *listenerSnap) match(host, path, sni string) *route {
 	if len(ls.routes) == 0 {
 		return nil
 	}
 	host = stripPort(host)
 	for _, r := range ls.routes {
-		if r.matches(host, path) {
+		if r.matches(host, path) && r.serverName.matches(sni) {
 			return r
 		}
 	}
@@ -18,11 +19,12 @@ func (ls *listenerSnap) match(host, path string) *route {
 }
 
 // matchConnect returns the first route that lets CONNECT through to host
-// (the target's host), or nil. Paths do not apply to CONNECT.
-func (ls *listenerSnap) matchConnect(host string) *route {
+// (the target's host) on a connection with sni, or nil. Paths do not apply
+// to CONNECT.
+func (ls *listenerSnap) matchConnect(host, sni string) *route {
 	host = stripPort(host)
 	for _, r := range ls.routes {
-		if r.connect && r.matchesHost(host) {
+		if r.connect && r.matchesHost(host) && r.serverName.matches(sni) {
 			return r
 		}
 	}
@@ -41,11 +43,25 @@ func (r *route) matches(host, path string) bool {
 }
 
 func (r *route) matchesHost(host string) bool {
-	switch r.hostKin {
+	return hostPattern{kind: r.hostKin, name: r.host}.matches(host)
+}
+
+// hostPattern is a compiled host or server name: any, exact, or a wildcard
+// ("*.example.com" is kept as ".example.com"), lower case.
+type hostPattern struct {
+	kind hostMatch
+	name string
+}
+
+// matches reports whether host matches the pattern. An exact or wildcard
+// pattern never matches "" (a request without Host, a connection without
+// SNI).
+func (p hostPattern) matches(host string) bool {
+	switch p.kind {
 	case hostExact:
-		return strings.EqualFold(host, r.host)
+		return strings.EqualFold(host, p.name)
 	case hostWildcard:
-		return len(host) > len(r.host) && strings.EqualFold(host[len(host)-len(r.host):], r.host)
+		return len(host) > len(p.name) && strings.EqualFold(host[len(host)-len(p.name):], p.name)
 	}
 	return true
 }

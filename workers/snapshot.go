@@ -57,11 +57,23 @@ func (s *Snapshot) Config() *config.Config { return s.cfg }
 type listenerSnap struct {
 	name           string
 	protocol       string
-	cluster        string     // tcp
+	cluster        string     // tcp; "" for a passthrough listener without a default cluster
 	tcpHashOn      hashSource // tcp: its cluster's hash_on (only source_ip applies)
 	routes         []*route
 	idleTimeout    time.Duration
 	requestTimeout time.Duration
+
+	// TLS passthrough (tcp, sni_routes; sni.go): the routes, and how long
+	// a client may take to send its ClientHello.
+	sniRoutes    []sniRoute
+	helloTimeout time.Duration
+}
+
+// sniRoute is a compiled sni_routes entry.
+type sniRoute struct {
+	serverNames []hostPattern
+	cluster     string
+	hashOn      hashSource
 }
 
 type hostMatch uint8
@@ -82,6 +94,9 @@ type route struct {
 	cluster string
 	direct  *directResponse
 	connect bool // CONNECT requests may tunnel through it
+	// serverName matches the TLS connection's SNI (any: server_name is
+	// not set).
+	serverName hostPattern
 
 	// For a cluster: the route's timeout (0: the listener's
 	// request_timeout), its retry policy, and what its cluster hashes.
@@ -208,10 +223,10 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 	}
 	switch l.Protocol {
 	case config.ProtocolTCP:
-		if l.Cluster == "" {
-			return nil, fmt.Errorf("protocol %q needs a cluster", l.Protocol)
+		if l.Cluster == "" && len(l.SNIRoutes) == 0 {
+			return nil, fmt.Errorf("protocol %q needs a cluster (or sni_routes)", l.Protocol)
 		}
-		if s.clusters[l.Cluster] == nil {
+		if l.Cluster != "" && s.clusters[l.Cluster] == nil {
 			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", l.Cluster, l.Cluster)
 		}
 		if len(l.Routes) > 0 {
@@ -220,6 +235,14 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 		ls.cluster = l.Cluster
 		if cs := s.cfg.Cluster(l.Cluster); cs != nil {
 			ls.tcpHashOn = compileHashOn(cs.HashOn)
+		}
+		if len(l.SNIRoutes) > 0 {
+			if l.TLS != nil {
+				return nil, fmt.Errorf("sni_routes pass TLS through and [listeners.tls] terminates it: a listener does one or the other")
+			}
+			if err := s.compileSNIRoutes(ls, l); err != nil {
+				return nil, err
+			}
 		}
 	case config.ProtocolHTTP:
 		for j := range l.AccessLog {
@@ -240,22 +263,41 @@ func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*
 	return ls, nil
 }
 
-func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) (*route, error) {
-	r := &route{index: i}
-	host := strings.ToLower(stripPort(strings.TrimSpace(rs.Host)))
+// compileHostPattern compiles a host or server name as routes write it:
+// empty or "*" (any), "name" (exact) or "*.example.com" (any subdomain);
+// key names it in an error.
+func compileHostPattern(key, value string) (hostPattern, error) {
+	host := strings.ToLower(stripPort(strings.TrimSpace(value)))
 	switch {
 	case host == "" || host == "*":
-		r.hostKin = hostAny
+		return hostPattern{kind: hostAny}, nil
 	case strings.HasPrefix(host, "*."):
 		if len(host) == 2 || strings.Contains(host[2:], "*") {
-			return nil, fmt.Errorf("host %q: a wildcard is written \"*.example.com\"", rs.Host)
+			return hostPattern{}, fmt.Errorf("%s %q: a wildcard is written \"*.example.com\"", key, value)
 		}
-		r.hostKin, r.host = hostWildcard, host[1:]
-	default:
-		if strings.Contains(host, "*") {
-			return nil, fmt.Errorf("host %q: a wildcard is only allowed as the first label (\"*.example.com\")", rs.Host)
+		return hostPattern{kind: hostWildcard, name: host[1:]}, nil
+	case strings.Contains(host, "*"):
+		return hostPattern{}, fmt.Errorf("%s %q: a wildcard is only allowed as the first label (\"*.example.com\")", key, value)
+	}
+	return hostPattern{kind: hostExact, name: host}, nil
+}
+
+func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) (*route, error) {
+	r := &route{index: i}
+	hp, err := compileHostPattern("host", rs.Host)
+	if err != nil {
+		return nil, err
+	}
+	r.hostKin, r.host = hp.kind, hp.name
+	if rs.ServerName != "" {
+		// A route with server_name matches only TLS connections whose
+		// SNI it names (hostPattern.matches: never "").
+		if r.serverName, err = compileHostPattern("server_name", rs.ServerName); err != nil {
+			return nil, err
 		}
-		r.hostKin, r.host = hostExact, host
+		if r.serverName.kind == hostAny {
+			return nil, fmt.Errorf("server_name %q: name a host (\"a.example.com\") or a wildcard (\"*.example.com\"), or leave server_name out", rs.ServerName)
+		}
 	}
 	switch {
 	case rs.Path != "" && rs.Prefix != "":

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestRouteMatch(t *testing.T) {
 		{"nothing.test", "/x", -1},
 		{"[::1]:80", "/", 5},
 	} {
-		r := ls.match(tc.host, tc.path)
+		r := ls.match(tc.host, tc.path, "")
 		got := -1
 		if r != nil {
 			got = r.index
@@ -198,5 +199,26 @@ func TestDirectResponse(t *testing.T) {
 	m.Publish(snap2)
 	if _, body = get(t, c, base+"/id"); body != "second 8" {
 		t.Fatalf("after Publish: %q", body)
+	}
+}
+
+// TestSnapshotOfExample: the example config compiles, its passthrough
+// listener without a default cluster included (hotproxy validate builds
+// the snapshot too).
+func TestSnapshotOfExample(t *testing.T) {
+	cfg, err := config.Load(filepath.Join("..", "examples", "hotproxy.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := BuildSnapshotN(cfg, Identity{}, 1)
+	if err != nil {
+		t.Fatalf("BuildSnapshotN: %v", err)
+	}
+	ls := snap.listeners["db-passthrough"]
+	if ls == nil || ls.cluster != "" || len(ls.sniRoutes) != 1 || ls.matchSNI("db.example.com") != 0 || ls.matchSNI("other.example.com") != -1 {
+		t.Fatalf("db-passthrough compiled to %+v", ls)
+	}
+	if r := snap.listeners["web-tls"].routes[0]; r.serverName != (hostPattern{kind: hostWildcard, name: ".example.org"}) {
+		t.Fatalf("web-tls route 0: server_name compiled to %+v", r.serverName)
 	}
 }

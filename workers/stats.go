@@ -57,6 +57,10 @@ type listenerStats struct {
 	// memory: no syscall per connection.
 	steerActive *atomic.Uint64
 	logDropped  stats.CounterLane // statAccessLogDropped
+	// tls: a listener that terminates TLS (tls.go); nil otherwise.
+	tls *tlsStats
+	// sniNoRoute: a TLS passthrough listener (sni.go); zero otherwise.
+	sniNoRoute stats.CounterLane
 }
 
 func newListenerStats(st *stats.Store, listener string, worker int) *listenerStats {

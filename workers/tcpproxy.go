@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"sync"
@@ -41,6 +42,9 @@ type tcpSession struct {
 	idle   time.Duration
 	last   atomic.Int64 // monotime of the last read, either direction
 	done   atomic.Bool
+	// clientTLS, when the listener terminates TLS, is the tls.Conn over
+	// client that the session reads and writes (the plaintext).
+	clientTLS *tls.Conn
 	// progress is the client socket's byte count at the idle timer's
 	// last look (touched by the timer only).
 	progress uint64
@@ -111,11 +115,35 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 		s.slots.release() // connection slot (connlimit.go): once, here
 	}()
 	lv := wk.view.Load().listeners[li]
-	if lv == nil || lv.tcp == nil {
+	if lv == nil {
+		return
+	}
+	wc, hashOn := lv.tcp, lv.tcpHashOn
+	var hello []byte // passthrough: the bytes read for the ClientHello
+	var client net.Conn = s.client
+	switch {
+	case s.clientTLS != nil:
+		lt := m.listeners[li].tls
+		if _, err := lt.handshake(s.clientTLS, s.client, st.tls); err != nil {
+			if m.log.IsDebug() {
+				m.log.Debug("TLS handshake failed", "listener", lv.name, "client", s.client.RemoteAddr(), "error", err)
+			}
+			return
+		}
+		client = s.clientTLS
+	case len(lv.sniRoutes) > 0:
+		wc, hashOn, hello = lv.passthroughCluster(s.client)
+		if wc == nil {
+			st.sniNoRoute.Inc()
+			return
+		}
+		st.rxBytes.Add(uint64(len(hello)))
+	}
+	if wc == nil {
 		return
 	}
 	var key uint64
-	if lv.tcpHashOn.kind == hashSourceIP {
+	if hashOn.kind == hashSourceIP {
 		// A TCP connection has no header or cookie: a ring_hash or
 		// maglev cluster keyed otherwise picks at random.
 		if ta, ok := s.client.RemoteAddr().(*net.TCPAddr); ok {
@@ -123,7 +151,7 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 			key = upstream.HashKey(ta.AddrPort().Addr().Unmap().AppendTo(ip[:0]))
 		}
 	}
-	up, endpoint, done, err := lv.tcp.DialTCPKey(m.ctx, key)
+	up, endpoint, done, err := wc.DialTCPKey(m.ctx, key)
 	if err != nil {
 		// Nothing to say in L4 but closing.
 		if m.log.IsDebug() {
@@ -134,6 +162,11 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 	defer done()
 	if !s.setUpstream(up) {
 		return
+	}
+	if len(hello) > 0 {
+		if _, err := up.Write(hello); err != nil {
+			return
+		}
 	}
 	if m.log.IsTrace() {
 		m.log.Trace("tcp connection", "listener", lv.name, "worker", wk.id, "client", s.client.RemoteAddr(), "upstream", endpoint)
@@ -152,16 +185,16 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		s.pipe(up, s.client, st.rxBytes)
+		s.pipe(up, client, st.rxBytes)
 	}()
-	s.pipe(s.client, up, st.txBytes)
+	s.pipe(client, up, st.txBytes)
 	<-upDone
 }
 
 // pipe copies src to dst until src ends. At EOF it half-closes dst and
 // returns, leaving the other direction running; on an error it closes
 // the whole session. Between two TCP sockets the copy is splice(2): the
-// bytes never enter user space. It goes in chunks so that the byte count
+// bytes never enter user space; a TLS side goes through a buffer. It goes in chunks so that the byte count
 // and the idle clock advance while a long transfer runs.
 func (s *tcpSession) pipe(dst, src net.Conn, n stats.CounterLane) {
 	dtc, dok := unwrapTCP(dst)
@@ -223,10 +256,8 @@ func (s *tcpSession) pipeCopy(dst, src net.Conn, n stats.CounterLane) {
 			}
 		}
 		if rerr != nil {
-			if rerr == io.EOF {
-				if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-					return
-				}
+			if rerr == io.EOF && closeWrite(dst) == nil {
+				return
 			}
 			s.Close()
 			return

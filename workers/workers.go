@@ -128,6 +128,9 @@ type mlistener struct {
 	sockets  []*socket
 	h1       *h1Settings // http
 	slots    *connSlots  // the listener's connection bound, shared by its workers
+	// tls terminates TLS on the listener's connections (tls.go); nil:
+	// plaintext, or passed through untouched (sni_routes).
+	tls *listenerTLS
 
 	balance string // config: least_conn, hash, kernel ("" is kernel)
 	// steer is the eBPF program that spreads the listener's connections
@@ -161,8 +164,10 @@ type workerView struct {
 
 type listenerView struct {
 	*listenerSnap
-	tcp      *upstream.WorkerCluster   // tcp listeners
+	tcp      *upstream.WorkerCluster   // tcp listeners; nil: a passthrough one without a default cluster
 	clusters []*upstream.WorkerCluster // http: index route; nil for direct responses
+	// sniClusters are a passthrough listener's clusters, by sni_route.
+	sniClusters []*upstream.WorkerCluster
 }
 
 // New binds (or adopts) every listener socket for every worker and returns
@@ -213,6 +218,17 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		closeInherited()
 		return nil, fmt.Errorf("workers: the stats store has %d lanes, the manager needs %d (1 + %d workers)", st.Lanes(), n+1, n)
 	}
+	// TLS configs first: a listener without one fails before any socket
+	// is bound.
+	listenerTLSs := make([]*listenerTLS, len(cfg.Listeners))
+	for i := range cfg.Listeners {
+		lt, err := newListenerTLS(&cfg.Listeners[i], opts.ServerTLS)
+		if err != nil {
+			closeInherited()
+			return nil, fmt.Errorf("workers: %w", err)
+		}
+		listenerTLSs[i] = lt
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		log:        log,
@@ -230,7 +246,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	}
 	for i := range cfg.Listeners {
 		l := &cfg.Listeners[i]
-		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol, balance: l.Balance}
+		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol, balance: l.Balance, tls: listenerTLSs[i]}
 		m.listeners = append(m.listeners, ml)
 		err := m.openAccessLogs(ml, l, snap.id.Epoch)
 		switch {
@@ -278,6 +294,12 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		for i, ml := range m.listeners {
 			wk.stats[i] = newListenerStats(st, ml.name, w)
 			wk.stats[i].steerActive = activeCount(ml, w)
+			if ml.tls != nil {
+				wk.stats[i].tls = newTLSStats(st, ml.name, w)
+			}
+			if len(cfg.Listeners[i].SNIRoutes) > 0 {
+				wk.stats[i].sniNoRoute = st.Counter("listener." + ml.name + "." + statSNINoRoute).Lane(w + 1)
+			}
 		}
 		m.workers[w] = wk
 	}

@@ -1,0 +1,156 @@
+package workers
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/upstream"
+)
+
+// TLS passthrough (a tcp listener with sni_routes): the ClientHello is read,
+// never answered, its SNI picks the cluster, and the bytes read go to the
+// upstream ahead of everything else, so that the upstream terminates the
+// TLS the client began. crypto/tls parses the ClientHello: a hand-written
+// parser of bytes from anyone would need its own fuzzing, and would lag
+// behind the extensions clients add.
+
+// statSNINoRoute counts a passthrough listener's connections closed because
+// no sni_route named their SNI (or they sent no ClientHello with one) and
+// the listener has no default cluster.
+const statSNINoRoute = "sni.no_route"
+
+// maxClientHello bounds what is read while looking for the ClientHello:
+// one full TLS record (16 KiB); a ClientHello with post-quantum key shares
+// is about 2 KiB.
+const maxClientHello = 16 << 10
+
+func (s *Snapshot) compileSNIRoutes(ls *listenerSnap, l *config.Listener) error {
+	for j, sr := range l.SNIRoutes {
+		if s.clusters[sr.Cluster] == nil {
+			return fmt.Errorf("sni_routes[%d]: cluster %q is not defined (add a [[clusters]] entry named %q)", j, sr.Cluster, sr.Cluster)
+		}
+		if len(sr.ServerNames) == 0 {
+			return fmt.Errorf("sni_routes[%d]: server_names is empty (name the SNI it takes, like server_names = [\"db.example.com\"])", j)
+		}
+		r := sniRoute{cluster: sr.Cluster}
+		for n, name := range sr.ServerNames {
+			p, err := compileHostPattern(fmt.Sprintf("sni_routes[%d].server_names[%d]", j, n), name)
+			if err != nil {
+				return err
+			}
+			if p.kind == hostAny {
+				return fmt.Errorf("sni_routes[%d].server_names[%d] %q: name a host or \"*.example.com\"; connections no route names go to the listener's cluster", j, n, name)
+			}
+			r.serverNames = append(r.serverNames, p)
+		}
+		if cs := s.cfg.Cluster(sr.Cluster); cs != nil {
+			r.hashOn = compileHashOn(cs.HashOn)
+		}
+		ls.sniRoutes = append(ls.sniRoutes, r)
+	}
+	// The ClientHello comes right after the connect; the listener's
+	// idle_timeout, when shorter, bounds the wait too.
+	ls.helloTimeout = config.DefaultHandshakeTimeout
+	if d := l.IdleTimeout.D(); d > 0 && d < ls.helloTimeout {
+		ls.helloTimeout = d
+	}
+	return nil
+}
+
+// matchSNI returns the index of the first sni_route naming sni, or -1.
+func (ls *listenerSnap) matchSNI(sni string) int {
+	if sni == "" {
+		return -1
+	}
+	for i := range ls.sniRoutes {
+		for _, p := range ls.sniRoutes[i].serverNames {
+			if p.matches(sni) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// passthroughCluster reads the ClientHello from client and picks its
+// cluster: the first sni_route naming its SNI, else the listener's
+// cluster (also for a client that sent no ClientHello, or one without
+// SNI), else nil. hello is every byte read from the client, for the
+// upstream.
+func (lv *listenerView) passthroughCluster(client *net.TCPConn) (wc *upstream.WorkerCluster, hashOn hashSource, hello []byte) {
+	sni, hello, err := readClientHello(client, lv.helloTimeout)
+	if i := lv.matchSNI(sni); i >= 0 {
+		return lv.sniClusters[i], lv.sniRoutes[i].hashOn, hello
+	}
+	if len(hello) == 0 && err != nil && !isTimeout(err) {
+		// EOF or reset before a byte: nobody to serve.
+		return nil, hashSource{}, nil
+	}
+	return lv.tcp, lv.tcpHashOn, hello
+}
+
+// errHelloRead ends the handshake crypto/tls began for readClientHello
+// once the ClientHello is parsed.
+var errHelloRead = errors.New("ClientHello read")
+
+// errHelloTooLarge: no ClientHello within maxClientHello bytes.
+var errHelloTooLarge = errors.New("no TLS ClientHello in the first 16 KiB")
+
+// readClientHello reads from c until crypto/tls has parsed a ClientHello
+// (or failed to: not TLS, too large, EOF, timeout) and returns its SNI (""
+// if none) with every byte it read, which the client considers sent and
+// the upstream must get. err is the reason no ClientHello was parsed (nil
+// when one was, SNI or not).
+func readClientHello(c *net.TCPConn, timeout time.Duration) (sni string, hello []byte, err error) {
+	rec := &helloRecorder{Conn: c, buf: make([]byte, 0, 2<<10)}
+	parsed := false
+	cfg := &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni, parsed = hi.ServerName, true
+		return nil, errHelloRead
+	}}
+	c.SetReadDeadline(time.Now().Add(timeout))
+	herr := tls.Server(rec, cfg).Handshake()
+	c.SetReadDeadline(time.Time{})
+	switch {
+	case parsed:
+		return sni, rec.buf, nil
+	case rec.err != nil:
+		return "", rec.buf, rec.err
+	}
+	return "", rec.buf, herr
+}
+
+// helloRecorder is the client connection as readClientHello's crypto/tls
+// sees it: what it reads is kept (up to maxClientHello), what it writes
+// (the alert that ends the aborted handshake) is dropped, so the client
+// sees nothing of it.
+type helloRecorder struct {
+	net.Conn
+	buf []byte
+	err error // the socket's read error, if any
+}
+
+func (r *helloRecorder) Read(p []byte) (int, error) {
+	room := maxClientHello - len(r.buf)
+	if room <= 0 {
+		r.err = errHelloTooLarge
+		return 0, r.err
+	}
+	n, err := r.Conn.Read(p[:min(len(p), room)])
+	r.buf = append(r.buf, p[:n]...)
+	if err != nil {
+		r.err = err
+	}
+	return n, err
+}
+
+func (r *helloRecorder) Write(p []byte) (int, error) { return len(p), nil }
+
+func (r *helloRecorder) Close() error { return nil }
+
+var _ io.ReadWriter = (*helloRecorder)(nil)

@@ -1,0 +1,151 @@
+package workers
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/stats"
+)
+
+// TLS termination: an http or tcp listener with [listeners.tls] wraps each
+// accepted socket in a tls.Server with the config the caller built for it
+// (Options.ServerTLS: certificates, rotation and session tickets are
+// package tlsconf's). The handshake runs on the connection's own goroutine,
+// bounded by handshake_timeout, before anything else is read.
+
+// listenerTLS is a terminating listener's TLS, fixed when the Manager is
+// built (like its sockets).
+type listenerTLS struct {
+	config           *tls.Config
+	handshakeTimeout time.Duration
+}
+
+// newListenerTLS checks that the caller built a TLS config for every
+// listener that terminates TLS, before any socket is touched.
+func newListenerTLS(l *config.Listener, built map[string]*tls.Config) (*listenerTLS, error) {
+	if l.TLS == nil {
+		return nil, nil
+	}
+	cfg := built[l.Name]
+	if cfg == nil {
+		return nil, fmt.Errorf("listener %q: [listeners.tls] is set but no TLS server config was built for it (workers.Options.ServerTLS has no entry %q; the server builds one per TLS listener with package tlsconf)", l.Name, l.Name)
+	}
+	timeout := l.TLS.HandshakeTimeout.D()
+	if timeout <= 0 {
+		timeout = config.DefaultHandshakeTimeout
+	}
+	return &listenerTLS{config: cfg, handshakeTimeout: timeout}, nil
+}
+
+// TLS stat names, in the listener's scope (listener.<name>.): per-connection
+// counts of the handshakes this worker ran. The certificate-choice, expiry
+// and rotation stats (ssl.no_certificate, ssl.certificate.*,
+// ssl.session_ticket_key_rotation) are package tlsconf's.
+const (
+	statSSLHandshake       = "ssl.handshake"        // counter: handshakes completed
+	statSSLSessionReused   = "ssl.session_reused"   // counter: of which resumed a session (ticket)
+	statSSLConnectionError = "ssl.connection_error" // counter: handshakes failed or timed out (the connection is closed)
+	statSSLVersionTLS12    = "ssl.version.tls1_2"   // counter: handshakes completed with TLS 1.2
+	statSSLVersionTLS13    = "ssl.version.tls1_3"   // counter: ... with TLS 1.3
+	statSSLALPNH2          = "ssl.alpn.h2"          // counter: handshakes that negotiated h2
+	statSSLALPNHTTP11      = "ssl.alpn.http_1_1"    // counter: ... http/1.1
+)
+
+// tlsStats are one worker's handles on a terminating listener's TLS stats.
+type tlsStats struct {
+	handshake, sessionReused, connectionError stats.CounterLane
+	tls12, tls13                              stats.CounterLane
+	alpnH2, alpnHTTP11                        stats.CounterLane
+}
+
+func newTLSStats(st *stats.Store, listener string, worker int) *tlsStats {
+	lane := worker + 1
+	p := "listener." + listener + "."
+	c := func(name string) stats.CounterLane { return st.Counter(p + name).Lane(lane) }
+	return &tlsStats{
+		handshake:       c(statSSLHandshake),
+		sessionReused:   c(statSSLSessionReused),
+		connectionError: c(statSSLConnectionError),
+		tls12:           c(statSSLVersionTLS12),
+		tls13:           c(statSSLVersionTLS13),
+		alpnH2:          c(statSSLALPNH2),
+		alpnHTTP11:      c(statSSLALPNHTTP11),
+	}
+}
+
+// completed counts a finished handshake.
+func (ts *tlsStats) completed(cs *tls.ConnectionState) {
+	ts.handshake.Inc()
+	if cs.DidResume {
+		ts.sessionReused.Inc()
+	}
+	switch cs.Version {
+	case tls.VersionTLS12:
+		ts.tls12.Inc()
+	case tls.VersionTLS13:
+		ts.tls13.Inc()
+	}
+	switch cs.NegotiatedProtocol {
+	case config.ALPNHTTP2:
+		ts.alpnH2.Inc()
+	case config.ALPNHTTP11:
+		ts.alpnHTTP11.Inc()
+	}
+}
+
+// handshake runs tc's server handshake within the listener's
+// handshake_timeout (on sock, the socket under tc) and counts its outcome.
+// The deadlines are cleared afterwards.
+func (lt *listenerTLS) handshake(tc *tls.Conn, sock net.Conn, ts *tlsStats) (tls.ConnectionState, error) {
+	sock.SetDeadline(time.Now().Add(lt.handshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		ts.connectionError.Inc()
+		return tls.ConnectionState{}, err
+	}
+	sock.SetDeadline(time.Time{})
+	cs := tc.ConnectionState()
+	ts.completed(&cs)
+	return cs, nil
+}
+
+// answerPlainHTTP tells a client that spoke plain HTTP to a TLS listener
+// what it did, as net/http does, in plain text (it reads no TLS). err is
+// the failed handshake's.
+func answerPlainHTTP(err error) {
+	var rhe tls.RecordHeaderError
+	if !errors.As(err, &rhe) || rhe.Conn == nil || !looksLikeHTTP(rhe.RecordHeader[:]) {
+		return
+	}
+	rhe.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	io.WriteString(rhe.Conn, "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+}
+
+func looksLikeHTTP(hdr []byte) bool {
+	switch string(hdr) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO", "DELET", "PATCH", "CONNE":
+		return true
+	}
+	return false
+}
+
+// closeWrite ends the write side of c: for TLS, a close_notify alert and
+// then the TCP FIN (tls.Conn.CloseWrite sends only the alert, and a peer
+// waiting for EOF on the socket would wait forever).
+func closeWrite(c net.Conn) error {
+	if tc, ok := c.(*tls.Conn); ok {
+		err := tc.CloseWrite()
+		if cw, ok := tc.NetConn().(interface{ CloseWrite() error }); ok {
+			err = errors.Join(err, cw.CloseWrite())
+		}
+		return err
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
