@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -330,7 +331,7 @@ func (x *exchange) tunnel() {
 	// x lives in the state released by relay: only locals from now on.
 	putBuf(x.ub)
 	x.ub = nil
-	cc.relay(up.TCPConn)
+	cc.relay(up.Stream())
 	up.Discard()
 }
 
@@ -340,7 +341,7 @@ func (x *exchange) tunnel() {
 // Between two TCP sockets the copies are splice(2). The connection's
 // buffers and state go back to their pools first: a tunnel can live for
 // hours. The caller closes up.
-func (cc *clientConn) relay(up *net.TCPConn) {
+func (cc *clientConn) relay(up upstream.Stream) {
 	cc.c.SetDeadline(time.Time{})
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 	up.SetDeadline(time.Time{})
