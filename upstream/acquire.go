@@ -196,29 +196,23 @@ func (wc *WorkerCluster) AcquireFresh(ctx context.Context, endpoint int) (*Conn,
 	return c, nil
 }
 
+// dial opens a new connection to endpoint i at addr: the TCP connect and,
+// for a TLS cluster, the handshake, both within the connect timeout. A
+// failed handshake is a failed connect (counted, reported to outlier
+// detection, the next endpoint tried by the caller).
 func (wc *WorkerCluster) dial(ctx context.Context, i int, addr string) (*Conn, error) {
 	brk := wc.state.breakers
 	if brk != nil && !take(&brk.connections, brk.maxConnections) {
 		wc.countOverflow(true)
 		return nil, brk.errConnections
 	}
+	deadline := wc.connectDeadline()
 	nc, err := wc.dialer.DialContext(ctx, "tcp", addr)
 	st := wc.stats.Load()
 	if err != nil {
-		if brk != nil {
-			brk.connections.n.Add(-1)
-		}
-		if ctx.Err() == nil {
-			// A connect abandoned by the caller is not the
-			// endpoint's failure.
-			if st != nil {
-				st.CxConnectFail.Inc()
-			}
-			wc.reportConnect(i, false)
-		}
+		wc.connectFailed(ctx, i, brk, st)
 		return nil, err
 	}
-	wc.reportConnect(i, true)
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		nc.Close()
@@ -226,10 +220,6 @@ func (wc *WorkerCluster) dial(ctx context.Context, i int, addr string) (*Conn, e
 			brk.connections.n.Add(-1)
 		}
 		return nil, errors.New("upstream: dial returned a non-TCP connection")
-	}
-	if st != nil {
-		st.CxTotal.Inc()
-		st.CxActive.Inc()
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
@@ -239,7 +229,35 @@ func (wc *WorkerCluster) dial(ctx context.Context, i int, addr string) (*Conn, e
 		}
 		return nil, err
 	}
-	c := &Conn{TCPConn: tc, raw: raw, wc: wc, endpoint: i, addr: addr, counted: st, brk: brk}
+	c := &Conn{tcp: tc, raw: raw, wc: wc, endpoint: i, addr: addr, brk: brk}
+	if wc.tls != nil {
+		c.tls, c.transport, err = wc.handshake(ctx, tc, raw, i, deadline, st)
+		if err != nil {
+			wc.connectFailed(ctx, i, brk, st)
+			return nil, err
+		}
+	}
+	wc.reportConnect(i, true)
+	if st != nil {
+		st.CxTotal.Inc()
+		st.CxActive.Inc()
+	}
+	c.counted = st
 	c.peek = func(fd uintptr) { c.stale = peerClosed(fd) }
 	return c, nil
+}
+
+// connectFailed gives back the max_connections slot of a connect that
+// failed and, unless the caller abandoned it (ctx ended: not the
+// endpoint's failure), counts it and reports it to outlier detection.
+func (wc *WorkerCluster) connectFailed(ctx context.Context, i int, brk *breakers, st *Stats) {
+	if brk != nil {
+		brk.connections.n.Add(-1)
+	}
+	if ctx.Err() == nil {
+		if st != nil {
+			st.CxConnectFail.Inc()
+		}
+		wc.reportConnect(i, false)
+	}
 }

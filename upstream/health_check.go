@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -36,17 +37,23 @@ func (m *Monitor) round(ctx context.Context, addrs []string) roundResult {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, m.hc.Timeout.D())
 			defer cancel()
-			res[i] = m.check(cctx, addr)
+			res[i] = m.check(cctx, i, addr)
 		}()
 	}
 	wg.Wait()
 	return res
 }
 
-// check is one health check of addr: a TCP connect, or an HTTP/1.1 GET of
-// the path whose status must be expected. It never obeys HTTP_PROXY: it
-// speaks to the endpoint itself.
-func (m *Monitor) check(ctx context.Context, addr string) bool {
+// check is one health check of endpoint i at addr: a TCP connect, or an
+// HTTP/1.1 GET of the path whose status must be expected. It never obeys
+// HTTP_PROXY: it speaks to the endpoint itself.
+//
+// For a TLS cluster the GET goes over TLS, with the configuration requests
+// use (a certificate that does not verify fails the check), while a TCP
+// check stays a TCP connect: it says the endpoint listens, not that it
+// would shake hands. Health-check handshakes are not counted in
+// cluster.<name>.ssl.*, which are the workers' connections.
+func (m *Monitor) check(ctx context.Context, i int, addr string) bool {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -55,6 +62,19 @@ func (m *Monitor) check(ctx context.Context, addr string) bool {
 	defer conn.Close()
 	if m.hc.Path == "" {
 		return true
+	}
+	if cfg := m.c.ClientTLS(i); cfg != nil {
+		if len(cfg.NextProtos) > 0 {
+			// An http2 cluster offers "h2"; this check speaks
+			// HTTP/1.1, which a server assumes without ALPN.
+			cfg = cfg.Clone()
+			cfg.NextProtos = nil
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return false
+		}
+		conn = tc
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)

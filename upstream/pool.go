@@ -52,7 +52,7 @@ func (wc *WorkerCluster) takeIdle(i int, addr string, peekAfter time.Duration) *
 	}
 	p.mu.Unlock()
 	for _, s := range stale {
-		s.close()
+		s.closeIdleConn()
 	}
 	if c != nil {
 		c.reused = true
@@ -70,8 +70,12 @@ const peekAfterIdle = time.Second
 // HTTP/1.1 connection has nothing to read, so EOF, an error or stray bytes
 // all mean it must not carry a request. One syscall per reuse buys fewer
 // requests sent into a connection the upstream already closed (which a
-// non-idempotent request could not be retried from).
+// non-idempotent request could not be retried from). A TLS connection is
+// checked by a TLS read instead (tlsClosedByPeer says why).
 func (c *Conn) closedByPeer() bool {
+	if c.tls != nil {
+		return c.tlsClosedByPeer()
+	}
 	c.stale = true
 	c.raw.Control(c.peek)
 	return c.stale
@@ -90,7 +94,7 @@ func (wc *WorkerCluster) closeIdle(forGood bool) {
 	p.mu.Unlock()
 	for _, q := range idle {
 		for _, c := range q {
-			c.close()
+			c.closeIdleConn()
 		}
 	}
 }

@@ -27,6 +27,16 @@ import (
 //	upstream_rq_retry         counter  retries made by a route's retry_on
 //	upstream_rq_retry_success counter  retried requests whose last try got a
 //	                                   response that was not retried
+//
+// and, for a cluster with [clusters.tls] only (tls.go):
+//
+//	ssl.handshake             counter  TLS handshakes completed with an endpoint
+//	ssl.session_reused        counter  of which resumed a session (no full
+//	                                   handshake)
+//	ssl.connection_error      counter  handshakes that failed: verification,
+//	                                   no common version, a client certificate
+//	                                   wanted, a timeout (each is also an
+//	                                   upstream_cx_connect_fail)
 type Stats struct {
 	CxTotal           stats.CounterLane
 	CxActive          stats.GaugeLane
@@ -38,6 +48,13 @@ type Stats struct {
 	LBHealthyPanic    stats.CounterLane
 	RqRetry           stats.CounterLane
 	RqRetrySuccess    stats.CounterLane
+
+	// ssl is nil for a cluster without TLS: BindStats resolves it for a
+	// view that has TLS, from where NewStats was given.
+	ssl     *sslStats
+	store   *stats.Store
+	cluster string
+	lane    int
 }
 
 // NewStats resolves the stats of cluster on lane (1 + the worker index,
@@ -45,6 +62,10 @@ type Stats struct {
 func NewStats(st *stats.Store, cluster string, lane int) *Stats {
 	sc := "cluster." + cluster + "."
 	return &Stats{
+		store:   st,
+		cluster: cluster,
+		lane:    lane,
+
 		CxTotal:       st.Counter(sc + "upstream_cx_total").Lane(lane),
 		CxActive:      st.Gauge(sc+"upstream_cx_active", stats.GaugeSum).Lane(lane),
 		CxConnectFail: st.Counter(sc + "upstream_cx_connect_fail").Lane(lane),
@@ -78,7 +99,17 @@ func (c *Cluster) SetMembership(st *stats.Store) {
 // BindStats makes the view count into s (nil: count nothing). Safe to call
 // while the view is in use; a connection keeps the handles it was opened
 // with, so its close is counted where its open was.
-func (wc *WorkerCluster) BindStats(s *Stats) { wc.stats.Store(s) }
+//
+// A TLS cluster's view also counts cluster.<name>.ssl.*, which clusters
+// without TLS do not have: s is copied with them added.
+func (wc *WorkerCluster) BindStats(s *Stats) {
+	if s != nil && wc.tls != nil && s.ssl == nil && s.store != nil {
+		withSSL := *s
+		withSSL.ssl = newSSLStats(s.store, s.cluster, s.lane)
+		s = &withSSL
+	}
+	wc.stats.Store(s)
+}
 
 // Stats returns the handles the view counts into, or nil.
 func (wc *WorkerCluster) Stats() *Stats { return wc.stats.Load() }

@@ -10,6 +10,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -70,6 +71,9 @@ type Cluster struct {
 
 	// hashing is the shared balancer of a ring_hash or maglev cluster.
 	hashing *hashing
+
+	// tls[i] is endpoint i's client TLS configuration; nil: plaintext.
+	tls []*tls.Config
 
 	// spec is what the cluster was built from: its Monitor reads the
 	// health_check and outlier_detection tables.
@@ -135,6 +139,11 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		addrs = append(addrs, addr)
 	}
 	c.dnsRefresh = spec.DNSRefresh.D()
+	tlsConfigs, err := clientTLSConfigs(spec)
+	if err != nil {
+		return nil, err
+	}
+	c.tls = tlsConfigs
 	c.state = newClusterState(addrs, spec)
 	c.hashing.prepare(c.state.hosts.Load().usable)
 	return c, nil
@@ -212,6 +221,7 @@ func (c *Cluster) ForWorker(w int) *WorkerCluster {
 		n:         len(c.Endpoints),
 		timeout:   s.connectTimeout,
 		dialer:    net.Dialer{Timeout: s.connectTimeout},
+		tls:       s.tls,
 		state:     c.state,
 		hostStats: make([]hostCounters, len(c.Endpoints)),
 	}
@@ -232,6 +242,7 @@ type WorkerCluster struct {
 	n       int // endpoints; their addresses are in the HostSet
 	timeout time.Duration
 	dialer  net.Dialer
+	tls     []*tls.Config // by endpoint; nil: plaintext
 	bal     balancer
 	stats   atomic.Pointer[Stats] // nil: not counted
 	// state is the cluster's, shared by all workers; hostStats are this
@@ -247,7 +258,10 @@ type WorkerCluster struct {
 }
 
 // DialTCP picks an endpoint with the balancer and connects within the
-// cluster's connect timeout, trying the next endpoint when one fails.
+// cluster's connect timeout, trying the next endpoint when one fails. For
+// a cluster with [clusters.tls] the connection is TLS, its handshake done
+// within the same timeout (a failed one is a failed connect), and it is
+// not a *net.TCPConn (no splice: its bytes are encrypted in user space).
 // done must be called when the connection is finished with (least_request
 // counts active connections with it). Past the circuit breaker's
 // max_connections it fails at once with an OverflowError.
@@ -276,7 +290,11 @@ func (wc *WorkerCluster) DialTCPKey(ctx context.Context, key uint64) (conn net.C
 		i := int(usable[(first+k)%n])
 		addr := hs.addrs[i]
 		wc.bal.start(i)
+		deadline := wc.connectDeadline()
 		c, err := wc.dialer.DialContext(ctx, "tcp", addr)
+		if err == nil && wc.tls != nil {
+			c, err = wc.dialTLS(ctx, c, i, deadline)
+		}
 		if err == nil || ctx.Err() == nil {
 			// A connect abandoned by the caller is not the
 			// endpoint's failure.
@@ -299,6 +317,26 @@ func (wc *WorkerCluster) DialTCPKey(ctx context.Context, key uint64) (conn net.C
 		brk.connections.n.Add(-1)
 	}
 	return nil, "", nil, &ConnectError{Cluster: wc.name, Tried: tried, Err: last}
+}
+
+// dialTLS makes nc, DialTCPKey's new connection to endpoint i, a TLS one
+// (closing nc when the handshake fails).
+func (wc *WorkerCluster) dialTLS(ctx context.Context, nc net.Conn, i int, deadline time.Time) (net.Conn, error) {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return nil, errors.New("upstream: dial returned a non-TCP connection")
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	c, _, err := wc.handshake(ctx, tc, raw, i, deadline, wc.stats.Load())
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // hosts loads the cluster's current HostSet, whose usable endpoints are

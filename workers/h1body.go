@@ -75,7 +75,7 @@ func (x *exchange) sendHead(b, bodyRef []byte) error {
 		return err
 	}
 	bufs := net.Buffers{b, bodyRef}
-	_, err := bufs.WriteTo(x.up.TCPConn)
+	_, err := x.up.WriteBuffers(&bufs)
 	return err
 }
 

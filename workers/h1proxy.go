@@ -336,6 +336,8 @@ func dialReason(err error) string {
 		return "connect failed"
 	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
 		return "connect timeout"
+	case errors.Is(err, upstream.ErrTLSHandshake):
+		return "TLS handshake failed"
 	case errors.As(err, &errno):
 		return errno.Error()
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -330,18 +331,18 @@ func (x *exchange) tunnel() {
 	// x lives in the state released by relay: only locals from now on.
 	putBuf(x.ub)
 	x.ub = nil
-	cc.relay(up.TCPConn)
+	cc.relay(up.Stream())
 	up.Discard()
 }
 
 // relay copies bytes both ways between the client and up (a tunnel: an
 // upgrade or a CONNECT) until both directions have ended or the drain
 // closes the client connection, half-closing each side as the other ends.
-// Between two TCP sockets the copies are splice(2); a TLS client's bytes
-// go through user space (io.Copy's buffer), as they must be decrypted.
-// The connection's buffers and state go back to their pools first: a
-// tunnel can live for hours. The caller closes up.
-func (cc *clientConn) relay(up *net.TCPConn) {
+// Between two TCP sockets the copies are splice(2); TLS bytes, on
+// either side, go through user space (io.Copy's buffer), as they must be
+// decrypted or encrypted. The connection's buffers and state go back to
+// their pools first: a tunnel can live for hours. The caller closes up.
+func (cc *clientConn) relay(up upstream.Stream) {
 	cc.c.SetDeadline(time.Time{})
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 	up.SetDeadline(time.Time{})
