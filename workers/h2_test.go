@@ -347,10 +347,13 @@ func TestH2CDrainGoAway(t *testing.T) {
 		io.WriteString(w, "finished")
 	}))
 	t.Cleanup(be.Close)
+	releaseBackend := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseBackend) // before be.Close, which waits for the handler
 	m := startManager(t, proxyConfig(hostOf(be.URL), h2cListener), 1)
 	a := addr(t, m, "web")
 	rc := dialRawH2(t, a)
 	rc.get(t, 1, a, "/slow")
+	rc.c.SetDeadline(time.Now().Add(5 * time.Second)) // a GOAWAY comes at once, or never
 	select {
 	case <-arrived:
 	case <-time.After(10 * time.Second):
@@ -372,7 +375,7 @@ func TestH2CDrainGoAway(t *testing.T) {
 		switch f := f.(type) {
 		case *http2.GoAwayFrame:
 			goAway = f
-			close(release) // the backend answers only once the GOAWAY is out
+			releaseBackend() // the backend answers only once the GOAWAY is out
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
 				rc.fr.WriteSettingsAck()
