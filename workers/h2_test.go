@@ -514,10 +514,11 @@ func TestH2CCurl(t *testing.T) {
 }
 
 // BenchmarkH2CProxyKeepAlive: sequential GETs on one HTTP/2 connection
-// through the proxy to an HTTP/1.1 backend (client and backend included).
+// through the proxy to the HTTP/1.1 backend of BenchmarkH1ProxyKeepAlive
+// (client included: Go's HTTP/2 client costs about as much as the proxy).
 func BenchmarkH2CProxyKeepAlive(b *testing.B) {
-	be := benchBackend(b)
-	m := startManager(b, proxyConfig(hostOf(be.URL), h2cListener), 1)
+	be := rawKeepAliveBackend(b, benchResponse)
+	m := startManager(b, proxyConfig(be, h2cListener), 1)
 	c := h2cClient(b)
 	url := "http://" + addr(b, m, "web") + "/"
 	b.ReportAllocs()
@@ -532,5 +533,24 @@ func BenchmarkH2CProxyKeepAlive(b *testing.B) {
 		if resp.StatusCode != 200 {
 			b.Fatal(resp.StatusCode)
 		}
+	}
+}
+
+// BenchmarkH2CDirectResponse: a direct_response route over HTTP/2, no
+// upstream: the HTTP/2 server's own cost (and the client's).
+func BenchmarkH2CDirectResponse(b *testing.B) {
+	cfg := directConfig("hello, world\n")
+	h2cListener(&cfg.Listeners[0])
+	m := startManager(b, cfg, 1)
+	c := h2cClient(b)
+	url := "http://" + addr(b, m, "web") + "/"
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := c.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }

@@ -524,15 +524,15 @@ func (x *h2Exchange) readUpstream(deadline *time.Time) error {
 	return err
 }
 
-// write sends body bytes to the client and flushes them: the proxy holds
-// nothing back that the upstream has sent.
-func (x *h2Exchange) write(w http.ResponseWriter, p []byte) error {
+// write sends body bytes to the client and, with flush, sends them on:
+// the proxy holds nothing back that the upstream has sent.
+func (x *h2Exchange) write(w http.ResponseWriter, p []byte, flush bool) error {
 	n, err := w.Write(p)
 	x.sent += int64(n)
 	if err != nil {
 		return err
 	}
-	if f, ok := w.(http.Flusher); ok {
+	if f, ok := w.(http.Flusher); ok && flush {
 		f.Flush()
 	}
 	return nil
@@ -547,7 +547,9 @@ func (x *h2Exchange) copyLength(w http.ResponseWriter, n int64) error {
 			}
 		}
 		k := min(n, int64(x.uw-x.ur))
-		if err := x.write(w, x.ub[x.ur:x.ur+int(k)]); err != nil {
+		// The last bytes are not flushed: the handler's end sends them
+		// in the frame that ends the stream.
+		if err := x.write(w, x.ub[x.ur:x.ur+int(k)], k < n); err != nil {
 			return err
 		}
 		x.ur += int(k)
@@ -614,7 +616,7 @@ func (x *h2Exchange) copyUntilClose(w http.ResponseWriter) error {
 	var deadline time.Time
 	for {
 		if x.ur < x.uw {
-			if err := x.write(w, x.ub[x.ur:x.uw]); err != nil {
+			if err := x.write(w, x.ub[x.ur:x.uw], true); err != nil {
 				return err
 			}
 			x.ur = x.uw
