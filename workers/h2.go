@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/net/http2"
 
 	"github.com/hotproxy/hotproxy/stats"
@@ -76,6 +77,9 @@ func (h *h2State) build(m *Manager) {
 			// request's decoded header block.
 			MaxHeaderBytes: l.MaxHeaderBytes,
 			ConnState:      h2ConnState,
+			// x/net logs each client's protocol errors: debug lines
+			// of ours, not the standard logger's stderr.
+			ErrorLog: m.log.Named("http2").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
 			// WriteTimeout would bound a whole response (per stream),
 			// which a long download through the proxy must not be;
 			// write_timeout bounds each write instead (below).

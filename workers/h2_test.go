@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -324,11 +327,15 @@ func dialRawH2(tb testing.TB, addr string) *rawH2Conn {
 	return rc
 }
 
-func (rc *rawH2Conn) get(tb testing.TB, stream uint32, authority, path string) {
+// get sends a GET on stream, with more header fields as name, value pairs.
+func (rc *rawH2Conn) get(tb testing.TB, stream uint32, authority, path string, fields ...string) {
 	tb.Helper()
 	rc.hb.Reset()
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", authority}, {":path", path}} {
 		rc.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		rc.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
 	}
 	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: rc.hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
 		tb.Fatal(err)
@@ -552,5 +559,103 @@ func BenchmarkH2CDirectResponse(b *testing.B) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+}
+
+// TestH2CHeaderLimit: max_header_bytes bounds an HTTP/2 request's header
+// list: a larger one is refused with 431, and the connection goes on.
+func TestH2CHeaderLimit(t *testing.T) {
+	be, seen := recordingBackend(t)
+	m := startManager(t, proxyConfig(be, h2cListener, func(l *config.Listener) { l.MaxHeaderBytes = 4096 }), 1)
+	a := addr(t, m, "web")
+	rc := dialRawH2(t, a)
+	var big []string // more than 4 KiB in all, no field too long for HPACK's bound
+	for i := range 10 {
+		big = append(big, fmt.Sprintf("x-big-%d", i), strings.Repeat("b", 600))
+	}
+	rc.get(t, 1, a, "/big", big...)
+	rc.get(t, 3, a, "/small")
+	got := map[uint32]string{}
+	for len(got) < 2 {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading frames (statuses so far %v): %v", got, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			// x/net adds HTTP/2's per-field overhead (32 bytes) for
+			// up to 10 fields.
+			if v, ok := f.Value(http2.SettingMaxHeaderListSize); ok && v != 4096+320 {
+				t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE %d, want 4096+320", v)
+			}
+			if !f.IsAck() {
+				rc.fr.WriteSettingsAck()
+			}
+		case *http2.MetaHeadersFrame:
+			got[f.StreamID] = f.PseudoValue("status")
+		}
+	}
+	if got[1] != "431" || got[3] != "200" {
+		t.Fatalf("statuses %v, want stream 1: 431, stream 3: 200", got)
+	}
+	if s := <-seen; s.uri != "/small" {
+		t.Fatalf("backend saw %q, want only /small", s.uri)
+	}
+}
+
+// TestH2CEarlyResponse: an upstream that answers before the request body
+// is complete (413) is heard at once; the body still streaming does not
+// hold the answer back.
+func TestH2CEarlyResponse(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
+		n := 0
+		for !bytes.Contains(buf[:n], []byte("\r\n\r\n")) && n < len(buf) {
+			k, err := c.Read(buf[n:])
+			if err != nil {
+				return
+			}
+			n += k
+		}
+		io.WriteString(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+	})
+	m := startManager(t, proxyConfig(be, h2cListener), 1)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go io.WriteString(pw, "the start of a body that never ends")
+	resp, body := h2Do(t, h2cClient(t), newReq(t, "POST", "http://"+addr(t, m, "web")+"/upload", pr))
+	if resp.StatusCode != 413 || body != "too big\n" {
+		t.Fatalf("%d %q, want the upstream's early 413", resp.StatusCode, body)
+	}
+	if got := lstat(m, "downstream_rq_4xx"); got != 1 {
+		t.Errorf("downstream_rq_4xx = %d, want 1", got)
+	}
+}
+
+// TestH2CAccessLog: HTTP/2 requests are logged with PROTOCOL HTTP/2.0.
+func TestH2CAccessLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	be, _ := recordingBackend(t)
+	cfg := proxyConfig(be, h2cListener, func(l *config.Listener) {
+		l.AccessLog = []config.AccessLog{{Path: path, Format: config.AccessLogJSON}}
+	})
+	m := startManager(t, cfg, 1)
+	c := h2cClient(t)
+	h2Do(t, c, newReq(t, "GET", "http://"+addr(t, m, "web")+"/logged?x=1", nil))
+	m.Close() // writes out the queues
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		PROTOCOL, PATH, METHOD, UPSTREAM_CLUSTER string
+		RESPONSE_CODE, BYTES_SENT                int
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(b), &rec); err != nil {
+		t.Fatalf("%q: %v", b, err)
+	}
+	if rec.PROTOCOL != "HTTP/2.0" || rec.PATH != "/logged?x=1" || rec.METHOD != "GET" ||
+		rec.RESPONSE_CODE != 200 || rec.UPSTREAM_CLUSTER != "backend" || rec.BYTES_SENT != len("GET /logged ") {
+		t.Fatalf("access log line %s", b)
 	}
 }

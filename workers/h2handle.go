@@ -85,8 +85,12 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case rt == nil:
 		res.status = h2Answer(w, st, http.StatusNotFound, noRouteBody)
+		res.sent = int64(len(noRouteBody) + 1)
 	case rt.direct != nil:
 		res.status = h2Direct(w, r, st, rt.direct)
+		if r.Method != http.MethodHead {
+			res.sent = int64(len(rt.direct.body))
+		}
 	default:
 		wc := lv.clusters[rt.index]
 		if u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, wc); u != nil {
