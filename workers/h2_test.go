@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -657,5 +659,95 @@ func TestH2CAccessLog(t *testing.T) {
 	if rec.PROTOCOL != "HTTP/2.0" || rec.PATH != "/logged?x=1" || rec.METHOD != "GET" ||
 		rec.RESPONSE_CODE != 200 || rec.UPSTREAM_CLUSTER != "backend" || rec.BYTES_SENT != len("GET /logged ") {
 		t.Fatalf("access log line %s", b)
+	}
+}
+
+// TestH2CRetries: the route's retry policy and the stale-connection retry
+// apply to HTTP/2 requests as to HTTP/1.1 ones: a 503 goes to the other
+// endpoint, a dead endpoint is skipped, a pooled connection the upstream
+// closed is replaced.
+func TestH2CRetries(t *testing.T) {
+	t.Run("5xx", func(t *testing.T) {
+		var bad, good atomic.Int64
+		cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, 1 },
+			namedBackend(t, "bad", 503, &bad), namedBackend(t, "good", 200, &good))
+		h2cListener(&cfg.Listeners[0])
+		m := startManager(t, cfg, 1)
+		c := h2cClient(t)
+		for i := range 10 {
+			resp, body := h2Do(t, c, newReq(t, "GET", "http://"+addr(t, m, "web")+"/", nil))
+			if resp.StatusCode != 200 || body != "good" {
+				t.Fatalf("request %d: %d %q, want the good endpoint's 200", i, resp.StatusCode, body)
+			}
+		}
+		if bad.Load() == 0 {
+			t.Fatal("the failing endpoint got no request: the test proves nothing")
+		}
+		if n := counter(m, "cluster.backend.upstream_rq_retry"); n != uint64(bad.Load()) {
+			t.Errorf("upstream_rq_retry = %d, want %d (one per 503)", n, bad.Load())
+		}
+	})
+	t.Run("connect-failure", func(t *testing.T) {
+		cfg := retryConfig(func(r *config.Route) { r.RetryOn = []string{"connect-failure"} },
+			deadPort(t), namedBackend(t, "good", 200, nil))
+		h2cListener(&cfg.Listeners[0])
+		m := startManager(t, cfg, 1)
+		c := h2cClient(t)
+		for i := range 6 {
+			resp, body := h2Do(t, c, newReq(t, "POST", "http://"+addr(t, m, "web")+"/", strings.NewReader("b")))
+			if resp.StatusCode != 200 || body != "good" {
+				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+			}
+		}
+		if n := counter(m, "cluster.backend.upstream_cx_connect_fail"); n == 0 {
+			t.Fatal("no connect failed: the test proves nothing")
+		}
+	})
+	t.Run("stale", func(t *testing.T) {
+		var conns atomic.Int64
+		be := rawBackend(t, func(c net.Conn) {
+			conns.Add(1)
+			// One request per connection, without saying so.
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+				return
+			}
+			io.WriteString(c, okResponse)
+		})
+		m := startManager(t, proxyConfig(be, h2cListener), 1)
+		c := h2cClient(t)
+		for i := range 5 {
+			resp, _ := h2Do(t, c, newReq(t, "GET", "http://"+addr(t, m, "web")+"/", nil))
+			if resp.StatusCode != 200 {
+				t.Fatalf("request %d: %d", i, resp.StatusCode)
+			}
+		}
+		if conns.Load() < 5 {
+			t.Fatalf("%d upstream connections for 5 requests: no stale one was met", conns.Load())
+		}
+	})
+}
+
+// TestH2CUpstreamResetMidResponse: an upstream that fails after the
+// response head went out resets the client's stream: the client never
+// takes the cut body for a whole one.
+func TestH2CUpstreamResetMidResponse(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789")
+		c.(*net.TCPConn).SetLinger(0) // RST
+	})
+	m := startManager(t, proxyConfig(be, h2cListener), 1)
+	resp, err := h2cClient(t).Get("http://" + addr(t, m, "web") + "/reset")
+	if err == nil {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("truncated response read without error: %d bytes", len(b))
+		}
+	}
+	if got := counter(m, "cluster.backend.upstream_rq_total"); got != 1 {
+		t.Errorf("upstream_rq_total = %d, want 1", got)
 	}
 }
