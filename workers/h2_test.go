@@ -751,3 +751,47 @@ func TestH2CUpstreamResetMidResponse(t *testing.T) {
 		t.Errorf("upstream_rq_total = %d, want 1", got)
 	}
 }
+
+// TestHTTP1ToH2Upstream: an HTTP/1.1 client's requests to a cluster with
+// http2 = true go out as HTTP/2: a GET, a POST with a length, a chunked
+// POST, on one keep-alive connection; the upstream's trailer comes back in
+// the chunked response.
+func TestHTTP1ToH2Upstream(t *testing.T) {
+	be, seen := h2cBackend(t)
+	cfg := proxyConfig(be)
+	cfg.Clusters[0].HTTP2 = true
+	m := startManager(t, cfg, 1)
+	base := "http://" + addr(t, m, "web")
+	c := newClient(t)
+
+	resp, body := get(t, c, base+"/a?b=c", "Host", "h1.example.com")
+	if resp.ProtoMajor != 1 || body != "HTTP/2.0 GET /a " || resp.Trailer.Get("X-Upstream-Trailer") != "t1" {
+		t.Fatalf("GET: %s %q trailer %v", resp.Proto, body, resp.Trailer)
+	}
+	if s := <-seen; s.proto != "HTTP/2.0" || s.uri != "/a?b=c" || s.host != "h1.example.com" || s.header.Get("X-Forwarded-For") != "127.0.0.1" {
+		t.Errorf("backend saw %s %s host %q headers %v", s.proto, s.uri, s.host, s.header)
+	}
+
+	for _, body := range []io.Reader{strings.NewReader("sized body"), io.MultiReader(strings.NewReader("chunked "), strings.NewReader("body"))} {
+		req := newReq(t, "POST", base+"/p", body)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		s := <-seen
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(b), "HTTP/2.0 POST /p ") || s.body != strings.TrimPrefix(string(b), "HTTP/2.0 POST /p ") {
+			t.Errorf("POST: %d %q, backend body %q", resp.StatusCode, b, s.body)
+		}
+	}
+	if got := lstat(m, statCxTotal); got != 1 {
+		t.Errorf("%s = %d, want 1 (keep-alive)", statCxTotal, got)
+	}
+	if got := counter(m, "cluster.backend.upstream_rq_total"); got != 3 {
+		t.Errorf("upstream_rq_total = %d, want 3", got)
+	}
+	if got := lstat(m, statRqHTTP2); got != 0 {
+		t.Errorf("%s = %d for HTTP/1.1 clients", statRqHTTP2, got)
+	}
+}
