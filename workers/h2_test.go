@@ -794,4 +794,32 @@ func TestHTTP1ToH2Upstream(t *testing.T) {
 	if got := lstat(m, statRqHTTP2); got != 0 {
 		t.Errorf("%s = %d for HTTP/1.1 clients", statRqHTTP2, got)
 	}
+
+	// Expect: 100-continue: the client gets its 100 before it sends.
+	conn, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "POST /expect HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+	br := bufio.NewReader(conn)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("first line %q, %v: want a 100 Continue", line, err)
+	}
+	io.WriteString(conn, "data")
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), "HTTP/1.1 200 OK") || !strings.Contains(string(rest), "HTTP/2.0 POST /expect data") {
+		t.Fatalf("after the 100: %q", rest)
+	}
+	if s := <-seen; s.body != "data" || s.header.Get("Expect") != "" {
+		t.Errorf("backend body %q, Expect %q", s.body, s.header.Get("Expect"))
+	}
+
+	// Close ends the upstream HTTP/2 connections, busy or idle.
+	m.Close()
+	waitFor(t, 5*time.Second, "upstream connections closed", func() bool {
+		return gauge(m, "cluster.backend.upstream_cx_active") == 0
+	})
 }

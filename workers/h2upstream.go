@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -26,8 +27,8 @@ import (
 // requests over those connections and dials another only when they are
 // full, so the balancer chooses per connection, not per request.
 //
-// Requests from HTTP/2 clients only: an HTTP/1.1 client's request to such
-// a cluster still goes out as HTTP/1.1 (h1proxy.go).
+// HTTP/2 clients' requests come from h2handle.go, HTTP/1.1 clients' from
+// h2upstream_h1.go.
 
 type h2Upstream struct {
 	wc      *upstream.WorkerCluster
@@ -35,6 +36,10 @@ type h2Upstream struct {
 	scheme  string      // "http" (prior knowledge) or "https"
 	tlsConf *tls.Config // nil: cleartext
 	err     error       // the cluster's TLS config could not be built
+
+	mu     sync.Mutex // guards conns and closed
+	conns  map[*h2UpstreamConn]struct{}
+	closed bool // the Manager is closed: no new connection
 }
 
 // http2UpstreamOf returns the HTTP/2 transport of worker cluster view wc,
@@ -49,6 +54,9 @@ func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h
 	var u *h2Upstream
 	if cs := snap.cfg.Cluster(wc.Name()); cs != nil && cs.HTTP2 {
 		u = newH2Upstream(wc, cs)
+		// Close ends every connection, busy or not: the transport's
+		// own goroutines end with them.
+		context.AfterFunc(m.ctx, u.closeAll)
 		if u.err != nil {
 			m.log.Error("HTTP/2 upstream: cannot build the cluster's TLS config; its requests fail with 502", "cluster", cs.Name, "error", u.err)
 		}
@@ -84,7 +92,20 @@ func (u *h2Upstream) dial(ctx context.Context, _, _ string, _ *tls.Config) (net.
 	if err != nil {
 		return nil, err
 	}
-	conn := &h2UpstreamConn{Conn: c, done: done}
+	conn := &h2UpstreamConn{Conn: c, done: done, u: u}
+	u.mu.Lock()
+	closed := u.closed
+	if !closed {
+		if u.conns == nil {
+			u.conns = make(map[*h2UpstreamConn]struct{})
+		}
+		u.conns[conn] = struct{}{}
+	}
+	u.mu.Unlock()
+	if closed {
+		conn.Close()
+		return nil, net.ErrClosed
+	}
 	if u.tlsConf == nil {
 		return conn, nil
 	}
@@ -110,15 +131,34 @@ func (u *h2Upstream) dial(ctx context.Context, _, _ string, _ *tls.Config) (net.
 
 func (u *h2Upstream) closeIdle() { u.t.CloseIdleConnections() }
 
-// h2UpstreamConn ends the connection's use of its endpoint (least_request)
-// when it closes.
+// closeAll closes every connection of u, busy or idle, and any dialed
+// later.
+func (u *h2Upstream) closeAll() {
+	u.mu.Lock()
+	u.closed = true
+	conns := make([]*h2UpstreamConn, 0, len(u.conns))
+	for c := range u.conns {
+		conns = append(conns, c)
+	}
+	u.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// h2UpstreamConn is one connection of an HTTP/2 upstream: its close ends
+// its use of its endpoint (least_request) and takes it out of u's set.
 type h2UpstreamConn struct {
 	net.Conn
 	done func()
+	u    *h2Upstream
 }
 
 func (c *h2UpstreamConn) Close() error {
 	c.done() // idempotent
+	c.u.mu.Lock()
+	delete(c.u.conns, c)
+	c.u.mu.Unlock()
 	return c.Conn.Close()
 }
 

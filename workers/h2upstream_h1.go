@@ -76,6 +76,16 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream
 	if err != nil {
 		return cc.answer(http.StatusBadRequest, "request target not understood", false)
 	}
+	if req.ExpectContinue && req.Framing != http1.FramingNone {
+		// The transport sends the body without waiting for a 100 of
+		// the upstream's; the client waits for one of ours.
+		delete(out.Header, "Expect")
+		if req.Minor > 0 {
+			if err := cc.write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+				return false
+			}
+		}
+	}
 	body := &h1RequestBody{cc: cc, left: req.ContentLength}
 	switch req.Framing {
 	case http1.FramingLength:
