@@ -823,3 +823,34 @@ func TestHTTP1ToH2Upstream(t *testing.T) {
 		return gauge(m, "cluster.backend.upstream_cx_active") == 0
 	})
 }
+
+// TestH2CIdleTimeout: an HTTP/2 connection without a stream for
+// idle_timeout gets a GOAWAY and is closed.
+func TestH2CIdleTimeout(t *testing.T) {
+	cfg := directConfig("ok")
+	h2cListener(&cfg.Listeners[0])
+	cfg.Listeners[0].IdleTimeout = dur(300 * time.Millisecond)
+	m := startManager(t, cfg, 1)
+	rc := dialRawH2(t, addr(t, m, "web"))
+	start := time.Now()
+	goAway := false
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			break // closed
+		}
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			goAway = true
+		}
+		if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+			rc.fr.WriteSettingsAck()
+		}
+	}
+	if !goAway {
+		t.Fatal("connection closed without a GOAWAY")
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 10*time.Second {
+		t.Fatalf("closed after %v, want about idle_timeout (300ms)", d)
+	}
+	waitFor(t, 5*time.Second, "the connection counted closed", func() bool { return cxActive(m) == 0 })
+}

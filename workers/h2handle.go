@@ -71,7 +71,10 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 
-	lv := cc.wk.view.Load().listeners[cc.li]
+	// One load: the listener and the snapshot of its clusters must be
+	// of the same publication.
+	view := cc.wk.view.Load()
+	lv := view.listeners[cc.li]
 	if r.Method == http.MethodConnect {
 		res.status = h2Answer(w, st, http.StatusMethodNotAllowed, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
 		return
@@ -93,7 +96,7 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		wc := lv.clusters[rt.index]
-		if u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, wc); u != nil {
+		if u := cc.m.http2UpstreamOf(view.snap, wc); u != nil {
 			h.proxyHTTP2(w, r, lv, rt, u, start, &res)
 		} else {
 			h.proxyHTTP1(w, r, lv, rt, wc, hr, start, &res)
