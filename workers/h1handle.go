@@ -53,7 +53,13 @@ func (cc *clientConn) handle() bool {
 	case rt.direct != nil:
 		keep = cc.answerDirect(rt.direct, keep)
 	default:
-		keep = cc.proxy(lv, rt, start, keep)
+		// A cluster with http2 = true (h2upstream_h1.go); one atomic
+		// load when the config has none.
+		if handled, k := cc.proxyViaHTTP2(lv, rt, start, keep); handled {
+			keep = k
+		} else {
+			keep = cc.proxy(lv, rt, start, keep)
+		}
 	}
 	st.requestDone(start)
 	st.rqActive.Dec()

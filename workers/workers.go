@@ -94,6 +94,8 @@ type Manager struct {
 	// queueEmptying: a drain empties the queues (off only by
 	// queueEmptyingEnv).
 	queueEmptying bool
+	// h2 is the HTTP/2 side: servers, upstream transports (h2.go).
+	h2 h2State
 	// stopMigrations ends countMigrations (Close); migrationsDone closes
 	// once it has counted the last migration.
 	stopMigrations chan struct{}

@@ -45,6 +45,7 @@ type Record struct {
 	BytesSent     int64
 	Status        uint16 // 0: no response was sent
 	Minor         uint8  // HTTP/1.<Minor>
+	HTTP2         bool   // HTTP/2.0 (Minor does not apply)
 	Retries       uint8
 	methodLen     uint8
 	ipLen         uint8

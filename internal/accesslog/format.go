@@ -137,7 +137,10 @@ func (f *format) appendVar(b []byte, v variable, r *Record, json bool) []byte {
 		return str(b, r.Path())
 	case varProtocol:
 		p := "HTTP/1.1"
-		if r.Minor == 0 {
+		switch {
+		case r.HTTP2:
+			p = "HTTP/2.0"
+		case r.Minor == 0:
 			p = "HTTP/1.0"
 		}
 		return str(b, []byte(p))

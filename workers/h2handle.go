@@ -1,0 +1,172 @@
+package workers
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hotproxy/hotproxy/internal/accesslog"
+	"github.com/hotproxy/hotproxy/stats"
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// h2Handler serves the requests of one HTTP/2 connection, each stream on
+// a goroutine of the HTTP/2 server's: it may run many times at once, so
+// it touches none of the clientConn's per-request fields (those belong to
+// the HTTP/1.1 path's single goroutine), only what is safe to share: the
+// stats lanes (atomic), the worker's view (an atomic pointer), the
+// upstream pools (locked).
+type h2Handler struct {
+	cc      *clientConn
+	rqHTTP2 stats.CounterLane
+}
+
+var _ http.Handler = (*h2Handler)(nil)
+
+// h2Request is one stream's state, pooled: the cleaned path and the
+// upstream request head are built in its buffers.
+type h2Request struct {
+	path []byte
+	head []byte
+}
+
+var h2Requests = sync.Pool{New: func() any {
+	return &h2Request{path: make([]byte, 0, 256), head: make([]byte, 0, 4<<10)}
+}}
+
+// h2Result is what a request's handling leaves for its stats and access
+// log.
+type h2Result struct {
+	status  int // the status sent; 0: none (the stream was reset)
+	upAddr  string
+	retries int
+	sent    int64 // body bytes sent, for the access log
+}
+
+func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cc := h.cc
+	start := time.Now()
+	st := cc.st
+	st.rqTotal.Inc()
+	h.rqHTTP2.Inc()
+	st.rqActive.Inc()
+	hr := h2Requests.Get().(*h2Request)
+	var res h2Result
+	var rt *route
+	defer func() {
+		st.requestDone(start)
+		st.rqActive.Dec()
+		if cc.logs != nil {
+			h.log(r, rt, &res, start)
+		}
+		hr.head = hr.head[:0]
+		h2Requests.Put(hr)
+	}()
+	if cc.m.draining.Load() {
+		// x/net takes this header out of the response and sends a
+		// GOAWAY: the HTTP/2 form of HTTP/1.1's "Connection: close"
+		// during a drain, for a connection that started after the
+		// drain's GOAWAY went out.
+		w.Header().Set("Connection", "close")
+	}
+
+	// One load: the listener and the snapshot of its clusters must be
+	// of the same publication.
+	view := cc.wk.view.Load()
+	lv := view.listeners[cc.li]
+	if r.Method == http.MethodConnect {
+		res.status = h2Answer(w, st, http.StatusMethodNotAllowed, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
+		return
+	}
+	if lv != nil {
+		hr.path = http1.CleanPath(hr.path[:0], []byte(r.RequestURI))
+		// TODO(merge with h1tls): pass cc.sni for routes with
+		// server_name once clientConn carries it.
+		rt = lv.match(r.Host, bytesString(hr.path))
+	}
+	switch {
+	case rt == nil:
+		res.status = h2Answer(w, st, http.StatusNotFound, noRouteBody)
+		res.sent = int64(len(noRouteBody) + 1)
+	case rt.direct != nil:
+		res.status = h2Direct(w, r, st, rt.direct)
+		if r.Method != http.MethodHead {
+			res.sent = int64(len(rt.direct.body))
+		}
+	default:
+		wc := lv.clusters[rt.index]
+		if u := cc.m.http2UpstreamOf(view.snap, wc); u != nil {
+			h.proxyHTTP2(w, r, lv, rt, u, start, &res)
+		} else {
+			h.proxyHTTP1(w, r, lv, rt, wc, hr, start, &res)
+		}
+	}
+}
+
+// h2Answer sends one of the proxy's own plain-text responses.
+func h2Answer(w http.ResponseWriter, st *listenerStats, status int, body string) int {
+	hd := w.Header()
+	hd["Content-Type"] = plainText
+	hd["X-Content-Type-Options"] = nosniff
+	hd["Content-Length"] = []string{strconv.Itoa(len(body) + 1)}
+	st.status(status)
+	w.WriteHeader(status)
+	w.Write([]byte(body + "\n"))
+	return status
+}
+
+var (
+	plainText = []string{"text/plain; charset=utf-8"}
+	nosniff   = []string{"nosniff"}
+)
+
+func h2Direct(w http.ResponseWriter, r *http.Request, st *listenerStats, d *directResponse) int {
+	hd := w.Header()
+	hd["Content-Type"] = d.contentType
+	if d.contentLength != nil {
+		hd["Content-Length"] = d.contentLength
+	}
+	st.status(d.status)
+	w.WriteHeader(d.status)
+	if r.Method != http.MethodHead && len(d.body) > 0 {
+		w.Write(d.body)
+	}
+	return d.status
+}
+
+// log queues the request's access-log line. The connection's record is
+// the HTTP/1.1 path's; a stream fills one of its own.
+func (h *h2Handler) log(r *http.Request, rt *route, res *h2Result, start time.Time) {
+	cc := h.cc
+	rec := accessRecords.Get().(*accessRecord)
+	defer accessRecords.Put(rec)
+	fillH2Record(&rec.r, r, cc.clientIP, start)
+	rec.r.Duration = time.Since(start)
+	rec.r.Status = uint16(res.status)
+	rec.r.Retries = uint8(min(res.retries, 255))
+	rec.r.Upstream = res.upAddr
+	if rt != nil {
+		rec.r.Cluster = rt.cluster
+	}
+	rec.r.BytesSent = res.sent
+	for _, l := range cc.logs {
+		if !l.Enqueue(&rec.r) {
+			cc.st.logDropped.Inc()
+		}
+	}
+}
+
+// accessRecords are the streams' access-log records (a record is a few
+// hundred bytes: pooled rather than allocated per request).
+var accessRecords = sync.Pool{New: func() any { return new(accessRecord) }}
+
+type accessRecord struct{ r accesslog.Record }
+
+func fillH2Record(rec *accesslog.Record, r *http.Request, clientIP []byte, start time.Time) {
+	*rec = accesslog.Record{Start: start, HTTP2: true}
+	rec.SetMethod([]byte(r.Method))
+	rec.SetPath([]byte(r.RequestURI))
+	rec.SetClientIP(clientIP)
+	rec.BytesReceived = r.ContentLength
+}

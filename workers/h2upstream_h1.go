@@ -1,0 +1,384 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// An HTTP/1.1 client's request to a cluster with http2 = true: the parsed
+// head becomes an http.Request for the cluster's HTTP/2 transport
+// (h2upstream.go), its body is read from the client connection as the
+// transport asks for it, and the response goes back in HTTP/1.1 framing.
+// This path allocates (the transport's request and response); HTTP/1.1
+// clusters never come here.
+
+// proxyViaHTTP2 is the HTTP/1.1 path's hook (handle, h1handle.go): it
+// forwards the request whose head is at rbuf[r:] when rt's cluster speaks
+// HTTP/2, and reports whether it did and whether the client connection may
+// carry another request.
+func (cc *clientConn) proxyViaHTTP2(lv *listenerView, rt *route, start time.Time, keep bool) (handled, keepAlive bool) {
+	if !cc.m.anyHTTP2Cluster() {
+		return false, keep
+	}
+	u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, lv.clusters[rt.index])
+	if u == nil {
+		return false, keep
+	}
+	return true, cc.forwardViaHTTP2(lv, rt, u, start, keep)
+}
+
+// anyHTTP2Cluster says whether the config has a cluster with http2 = true,
+// so that an HTTP/1.1 request looks no further in the common case.
+func (m *Manager) anyHTTP2Cluster() bool {
+	h := &m.h2
+	switch h.anyCluster.Load() {
+	case 1:
+		return false
+	case 2:
+		return true
+	}
+	found := false
+	for i := range m.cfg.Clusters {
+		found = found || m.cfg.Clusters[i].HTTP2
+	}
+	if s := m.currentSnapshot(); s != nil {
+		for i := range s.cfg.Clusters {
+			found = found || s.cfg.Clusters[i].HTTP2
+		}
+	}
+	if found {
+		h.anyCluster.Store(2)
+	} else {
+		h.anyCluster.Store(1)
+	}
+	return found
+}
+
+func (m *Manager) currentSnapshot() *Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap
+}
+
+func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream, start time.Time, keep bool) bool {
+	req := &cc.ex.req
+	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
+	out, err := cc.http2Request(head, u)
+	cc.r += req.HeadLen
+	if err != nil {
+		return cc.answer(http.StatusBadRequest, "request target not understood", false)
+	}
+	if req.ExpectContinue && req.Framing != http1.FramingNone {
+		// The transport sends the body without waiting for a 100 of
+		// the upstream's; the client waits for one of ours.
+		delete(out.Header, "Expect")
+		if req.Minor > 0 {
+			if err := cc.write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+				return false
+			}
+		}
+	}
+	body := &h1RequestBody{cc: cc, left: req.ContentLength}
+	switch req.Framing {
+	case http1.FramingLength:
+		out.Body, out.ContentLength = body, req.ContentLength
+	case http1.FramingChunked:
+		cc.ex.reqChunks.Reset()
+		body.left = -1
+		out.Body, out.ContentLength = body, -1
+	default:
+		body.done = true
+	}
+	timeout := rt.timeout
+	if timeout == 0 {
+		timeout = lv.requestTimeout
+	}
+	ctx, cancel := context.WithCancel(cc.m.ctx)
+	defer cancel()
+	timer := time.AfterFunc(timeout, cancel)
+	resp, err := u.t.RoundTrip(out.WithContext(ctx))
+	stopped := timer.Stop()
+	if err != nil {
+		// The body may be half read by the transport: stop it, and
+		// close the connection after the answer.
+		body.stop()
+		u.wc.RecordRequest(start, false)
+		if !stopped && errors.Is(err, context.Canceled) {
+			err = context.DeadlineExceeded
+		}
+		if errors.Is(err, errClientBody) {
+			cc.refuse(http.StatusBadRequest, "malformed or incomplete request body")
+			return false
+		}
+		status, msg := classify(err)
+		b := appendSimpleResponse(cc.ex.wbuf[:0], status, msg, true)
+		cc.ex.wbuf = b
+		cc.sent(status)
+		cc.write(b)
+		return false
+	}
+	defer resp.Body.Close()
+	u.wc.RecordRequest(start, true)
+
+	isHead := req.Method.Len() == 4 && http1.EqualFold(req.Method.Bytes(head), "HEAD")
+	bodyless := isHead || resp.StatusCode == 204 || resp.StatusCode == 304 || resp.StatusCode < 200
+	var bodyLen int64 = -1
+	switch {
+	case bodyless:
+	case resp.ContentLength >= 0 && (len(resp.Trailer) == 0 || req.Minor == 0):
+		// (Declared trailers need the chunked coding to reach an
+		// HTTP/1.1 client: the next case.)
+		bodyLen = resp.ContentLength
+	case req.Minor > 0:
+		bodyLen = -2 // chunked, trailers included
+	default:
+		bodyLen, keep = -3, false // HTTP/1.0: until close
+	}
+	if cc.m.draining.Load() {
+		keep = false
+	}
+	b := appendStatusLine(cc.ex.wbuf[:0], resp.StatusCode, "")
+	for k, vs := range resp.Header {
+		if h2HopByHop(k) {
+			continue
+		}
+		for _, v := range vs {
+			b = appendField(b, []byte(k), []byte(v))
+		}
+	}
+	switch {
+	case bodyless && resp.ContentLength >= 0 && resp.StatusCode != 204:
+		// A HEAD or 304 response's length describes the representation.
+		b = append(b, "Content-Length: "...)
+		b = appendInt(b, resp.ContentLength)
+		b = append(b, "\r\n"...)
+	case bodyLen >= 0:
+		b = append(b, "Content-Length: "...)
+		b = appendInt(b, bodyLen)
+		b = append(b, "\r\n"...)
+	case bodyLen == -2:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	b = appendConnection(b, req.Minor, keep)
+	b = append(b, "\r\n"...)
+	cc.ex.wbuf = b
+	cc.sent(resp.StatusCode)
+	if err := cc.write(b); err != nil {
+		body.stop()
+		return false
+	}
+	if !bodyless {
+		if err := cc.copyHTTP2Body(resp, bodyLen == -2); err != nil {
+			body.stop()
+			return false
+		}
+	}
+	// The response is complete; a request body the upstream did not
+	// read to its end leaves the connection in doubt.
+	if !body.stop() {
+		return false
+	}
+	return keep
+}
+
+// http2Request builds the transport's request from the parsed head.
+func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, error) {
+	req := &cc.ex.req
+	target, err := url.ParseRequestURI(string(req.Target.Bytes(head)))
+	if err != nil {
+		return nil, err
+	}
+	target.Scheme, target.Host = u.scheme, u.wc.Name()
+	out := &http.Request{
+		Method:     string(req.Method.Bytes(head)),
+		URL:        target,
+		Proto:      "HTTP/2.0",
+		ProtoMajor: 2,
+		Header:     make(http.Header, req.NFields+4),
+		Host:       string(req.Host.Bytes(head)),
+	}
+	hasID := false
+	for i := range req.NFields {
+		f := &req.Fields[i]
+		name := f.Name.Bytes(head)
+		if f.Hop || isProxyAuth(name) || http1.EqualFold(name, "host") {
+			continue
+		}
+		k := http.CanonicalHeaderKey(string(name))
+		switch k {
+		case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+			continue
+		case "X-Request-Id":
+			hasID = true
+		}
+		out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
+	}
+	xff := string(cc.clientIP)
+	if cc.cfg.trustXFF {
+		var prior []string
+		for i := range req.NFields {
+			f := &req.Fields[i]
+			if http1.EqualFold(f.Name.Bytes(head), "x-forwarded-for") {
+				prior = append(prior, string(f.Value.Bytes(head)))
+			}
+		}
+		if len(prior) > 0 {
+			xff = joinXFF(prior, xff)
+		}
+	}
+	out.Header["X-Forwarded-For"] = []string{xff}
+	out.Header["X-Forwarded-Proto"] = []string{"http"}
+	if out.Host != "" {
+		out.Header["X-Forwarded-Host"] = []string{out.Host}
+	}
+	if !hasID {
+		out.Header["X-Request-Id"] = []string{string(appendRequestID(nil))}
+	}
+	return out, nil
+}
+
+// copyHTTP2Body sends the response body to the client, re-chunked (with
+// the upstream's trailers) or as it is.
+func (cc *clientConn) copyHTTP2Body(resp *http.Response, chunked bool) error {
+	buf := getBuf()
+	defer putBuf(buf)
+	const room = 32 // chunk header and CRLF around the data
+	for {
+		n, err := resp.Body.Read(buf[room : len(buf)-2])
+		if n > 0 {
+			out := buf[room : room+n]
+			if chunked {
+				h := http1.AppendChunkHeader(cc.ex.wbuf[:0], n)
+				start := room - len(h)
+				copy(buf[start:], h)
+				out = append(buf[start:room+n], "\r\n"...)
+			}
+			if werr := cc.write(out); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			if chunked {
+				b := http1.AppendLastChunk(cc.ex.wbuf[:0], appendTrailer(nil, resp.Trailer))
+				cc.ex.wbuf = b
+				return cc.write(b)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// h1RequestBody is an HTTP/1.1 request's body as the HTTP/2 transport
+// reads it, on a goroutine of its own: from rbuf, then the client
+// connection, de-chunked. stop ends its use of the connection before the
+// connection's goroutine reads from it again.
+type h1RequestBody struct {
+	cc      *clientConn
+	mu      sync.Mutex // held by Read; stop takes it to wait Read out
+	halt    atomic.Bool
+	left    int64  // Content-Length bytes still to read; -1: chunked
+	pending []byte // decoded chunk data not yet returned (in rbuf)
+	done    bool   // the body ended where its framing says
+	failed  bool
+}
+
+var errBodyStopped = errors.New("request body no longer read")
+
+func (b *h1RequestBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cc := b.cc
+	for {
+		if b.halt.Load() {
+			return 0, errBodyStopped
+		}
+		if b.done {
+			return 0, io.EOF
+		}
+		if b.failed {
+			return 0, errClientBody
+		}
+		if len(b.pending) > 0 {
+			n := copy(p, b.pending)
+			b.pending = b.pending[n:]
+			return n, nil
+		}
+		if b.left > 0 && cc.r < cc.w {
+			n := copy(p, cc.rbuf[cc.r:cc.r+int(min(b.left, int64(cc.w-cc.r)))])
+			cc.r += n
+			b.left -= int64(n)
+			b.done = b.left == 0
+			return n, nil
+		}
+		if b.left < 0 && cc.r < cc.w {
+			n, data, _, end, err := cc.ex.reqChunks.Next(cc.rbuf[cc.r:cc.w])
+			if err != nil {
+				b.failed = true
+				continue
+			}
+			if n > 0 {
+				// data stays valid: rbuf is refilled only once it
+				// has been returned.
+				cc.r += n
+				b.pending = data
+				b.done = end && len(data) == 0
+				if end && len(data) > 0 {
+					b.left = 0 // after pending, EOF
+				}
+				continue
+			}
+		}
+		if b.left == 0 {
+			b.done = true
+			continue
+		}
+		// Read more from the client.
+		if cc.r == cc.w {
+			cc.r, cc.w = 0, 0
+		} else if cc.w == len(cc.rbuf) {
+			if cc.r == 0 {
+				b.failed = true // a chunk line larger than the buffer
+				continue
+			}
+			cc.compact()
+		}
+		// Deadline first, then the flag: stop sets the flag and then a
+		// deadline in the past (as waitPump does for the pump).
+		cc.setReadDeadline(cc.cfg.idleTimeout)
+		if b.halt.Load() {
+			return 0, errBodyStopped
+		}
+		if err := cc.read(); err != nil {
+			if b.halt.Load() {
+				return 0, errBodyStopped
+			}
+			b.failed = true
+		}
+	}
+}
+
+func (b *h1RequestBody) Close() error { return nil }
+
+// stop ends the body's reads of the client connection, waiting for one
+// in progress, and reports whether the body had ended cleanly.
+func (b *h1RequestBody) stop() bool {
+	b.halt.Store(true)
+	b.cc.c.SetReadDeadline(aLongTimeAgo)
+	b.mu.Lock()
+	ok := b.done && len(b.pending) == 0
+	b.mu.Unlock()
+	// The read deadline is spoiled: the next read sets its own.
+	b.cc.readDeadline = aLongTimeAgo
+	return ok
+}
