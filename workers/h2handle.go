@@ -81,9 +81,7 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if lv != nil {
 		hr.path = http1.CleanPath(hr.path[:0], []byte(r.RequestURI))
-		// TODO(merge with h1tls): pass cc.sni for routes with
-		// server_name once clientConn carries it.
-		rt = lv.match(r.Host, bytesString(hr.path))
+		rt = lv.match(r.Host, bytesString(hr.path), cc.sni)
 	}
 	switch {
 	case rt == nil:

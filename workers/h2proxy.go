@@ -375,7 +375,7 @@ func pumpH2Body(up *upstream.Conn, body io.Reader, trailer http.Header, chunked 
 			if chunked {
 				hdr = http1.AppendChunkHeader(hdr[:0], n)
 				bufs := net.Buffers{hdr, buf[:n], crlf}
-				_, err = bufs.WriteTo(up.TCPConn)
+				_, err = up.WriteBuffers(&bufs)
 			} else {
 				_, err = up.Write(buf[:n])
 			}

@@ -31,11 +31,9 @@ import (
 // h2upstream_h1.go.
 
 type h2Upstream struct {
-	wc      *upstream.WorkerCluster
-	t       *http2.Transport
-	scheme  string      // "http" (prior knowledge) or "https"
-	tlsConf *tls.Config // nil: cleartext
-	err     error       // the cluster's TLS config could not be built
+	wc     *upstream.WorkerCluster
+	t      *http2.Transport
+	scheme string // "http" (prior knowledge) or "https"
 
 	mu     sync.Mutex // guards conns and closed
 	conns  map[*h2UpstreamConn]struct{}
@@ -57,9 +55,6 @@ func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h
 		// Close ends every connection, busy or not: the transport's
 		// own goroutines end with them.
 		context.AfterFunc(m.ctx, u.closeAll)
-		if u.err != nil {
-			m.log.Error("HTTP/2 upstream: cannot build the cluster's TLS config; its requests fail with 502", "cluster", cs.Name, "error", u.err)
-		}
 	}
 	v, _ := h.upstreams.LoadOrStore(wc, u)
 	return v.(*h2Upstream)
@@ -69,7 +64,6 @@ func newH2Upstream(wc *upstream.WorkerCluster, cs *config.Cluster) *h2Upstream {
 	u := &h2Upstream{wc: wc, scheme: "http"}
 	if cs.TLS != nil {
 		u.scheme = "https"
-		u.tlsConf, u.err = newH2ClientTLS(cs.TLS)
 	}
 	u.t = &http2.Transport{
 		AllowHTTP: true,
@@ -85,9 +79,6 @@ func newH2Upstream(wc *upstream.WorkerCluster, cs *config.Cluster) *h2Upstream {
 // dial is the transport's dial: the cluster's balancer picks the endpoint
 // (addr, the request URL's host, is the cluster's name and means nothing).
 func (u *h2Upstream) dial(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-	if u.err != nil {
-		return nil, u.err
-	}
 	c, endpoint, done, err := u.wc.DialTCPKey(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -106,27 +97,15 @@ func (u *h2Upstream) dial(ctx context.Context, _, _ string, _ *tls.Config) (net.
 		conn.Close()
 		return nil, net.ErrClosed
 	}
-	if u.tlsConf == nil {
-		return conn, nil
+	// A TLS cluster's DialTCPKey did the handshake (upstream/tls.go),
+	// offering ALPN h2 only, since the cluster says http2.
+	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		if p := tc.ConnectionState().NegotiatedProtocol; p != config.ALPNHTTP2 {
+			conn.Close()
+			return nil, fmt.Errorf("cluster %q: endpoint %s: ALPN chose %q, not h2 (the upstream does not speak HTTP/2 over TLS; remove clusters.http2)", u.wc.Name(), endpoint, p)
+		}
 	}
-	cfg := u.tlsConf
-	if cfg.ServerName == "" {
-		host, _, _ := net.SplitHostPort(endpoint)
-		cfg = cfg.Clone()
-		cfg.ServerName = host
-	}
-	tc := tls.Client(conn, cfg)
-	tc.SetDeadline(time.Now().Add(config.DefaultHandshakeTimeout))
-	if err := tc.HandshakeContext(ctx); err != nil {
-		tc.Close()
-		return nil, fmt.Errorf("cluster %q: endpoint %s: TLS handshake: %w", u.wc.Name(), endpoint, err)
-	}
-	tc.SetDeadline(time.Time{})
-	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
-		tc.Close()
-		return nil, fmt.Errorf("cluster %q: endpoint %s: ALPN chose %q, not h2 (the upstream does not speak HTTP/2 over TLS; remove clusters.http2)", u.wc.Name(), endpoint, p)
-	}
-	return tc, nil
+	return conn, nil
 }
 
 func (u *h2Upstream) closeIdle() { u.t.CloseIdleConnections() }
