@@ -380,15 +380,7 @@ func (s *Set) rotateDue(now time.Time, timer *time.Timer) {
 	next := time.Time{}
 	for _, l := range s.listeners {
 		if due := l.nextRotation(); !due.After(now) {
-			changed, err := l.rotateTicketKeys(now)
-			if err != nil {
-				s.log.Error("session-ticket keys not rotated", "listener", l.name, "error", err)
-			} else if changed {
-				if st := l.stats.Load(); st != nil {
-					st.rotation.Inc()
-				}
-				s.log.Debug("session-ticket keys rotated", "listener", l.name, "next_in", l.rotation)
-			}
+			s.rotate(l, now)
 		}
 		if due := l.nextRotation(); next.IsZero() || due.Before(next) {
 			next = due
@@ -399,6 +391,21 @@ func (s *Set) rotateDue(now time.Time, timer *time.Timer) {
 		return
 	}
 	timer.Reset(max(0, time.Until(next)))
+}
+
+// rotate rotates one listener's session-ticket keys, counts and logs it
+// (never the keys).
+func (s *Set) rotate(l *listener, now time.Time) {
+	changed, err := l.rotateTicketKeys(now)
+	switch {
+	case err != nil:
+		s.log.Error("session-ticket keys not rotated", "listener", l.name, "error", err)
+	case changed:
+		if st := l.stats.Load(); st != nil {
+			st.rotation.Inc()
+		}
+		s.log.Debug("session-ticket keys rotated", "listener", l.name, "next_in", l.rotation)
+	}
 }
 
 // checkFiles reads every pair's files and loads those that changed since
