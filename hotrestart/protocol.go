@@ -168,7 +168,9 @@ const TicketKeySize = 32
 const maxTicketKeysPerListener = 8
 
 // String keeps a key out of logs and error messages.
-func (k TicketKey) String() string { return fmt.Sprintf("{key:(%d secret bytes) created:%d}", len(k.Key), k.Created) }
+func (k TicketKey) String() string {
+	return fmt.Sprintf("{key:(%d secret bytes) created:%d}", len(k.Key), k.Created)
+}
 
 // GoString keeps a key out of %#v too.
 func (k TicketKey) GoString() string { return k.String() }
