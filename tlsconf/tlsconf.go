@@ -308,6 +308,19 @@ func (s *Set) Reload(ctx context.Context) ([]ReloadResult, error) {
 // run owns the files' state, the watch and the rotations, until Close.
 func (s *Set) run() {
 	defer close(s.done)
+	if len(s.listeners) == 0 {
+		// Nothing to watch or rotate; answer reloads until Close.
+		for {
+			select {
+			case <-s.stop:
+				return
+			case req := <-s.reloads:
+				req.reply <- nil
+			case f := <-s.calls:
+				f()
+			}
+		}
+	}
 	w, err := newWatcher()
 	if err == nil && pollOnly {
 		w.Close()

@@ -255,3 +255,56 @@ func TestBrokenReplacementIsRefused(t *testing.T) {
 		t.Fatal("the repaired pair was never served")
 	}
 }
+
+// TestKubernetesSymlinkSwap: a Secret mounted in a pod is a directory
+// whose files are symlinks through "..data", itself a symlink to a
+// timestamped directory; an update writes a new directory and renames a
+// new "..data" over the old one. No event names the certificate file, and
+// the new pair is served all the same, within a second.
+func TestKubernetesSymlinkSwap(t *testing.T) {
+	ca := newTestCA(t)
+	mount := t.TempDir()
+	version := func(n int64) string {
+		dir := filepath.Join(mount, "..2026_12_01_"+strings.Repeat("0", int(n)))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ca.writePair(t, dir, "tls", n, "a.example.com")
+		return filepath.Base(dir)
+	}
+	first := version(1)
+	if err := os.Symlink(first, filepath.Join(mount, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tls.pem", "tls.key"} {
+		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(mount, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := buildSet(t, tlsConfig(config.CertificatePair{Cert: filepath.Join(mount, "tls.pem"), Key: filepath.Join(mount, "tls.key")}))
+	addr := serveTLS(t, s.ServerConfigs()["web"])
+	client := &tls.Config{ServerName: "a.example.com", RootCAs: ca.pool}
+	if _, err := s.Reload(t.Context()); err != nil { // the watch is set up
+		t.Fatal(err)
+	}
+	if got := servedSerial(handshake(t, addr, client)); got != 1 {
+		t.Fatalf("serial %d served, want 1", got)
+	}
+
+	second := version(2)
+	tmp := filepath.Join(mount, "..data_tmp")
+	if err := os.Symlink(second, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(mount, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(mount, first))
+	took, ok := waitFor(3*time.Second, func() bool {
+		st, err := tryHandshake(addr, client)
+		return err == nil && servedSerial(st) == 2
+	})
+	if !ok || took > time.Second {
+		t.Fatalf("the swapped pair was served after %v (served at all: %v), want within a second", took, ok)
+	}
+}
