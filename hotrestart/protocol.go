@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -148,6 +149,10 @@ const (
 type ListenerTicketKeys struct {
 	Listener string      `json:"listener"`
 	Keys     []TicketKey `json:"keys"`
+	// Next is the key the parent's next rotation will make the encrypting
+	// one, made in advance: the child rotates to it too, and accepts it
+	// already, so a rotation during the hand-over loses no ticket.
+	Next *TicketKey `json:"next,omitempty"`
 }
 
 // TicketKey is one session-ticket key. It is a secret: whoever holds it
@@ -248,7 +253,11 @@ func decodeMessage(b []byte) (*Message, error) {
 				return nil, fmt.Errorf("malformed session_ticket_keys message: entry %d (listener %q) needs a listener name and 1 to %d keys, has %d",
 					i, l.Listener, maxTicketKeysPerListener, len(l.Keys))
 			}
-			for j, k := range l.Keys {
+			keys := l.Keys
+			if l.Next != nil {
+				keys = append(slices.Clone(keys), *l.Next)
+			}
+			for j, k := range keys {
 				if len(k.Key) != TicketKeySize || k.Created <= 0 {
 					return nil, fmt.Errorf("malformed session_ticket_keys message: listener %q key %d is %d bytes made at %d (want %d bytes and a time)",
 						l.Listener, j, len(k.Key), k.Created, TicketKeySize)

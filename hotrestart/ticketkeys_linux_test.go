@@ -30,6 +30,9 @@ func randomTicketKeys(tb testing.TB, listeners, perListener int) []ListenerTicke
 			rand.Read(k.Key)
 			l.Keys = append(l.Keys, k)
 		}
+		next := TicketKey{Key: make([]byte, TicketKeySize), Created: time.Now().UnixNano()}
+		rand.Read(next.Key)
+		l.Next = &next
 		out = append(out, l)
 	}
 	return out
@@ -68,6 +71,9 @@ func TestSessionTicketKeysCrossTheSocket(t *testing.T) {
 				want := h.keys[i]
 				if got[i].Listener != want.Listener || len(got[i].Keys) != len(want.Keys) {
 					t.Fatalf("entry %d: %s with %d keys, want %s with %d", i, got[i].Listener, len(got[i].Keys), want.Listener, len(want.Keys))
+				}
+				if got[i].Next == nil || !bytes.Equal(got[i].Next.Key, want.Next.Key) || got[i].Next.Created != want.Next.Created {
+					t.Fatalf("listener %s: the next key differs", want.Listener)
 				}
 				for j := range want.Keys {
 					if !bytes.Equal(got[i].Keys[j].Key, want.Keys[j].Key) || got[i].Keys[j].Created != want.Keys[j].Created {
@@ -119,7 +125,7 @@ func TestSessionTicketKeysFromAnOlderParent(t *testing.T) {
 // shows no byte of it.
 func TestTicketKeysNeverPrinted(t *testing.T) {
 	k := TicketKey{Key: bytes.Repeat([]byte{0xAB}, TicketKeySize), Created: 1}
-	m := Message{Type: MsgSessionTicketKeys, TicketKeys: []ListenerTicketKeys{{Listener: "web", Keys: []TicketKey{k}}}}
+	m := Message{Type: MsgSessionTicketKeys, TicketKeys: []ListenerTicketKeys{{Listener: "web", Keys: []TicketKey{k}, Next: &k}}}
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 		s := fmt.Sprintf(verb, m)
 		if strings.Contains(strings.ToLower(s), "ab ab") || strings.Contains(s, "171") || strings.Contains(strings.ToLower(s), "abab") || strings.Contains(s, "q6ur") {
@@ -137,12 +143,13 @@ func TestDecodeRefusesBadTicketKeys(t *testing.T) {
 		`{"type":"session_ticket_keys","ticket_keys":[{"listener":"web","keys":[{"key":"` + key + `","created":0}]}]}`,
 		`{"type":"session_ticket_keys","ticket_keys":[{"listener":"","keys":[{"key":"` + key + `","created":1}]}]}`,
 		`{"type":"session_ticket_keys","ticket_keys":[{"listener":"web","keys":[]}]}`,
+		`{"type":"session_ticket_keys","ticket_keys":[{"listener":"web","keys":[{"key":"` + key + `","created":1}],"next":{"key":"AAAA","created":1}}]}`,
 	} {
 		if _, err := decodeMessage([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)
 		}
 	}
-	good := `{"type":"session_ticket_keys","ticket_keys":[{"listener":"web","keys":[{"key":"` + key + `","created":1}]}]}`
+	good := `{"type":"session_ticket_keys","ticket_keys":[{"listener":"web","keys":[{"key":"` + key + `","created":1}],"next":{"key":"` + key + `","created":2}}]}`
 	if _, err := decodeMessage([]byte(good)); err != nil {
 		t.Errorf("refused %s: %v", good, err)
 	}

@@ -57,11 +57,19 @@ func (s *Server) takeTicketKeys(ch *hotrestart.Child) error {
 		}
 		return nil
 	}
-	keys := make(map[string][]tlsconf.TicketKey, len(wire))
+	fromWire := func(k hotrestart.TicketKey) tlsconf.TicketKey {
+		return tlsconf.TicketKey{Key: [hotrestart.TicketKeySize]byte(k.Key), Created: time.Unix(0, k.Created)}
+	}
+	keys := make(map[string]tlsconf.TicketKeyRing, len(wire))
 	for _, l := range wire {
+		var ring tlsconf.TicketKeyRing
 		for _, k := range l.Keys {
-			keys[l.Listener] = append(keys[l.Listener], tlsconf.TicketKey{Key: [32]byte(k.Key), Created: time.Unix(0, k.Created)})
+			ring.Keys = append(ring.Keys, fromWire(k))
 		}
+		if l.Next != nil {
+			ring.Next = fromWire(*l.Next)
+		}
+		keys[l.Listener] = ring
 	}
 	installed := s.tls.InstallTicketKeys(keys)
 	s.log.Debug("took over TLS session-ticket keys", "listeners", installed)
@@ -73,10 +81,14 @@ func (s *Server) takeTicketKeys(ch *hotrestart.Child) error {
 // session's goroutine.
 func (h successorHandler) SessionTicketKeys() []hotrestart.ListenerTicketKeys {
 	var out []hotrestart.ListenerTicketKeys
-	for name, keys := range h.tls.TicketKeys() {
-		l := hotrestart.ListenerTicketKeys{Listener: name}
-		for _, k := range keys {
-			l.Keys = append(l.Keys, hotrestart.TicketKey{Key: k.Key[:], Created: k.Created.UnixNano()})
+	toWire := func(k tlsconf.TicketKey) hotrestart.TicketKey {
+		return hotrestart.TicketKey{Key: k.Key[:], Created: k.Created.UnixNano()}
+	}
+	for name, ring := range h.tls.TicketKeys() {
+		next := toWire(ring.Next)
+		l := hotrestart.ListenerTicketKeys{Listener: name, Next: &next}
+		for _, k := range ring.Keys {
+			l.Keys = append(l.Keys, toWire(k))
 		}
 		out = append(out, l)
 	}

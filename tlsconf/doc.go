@@ -15,7 +15,8 @@
 //     them): generated per listener, or read from session_ticket_keys_file;
 //     every session_ticket_rotation a new key encrypts and the previous two
 //     still decrypt. Set.TicketKeys and Set.InstallTicketKeys carry them
-//     across a hot restart, so that a client's ticket from one generation
+//     across a hot restart, with the key the next rotation switches to
+//     (TicketKeyRing), so that a client's ticket from one generation
 //     resumes on the next.
 //
 // Build loads and checks everything and starts nothing (hotproxy validate

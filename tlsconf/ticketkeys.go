@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
@@ -15,6 +16,19 @@ import (
 type TicketKey struct {
 	Key     [config.SessionTicketKeySize]byte
 	Created time.Time
+}
+
+// TicketKeyRing is one listener's session-ticket keys as handed to the
+// next generation: Keys, newest (the encrypting one) first, and Next, the
+// key made in advance that the next rotation will make the encrypting one.
+//
+// Next is why a rotation in the middle of a hand-over loses nothing: the
+// generation that hands over and the one that takes over rotate at the
+// same moment (from the same Created) to the same key, and each accepts
+// it already, so a ticket either issues resumes on the other.
+type TicketKeyRing struct {
+	Keys []TicketKey
+	Next TicketKey
 }
 
 // keptTicketKeys is how many keys a listener holds: the one that encrypts
@@ -50,15 +64,19 @@ func readTicketKeysFile(path string, now time.Time) ([]TicketKey, error) {
 }
 
 // installKeysLocked gives the listener's tls.Config its keys, the first
-// encrypting. tls.Config guards them with its own mutex, so handshakes
-// under way are safe; calling SetSessionTicketKeys also turns crypto/tls's
-// own rotation off, which would otherwise make keys no other generation
-// knows. l.keysMu must be held.
+// encrypting, and l.next too, for decryption only (see TicketKeyRing).
+// tls.Config guards them with its own mutex, so handshakes under way are
+// safe; calling SetSessionTicketKeys also turns crypto/tls's own rotation
+// off, which would otherwise make keys no other generation knows.
+// l.keysMu must be held.
 func (l *listener) installKeysLocked(keys []TicketKey) {
 	l.keys = keys
-	raw := make([][config.SessionTicketKeySize]byte, len(keys))
-	for i, k := range keys {
-		raw[i] = k.Key
+	raw := make([][config.SessionTicketKeySize]byte, 0, len(keys)+1)
+	for _, k := range keys {
+		raw = append(raw, k.Key)
+	}
+	if l.keysFile == "" {
+		raw = append(raw, l.next.Key)
 	}
 	l.tlsConfig.SetSessionTicketKeys(raw)
 }
@@ -93,12 +111,15 @@ func (l *listener) rotateTicketKeys(now time.Time) (bool, error) {
 		}
 		return changed, nil
 	}
-	k, err := newTicketKey(now)
+	next, err := newTicketKey(now)
 	if err != nil {
 		return false, fmt.Errorf("listener %q: %w", l.name, err)
 	}
 	l.keysMu.Lock()
 	defer l.keysMu.Unlock()
+	k := l.next // made in advance: a generation we handed it to rotates to it too
+	k.Created = now
+	l.next = next
 	keys := append([]TicketKey{k}, l.keys...)
 	l.installKeysLocked(keys[:min(len(keys), keptTicketKeys)])
 	return true, nil
@@ -118,16 +139,16 @@ func sameKeys(a, b []TicketKey) bool {
 
 // TicketKeys returns the session-ticket keys of every listener that made
 // its own (not those read from a session_ticket_keys_file: the next
-// generation reads the file itself), newest first, for the next
-// generation. Safe to call from any goroutine.
-func (s *Set) TicketKeys() map[string][]TicketKey {
-	out := map[string][]TicketKey{}
+// generation reads the file itself), for the next generation. Safe to
+// call from any goroutine.
+func (s *Set) TicketKeys() map[string]TicketKeyRing {
+	out := map[string]TicketKeyRing{}
 	for _, l := range s.listeners {
 		if l.keysFile != "" {
 			continue
 		}
 		l.keysMu.Lock()
-		out[l.name] = append([]TicketKey(nil), l.keys...)
+		out[l.name] = TicketKeyRing{Keys: slices.Clone(l.keys), Next: l.next}
 		l.keysMu.Unlock()
 	}
 	return out
@@ -135,20 +156,20 @@ func (s *Set) TicketKeys() map[string][]TicketKey {
 
 // InstallTicketKeys gives the listeners the keys the previous generation
 // used (TicketKeys there), so that tickets it issued resume here, and the
-// rotation goes on from when its newest key was made rather than starting
-// over. Listeners that read a keys file, and those the previous
-// generation did not have, keep their own keys; keys for listeners this
-// set lacks are ignored. Call it before the first handshake. It returns
-// the names of the listeners that took keys.
-func (s *Set) InstallTicketKeys(byListener map[string][]TicketKey) []string {
+// rotation goes on from when its newest key was made, to the key it made
+// in advance, rather than starting over. Listeners that read a keys file,
+// and those the previous generation did not have, keep their own keys;
+// keys for listeners this set lacks are ignored. Call it before the first
+// handshake. It returns the names of the listeners that took keys.
+func (s *Set) InstallTicketKeys(byListener map[string]TicketKeyRing) []string {
 	var installed []string
 	now := time.Now()
 	for _, l := range s.listeners {
-		keys := byListener[l.name]
-		if l.keysFile != "" || len(keys) == 0 {
+		ring, ok := byListener[l.name]
+		if l.keysFile != "" || !ok || len(ring.Keys) == 0 {
 			continue
 		}
-		keys = append([]TicketKey(nil), keys[:min(len(keys), keptTicketKeys)]...)
+		keys := slices.Clone(ring.Keys[:min(len(ring.Keys), keptTicketKeys)])
 		for i := range keys {
 			if keys[i].Created.After(now) || keys[i].Created.IsZero() {
 				// Not a time this generation can schedule from.
@@ -156,6 +177,9 @@ func (s *Set) InstallTicketKeys(byListener map[string][]TicketKey) []string {
 			}
 		}
 		l.keysMu.Lock()
+		if ring.Next.Key != ([config.SessionTicketKeySize]byte{}) {
+			l.next = ring.Next
+		}
 		l.installKeysLocked(keys)
 		l.keysMu.Unlock()
 		installed = append(installed, l.name)

@@ -81,7 +81,7 @@ func TestRotationRunsOnItsInterval(t *testing.T) {
 	if _, ok := waitFor(5*time.Second, func() bool { return counter(st, StatTicketKeyRotation) >= 3 }); !ok {
 		t.Fatalf("%s = %d after 5s with a 50ms rotation", StatTicketKeyRotation, counter(st, StatTicketKeyRotation))
 	}
-	if n := len(s.TicketKeys()["web"]); n != keptTicketKeys {
+	if n := len(s.TicketKeys()["web"].Keys); n != keptTicketKeys {
 		t.Errorf("%d keys kept, want %d", n, keptTicketKeys)
 	}
 }
@@ -105,7 +105,7 @@ func TestResumptionAcrossHandOver(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
-			newKeys := b.TicketKeys()["new"]
+			newKeys := b.TicketKeys()["new"].Keys
 			keys := a.TicketKeys()
 			if got := b.InstallTicketKeys(keys); len(got) != 1 || got[0] != "web" {
 				t.Errorf("InstallTicketKeys installed %v, want [web]", got)
@@ -116,11 +116,11 @@ func TestResumptionAcrossHandOver(t *testing.T) {
 				t.Error("a ticket from generation A did not resume on B, which has A's keys")
 			}
 			// The rotation goes on from A's newest key, not from B's start.
-			if got, want := b.byName["web"].nextRotation(), keys["web"][0].Created.Add(time.Hour); !got.Equal(want) {
+			if got, want := b.byName["web"].nextRotation(), keys["web"].Keys[0].Created.Add(time.Hour); !got.Equal(want) {
 				t.Errorf("next rotation %v, want %v (A's key's time + rotation)", got, want)
 			}
 			// A listener A did not have keeps its own key.
-			if got := b.TicketKeys()["new"]; len(got) != 1 || got[0].Key != newKeys[0].Key {
+			if got := b.TicketKeys()["new"].Keys; len(got) != 1 || got[0].Key != newKeys[0].Key {
 				t.Error("a listener new in B lost its own key")
 			}
 
@@ -162,5 +162,32 @@ func TestTicketKeysFile(t *testing.T) {
 	l.keysMu.Unlock()
 	if len(got) != 1 || got[0].Key[0] != 'c' {
 		t.Errorf("after a rotation the keys are not the file's new ones")
+	}
+}
+
+// TestRotationDuringTheHandOver: the generation that handed its keys over
+// rotates before it stops (its rotation fell due while the next one was
+// starting): a ticket it issues with its new key resumes on the next
+// generation, which rotates to that same key when its own rotation falls
+// due.
+func TestRotationDuringTheHandOver(t *testing.T) {
+	for _, v := range tlsVersions {
+		t.Run(v.name, func(t *testing.T) {
+			ca := newTestCA(t)
+			lt := tlsConfig(ca.writePair(t, t.TempDir(), "a", 1, "a.example.com"))
+			a, _ := buildSet(t, lt)
+			b, _ := buildSet(t, lt)
+			b.InstallTicketKeys(a.TicketKeys())
+			rotateNow(t, a) // after the hand-over of the keys
+			client := clientWithCache(ca, v.v)
+			handshake(t, serveTLS(t, a.ServerConfigs()["web"]), client)
+			if !handshake(t, serveTLS(t, b.ServerConfigs()["web"]), client).DidResume {
+				t.Error("a ticket issued after the parent's rotation did not resume on the child")
+			}
+			rotateNow(t, b)
+			if ka, kb := a.TicketKeys()["web"].Keys[0].Key, b.TicketKeys()["web"].Keys[0].Key; ka != kb {
+				t.Error("the two generations rotated to different keys")
+			}
+		})
 	}
 }

@@ -88,8 +88,11 @@ type listener struct {
 
 	rotation time.Duration
 	keysFile string
-	keysMu   sync.Mutex  // guards keys
+	keysMu   sync.Mutex  // guards keys and next
 	keys     []TicketKey // newest first; keys[0] encrypts
+	// next is the key the next rotation makes the encrypting one (see
+	// TicketKeyRing); it decrypts already. Unused with a keys file.
+	next TicketKey
 }
 
 // pairState is one certificate/key pair of a listener as last read.
@@ -189,6 +192,9 @@ func buildListener(name string, t *config.ListenerTLS, now time.Time) (*listener
 			return nil, fmt.Errorf("listener %q: %w", name, err)
 		}
 		keys = []TicketKey{k}
+		if l.next, err = newTicketKey(now); err != nil {
+			return nil, fmt.Errorf("listener %q: %w", name, err)
+		}
 	}
 	l.installKeysLocked(keys) // nobody else can see l yet
 	return l, nil
