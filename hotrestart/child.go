@@ -105,6 +105,30 @@ func (ch *Child) Sockets() ([]Socket, []*os.File, error) {
 	}
 }
 
+// SessionTicketKeys asks the parent for its listeners' TLS session-ticket
+// keys. offered is false, and nothing is asked, when the parent does not
+// offer FeatureSessionTicketKeys (an older binary): this generation makes
+// keys of its own, and clients do one full handshake. Call it after
+// Sockets and before Drain, and install the keys before serving.
+func (ch *Child) SessionTicketKeys() (keys []ListenerTicketKeys, offered bool, err error) {
+	if !slices.Contains(ch.parent.Features, FeatureSessionTicketKeys) {
+		return nil, false, nil
+	}
+	if err := ch.c.send(&Message{Type: MsgGetSessionTicketKeys}, nil); err != nil {
+		return nil, true, err
+	}
+	for {
+		m, err := ch.c.expect(MsgSessionTicketKeys)
+		if err != nil {
+			return nil, true, err
+		}
+		keys = append(keys, m.TicketKeys...)
+		if !m.More {
+			return keys, true, nil
+		}
+	}
+}
+
 // Drain tells the parent this generation serves: the parent stops
 // accepting and drains. unused are the sockets it handed over that this
 // generation did not take; a parent that understands it (an older one

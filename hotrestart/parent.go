@@ -52,6 +52,14 @@ type EarlyCommitter interface {
 	Commit(child Identity)
 }
 
+// TicketKeySource is a Handler that hands its listeners' TLS session-ticket
+// keys to the child (FeatureSessionTicketKeys), so that a client's ticket
+// from this generation resumes on the next. SessionTicketKeys is called
+// from the session's goroutine; it must return promptly.
+type TicketKeySource interface {
+	SessionTicketKeys() []ListenerTicketKeys
+}
+
 // ParentOptions configure a Parent. The zero value of each optional field
 // is the default.
 type ParentOptions struct {

@@ -97,6 +97,10 @@ func (p *Parent) session(uc *net.UnixConn) {
 	if canCommit {
 		self.Features = append(self.Features, FeatureEarlyCommit)
 	}
+	keySource, hasKeys := p.opts.Handler.(TicketKeySource)
+	if hasKeys {
+		self.Features = append(self.Features, FeatureSessionTicketKeys)
+	}
 	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
 		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
 		return
@@ -126,6 +130,19 @@ func (p *Parent) session(uc *net.UnixConn) {
 		case MsgGetSockets:
 			if err := p.sendSockets(c); err != nil {
 				p.log.Warn("sending sockets failed", "child_pid", pid, "error", err)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+		case MsgGetSessionTicketKeys:
+			if !hasKeys {
+				err := fmt.Errorf("%s to a parent that did not offer %s", m.Type, FeatureSessionTicketKeys)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+			if err := sendTicketKeys(c, keySource.SessionTicketKeys()); err != nil {
+				p.log.Warn("sending session-ticket keys failed", "child_pid", pid, "error", err)
 				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
 				lost(child, drained, err)
 				return
@@ -208,4 +225,27 @@ func (p *Parent) sendSockets(c *conn) error {
 			return nil
 		}
 	}
+}
+
+// ticketKeysBatchBytes bounds the keys of one message, well under
+// maxMessageBytes (a listener of three keys takes about 300 bytes).
+const ticketKeysBatchBytes = maxMessageBytes / 2
+
+// sendTicketKeys sends the listeners' keys in as many messages as they
+// need, the last with More unset (one empty message when there are none).
+func sendTicketKeys(c *conn, keys []ListenerTicketKeys) error {
+	var batch []ListenerTicketKeys
+	size := 0
+	for i, l := range keys {
+		n := len(l.Listener) + 100*len(l.Keys) + 50
+		if len(batch) > 0 && size+n > ticketKeysBatchBytes {
+			if err := c.send(&Message{Type: MsgSessionTicketKeys, TicketKeys: batch, More: true}, nil); err != nil {
+				return err
+			}
+			batch, size = nil, 0
+		}
+		batch = append(batch, keys[i])
+		size += n
+	}
+	return c.send(&Message{Type: MsgSessionTicketKeys, TicketKeys: batch}, nil)
 }

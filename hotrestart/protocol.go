@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +26,9 @@ import (
 // optional fields or features.
 //
 // 1.1 added the features "supervised" and "unused_sockets"; 1.2 added
-// "early_commit" and its message.
-const ProtocolVersion = "1.2"
+// "early_commit" and its message; 1.3 added "session_ticket_keys" and its
+// two messages.
+const ProtocolVersion = "1.3"
 
 // Defaults for Options fields left zero.
 const (
@@ -54,6 +56,11 @@ const (
 	// sends it only to a parent that says this: an older parent takes an
 	// unknown message for a broken child, and would roll back.
 	FeatureEarlyCommit = "early_commit"
+	// FeatureSessionTicketKeys: this parent answers get_session_ticket_keys
+	// with the TLS session-ticket keys of its listeners, so that tickets
+	// it issued resume on the child. A child asks only a parent that says
+	// this: an older one takes an unknown message for a broken child.
+	FeatureSessionTicketKeys = "session_ticket_keys"
 )
 
 // SupervisorPIDEnv is set by the supervisor in each generation's
@@ -108,6 +115,12 @@ const (
 	// turn: the parent commits now (FeatureEarlyCommit). Not answered;
 	// the parent's commit closes the connection.
 	MsgCommit MessageType = "commit"
+	// get_session_ticket_keys: child → parent, once it has its sockets
+	// and before it serves (FeatureSessionTicketKeys).
+	MsgGetSessionTicketKeys MessageType = "get_session_ticket_keys"
+	// session_ticket_keys: parent → child, one batch of listeners' keys;
+	// More says another batch follows.
+	MsgSessionTicketKeys MessageType = "session_ticket_keys"
 	// ok: a request was done.
 	MsgOK MessageType = "ok"
 	// error: a request was refused; the connection closes after it.
@@ -130,6 +143,42 @@ const (
 	RoleListener = "listener"
 	RoleAdmin    = "admin"
 )
+
+// ListenerTicketKeys are one listener's TLS session-ticket keys, the one
+// that encrypts new tickets first.
+type ListenerTicketKeys struct {
+	Listener string      `json:"listener"`
+	Keys     []TicketKey `json:"keys"`
+	// Next is the key the parent's next rotation will make the encrypting
+	// one, made in advance: the child rotates to it too, and accepts it
+	// already, so a rotation during the hand-over loses no ticket.
+	Next *TicketKey `json:"next,omitempty"`
+}
+
+// TicketKey is one session-ticket key. It is a secret: whoever holds it
+// can decrypt the sessions its tickets carry. It only crosses the restart
+// socket, whose peer is checked to run as the same user, and is never
+// logged (String hides it).
+type TicketKey struct {
+	Key []byte `json:"key"` // TicketKeySize bytes (base64 in JSON)
+	// Created is when the key was made (Unix nanoseconds), so that the
+	// child rotates it on the same schedule.
+	Created int64 `json:"created"`
+}
+
+// TicketKeySize is the size of a session-ticket key.
+const TicketKeySize = 32
+
+// maxTicketKeysPerListener bounds what a child accepts per listener.
+const maxTicketKeysPerListener = 8
+
+// String keeps a key out of logs and error messages.
+func (k TicketKey) String() string {
+	return fmt.Sprintf("{key:(%d secret bytes) created:%d}", len(k.Key), k.Created)
+}
+
+// GoString keeps a key out of %#v too.
+func (k TicketKey) GoString() string { return k.String() }
 
 // Identity is what a generation says of itself in hello.
 type Identity struct {
@@ -158,6 +207,9 @@ type Message struct {
 	// listener removed or moved), sent only to a parent with
 	// FeatureUnusedSockets.
 	Unused []Socket `json:"unused,omitempty"`
+
+	// session_ticket_keys: some listeners' keys; More as for sockets.
+	TicketKeys []ListenerTicketKeys `json:"ticket_keys,omitempty"`
 
 	// error
 	Error string `json:"error,omitempty"`
@@ -195,7 +247,24 @@ func decodeMessage(b []byte) (*Message, error) {
 				return nil, fmt.Errorf("malformed drain message: unused entry %d (%+v) lacks network or address", i, s)
 			}
 		}
-	case MsgGetSockets, MsgOK, MsgError, MsgCommit:
+	case MsgSessionTicketKeys:
+		for i, l := range m.TicketKeys {
+			if l.Listener == "" || len(l.Keys) == 0 || len(l.Keys) > maxTicketKeysPerListener {
+				return nil, fmt.Errorf("malformed session_ticket_keys message: entry %d (listener %q) needs a listener name and 1 to %d keys, has %d",
+					i, l.Listener, maxTicketKeysPerListener, len(l.Keys))
+			}
+			keys := l.Keys
+			if l.Next != nil {
+				keys = append(slices.Clone(keys), *l.Next)
+			}
+			for j, k := range keys {
+				if len(k.Key) != TicketKeySize || k.Created <= 0 {
+					return nil, fmt.Errorf("malformed session_ticket_keys message: listener %q key %d is %d bytes made at %d (want %d bytes and a time)",
+						l.Listener, j, len(k.Key), k.Created, TicketKeySize)
+				}
+			}
+		}
+	case MsgGetSockets, MsgGetSessionTicketKeys, MsgOK, MsgError, MsgCommit:
 	case "":
 		return nil, errors.New("malformed message: no type")
 	default:

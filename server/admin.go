@@ -32,6 +32,7 @@ var adminEndpoints = []struct{ pattern, help string }{
 	{"GET /clusters", "every cluster's endpoints: health check, ejection, counters (?format=json)"},
 	{"POST /healthcheck/fail", "make /ready answer 503 (take this instance out of rotation)"},
 	{"POST /healthcheck/ok", "undo /healthcheck/fail"},
+	{"POST /tls/reload", "read every TLS certificate/key pair again now, as SIGUSR2 (JSON; 422 names those refused, whose old pair serves on)"},
 	{"POST /quitquitquit", "drain and exit"},
 }
 
@@ -82,6 +83,7 @@ func (s *Server) adminHandler() http.Handler {
 		"GET /clusters":          s.handleClusters,
 		"POST /healthcheck/fail": s.handleHealthcheck(true),
 		"POST /healthcheck/ok":   s.handleHealthcheck(false),
+		"POST /tls/reload":       s.handleTLSReload,
 		"POST /quitquitquit":     s.handleQuit,
 	}
 	// Refusals are what a hostile web page can cause at will: logged at

@@ -43,6 +43,7 @@ func (s *Server) rollback() error {
 		Logger:      s.log,
 		Inherited:   s.hr.kept,
 		Stats:       s.stats,
+		ServerTLS:   s.tls.ServerConfigs(),
 	}, s.snapshot)
 	s.hr.kept = nil // workers.New owns them now, on success and failure
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hotproxy/hotproxy/hotrestart"
+	"github.com/hotproxy/hotproxy/tlsconf"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -25,7 +26,7 @@ func (s *Server) listenForSuccessor() error {
 	p, err := hotrestart.Listen(hotrestart.ParentOptions{
 		Address:      addr,
 		Self:         s.restartIdentity(),
-		Handler:      successorHandler{&s.hr},
+		Handler:      successorHandler{hr: &s.hr, tls: s.tls},
 		Logger:       s.log,
 		Timeout:      timeout,
 		ReadyTimeout: timeout,
@@ -43,12 +44,17 @@ func (s *Server) listenForSuccessor() error {
 	return nil
 }
 
-// successorHandler is the restart socket's view of the main loop.
-type successorHandler struct{ hr *handover }
+// successorHandler is the restart socket's view of the main loop, and of
+// the TLS session-ticket keys (tls.go).
+type successorHandler struct {
+	hr  *handover
+	tls *tlsconf.Set
+}
 
 var (
-	_ hotrestart.Handler        = successorHandler{}
-	_ hotrestart.EarlyCommitter = successorHandler{}
+	_ hotrestart.Handler         = successorHandler{}
+	_ hotrestart.EarlyCommitter  = successorHandler{}
+	_ hotrestart.TicketKeySource = successorHandler{}
 )
 
 func (h successorHandler) Sockets() ([]hotrestart.Socket, []*os.File, error) {

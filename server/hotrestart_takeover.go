@@ -67,6 +67,13 @@ func (s *Server) takeOver() (inherited map[workers.SocketKey]*os.File, admin net
 		ch.Close()
 		return nil, nil, fmt.Errorf("hot restart to epoch %d: receiving sockets: %w", s.opts.Epoch, err)
 	}
+	// The keys before anything serves: the first connection this
+	// generation accepts may carry a ticket the previous one issued.
+	if err := s.takeTicketKeys(ch); err != nil {
+		hotrestart.CloseFiles(files)
+		ch.Close()
+		return nil, nil, fmt.Errorf("hot restart to epoch %d: %w", s.opts.Epoch, err)
+	}
 	parent := ch.Parent()
 	if parent.FirstStart > 0 {
 		s.firstStart = time.Unix(0, parent.FirstStart)

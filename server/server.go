@@ -24,6 +24,7 @@ import (
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/shm"
 	"github.com/hotproxy/hotproxy/stats"
+	"github.com/hotproxy/hotproxy/tlsconf"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -106,10 +107,13 @@ type Server struct {
 	handoverPublished atomic.Int32
 
 	snapshot *workers.Snapshot
-	health   healthMonitors // see health.go
-	workers  *workers.Manager
-	adminLn  *adminListener
-	admin    *http.Server
+	// tls is the listeners' TLS (tls.go): the configs the workers hold,
+	// their certificates' watch and their session-ticket keys.
+	tls     *tlsconf.Set
+	health  healthMonitors // see health.go
+	workers *workers.Manager
+	adminLn *adminListener
+	admin   *http.Server
 	// takeover is the child side of hot restart, hr the parent side.
 	takeover takeover
 	hr       handover
@@ -135,6 +139,9 @@ type Server struct {
 	// forwarded while the generation starts must not kill it.
 	reopen     <-chan os.Signal
 	stopReopen func()
+	// tlsReload receives SIGUSR2 (tls.go), from New on; stopReopen
+	// stops it too.
+	tlsReload <-chan os.Signal
 }
 
 // New builds the generation: everything derived from config first (routes,
@@ -163,6 +170,10 @@ func New(opts Options) (*Server, error) {
 	}
 	s.firstStart = s.started
 	s.reopen, s.stopReopen = s.reopenSignals()
+	var stopTLSReload func()
+	s.tlsReload, stopTLSReload = s.tlsReloadSignals()
+	stopReopen := s.stopReopen
+	s.stopReopen = func() { stopReopen(); stopTLSReload() }
 	hostname, _ := os.Hostname()
 	s.identity = workers.Identity{
 		Version:  version.Version,
@@ -177,6 +188,10 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
 	}
 	s.snapshot = snap
+	if s.tls, err = tlsconf.Build(cfg); err != nil {
+		s.stopReopen()
+		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
+	}
 	s.startHealthChecks()
 
 	// The hand-over comes first (DESIGN §4): the previous generation
@@ -197,6 +212,7 @@ func New(opts Options) (*Server, error) {
 			adminLn.Close()
 		}
 		s.closeHotRestart()
+		s.tls.Close()
 		s.stopHealthMonitors()
 		s.closeStats()
 		s.stopReopen()
@@ -205,6 +221,7 @@ func New(opts Options) (*Server, error) {
 	if err := s.openStats(); err != nil {
 		return fail(err)
 	}
+	s.tls.Start(tlsconf.StartOptions{Stats: s.stats, Logger: log})
 	s.runHealthMonitors()
 	if err := s.listenForSuccessor(); err != nil {
 		return fail(err)
@@ -215,6 +232,7 @@ func New(opts Options) (*Server, error) {
 		Logger:      log,
 		Inherited:   inherited,
 		Stats:       s.stats,
+		ServerTLS:   s.tls.ServerConfigs(),
 	}, snap)
 	inherited = nil // workers.New owns them now, on success and failure
 	if err != nil {
@@ -262,6 +280,7 @@ func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 func (s *Server) Run(ctx context.Context) error {
 	defer s.closeHotRestart()
 	defer s.runStats()()
+	defer s.tls.Close()
 	defer s.stopHealthMonitors()
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
@@ -308,6 +327,8 @@ func (s *Server) Run(ctx context.Context) error {
 			reason = "signal " + sig.String()
 		case <-s.reopen:
 			s.reopenLogs()
+		case <-s.tlsReload:
+			go s.reloadCertificates("SIGUSR2")
 		case reply := <-s.hr.sockets:
 			reply <- s.socketsForSuccessor()
 		case ev := <-s.hr.events:
@@ -372,6 +393,7 @@ func (s *Server) requestQuit(reason string) {
 // built but never run.
 func (s *Server) Close() error {
 	s.closeHotRestart()
+	s.tls.Close()
 	s.stopHealthMonitors()
 	s.stopReopen()
 	return errors.Join(s.workers.Close(), s.adminLn.Close(), s.closeStats())

@@ -15,9 +15,24 @@ func TestCLI(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.toml")
 	badMode := filepath.Join(dir, "mode.toml")
+	// TLS: the demo pair beside the config (relative paths are the
+	// config's directory's), and a certificate cut in half.
+	tlsGood, tlsBad := filepath.Join(dir, "tls.toml"), filepath.Join(dir, "tlsbad.toml")
+	cert, _ := os.ReadFile("../../examples/tls/a.example.com.pem")
+	key, _ := os.ReadFile("../../examples/tls/a.example.com.key")
+	tlsListener := func(certFile string) string {
+		return "[[listeners]]\nname = \"web-tls\"\naddress = \"127.0.0.1:8443\"\nprotocol = \"http\"\n" +
+			"  [listeners.tls]\n  certificates = [{ cert = \"" + certFile + "\", key = \"a.key\" }]\n" +
+			"  [[listeners.routes]]\n  prefix = \"/\"\n  direct_response = { status = 200 }\n"
+	}
 	for path, text := range map[string]string{
-		good:    "[server]\ndrain_time = \"1s\"\n",
-		badMode: "[stats]\nfile_mode = \"rw-r\"\n",
+		good:                           "[server]\ndrain_time = \"1s\"\n",
+		badMode:                        "[stats]\nfile_mode = \"rw-r\"\n",
+		tlsGood:                        tlsListener("a.pem"),
+		tlsBad:                         tlsListener("half.pem"),
+		filepath.Join(dir, "a.pem"):    string(cert),
+		filepath.Join(dir, "a.key"):    string(key),
+		filepath.Join(dir, "half.pem"): string(cert[:len(cert)/2]),
 	} {
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -44,6 +59,9 @@ func TestCLI(t *testing.T) {
 			stderr: []string{"two configs given", "(give one)"}, maxErrLine: 1},
 		{name: "validate two files", args: []string{"validate", good, badMode}, rc: exitUsage,
 			stderr: []string{"unexpected argument", "hotproxy help validate"}, maxErrLine: 1},
+		{name: "validate TLS", args: []string{"validate", tlsGood}, stdout: []string{tlsGood + ": OK"}},
+		{name: "validate names a broken certificate", args: []string{"validate", tlsBad}, rc: 1,
+			stderr: []string{"web-tls", filepath.Join(dir, "half.pem")}},
 		{name: "file_mode shows the expected form", args: []string{"validate", badMode}, rc: 1,
 			stderr: []string{"stats.file_mode", `"rw-r"`, `"0640"`}, maxErrLine: 1},
 		{name: "unknown flag", args: []string{"serve", "--bogus"}, rc: exitUsage,

@@ -18,6 +18,7 @@ import (
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server"
 	"github.com/hotproxy/hotproxy/shm"
+	"github.com/hotproxy/hotproxy/tlsconf"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -135,7 +136,11 @@ func serve(args []string, stderr io.Writer) int {
 			"generation dies within hot_restart.commit_window, the old one serves again.\n\n"+
 			"A generation that `hotproxy supervise` started hands over only to generations\n"+
 			"a supervisor started: under a supervisor, reload with `hotproxy reload` or\n"+
-			"SIGHUP to the supervisor, never with --restart-epoch by hand (refused).", stderr)
+			"SIGHUP to the supervisor, never with --restart-epoch by hand (refused).\n\n"+
+			"TLS: certificate and key files are watched, and re-read on SIGUSR2 (or POST\n"+
+			"/tls/reload on the admin API); a pair that does not load is refused and the\n"+
+			"old one serves on. Session-ticket keys pass to the next generation, so TLS\n"+
+			"sessions resume across a hot restart.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn, error (overrides [log] level)")
@@ -255,7 +260,8 @@ func takeHiddenFlag(args []string, flag string) (bool, []string) {
 func validate(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("validate [-c] FILE",
 		"Parses and checks a config, resolves every endpoint name and compiles every\n"+
-			"route, exactly as serve would, without binding a socket. Exits 0 when the\n"+
+			"route, loads every TLS certificate, key and session-ticket keys file,\n"+
+			"exactly as serve would, without binding a socket. Exits 0 when the\n"+
 			"config can be served, 1 with every problem found otherwise. With no file,\n"+
 			"checks the embedded default config.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
@@ -276,6 +282,12 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(*cfgPath)
 	if err == nil {
 		_, err = workers.BuildSnapshot(cfg, workers.Identity{Version: version.Version})
+		if err == nil {
+			var set *tlsconf.Set
+			if set, err = tlsconf.Build(cfg); err == nil {
+				set.Close()
+			}
+		}
 		if err != nil {
 			err = fmt.Errorf("%s: %w", cfg.Source, err)
 		}

@@ -21,7 +21,8 @@ func superviseCmd(args []string, stderr io.Writer) int {
 			"SIGHUP or `hotproxy reload` starts the next epoch from the binary on disk,\n"+
 			"which takes over the listening sockets; a new generation that fails leaves\n"+
 			"the serving one untouched. SIGTERM/SIGINT stop every generation within\n"+
-			"server.parent_shutdown_time; SIGUSR1 reopens [log] path and is forwarded. Speaks the systemd notify\n"+
+			"server.parent_shutdown_time; SIGUSR1 reopens [log] path and is forwarded; SIGUSR2\n"+
+			"is forwarded (the generations re-read their TLS certificates). Speaks the systemd notify\n"+
 			"protocol when NOTIFY_SOCKET is set, and is safe as PID 1.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")

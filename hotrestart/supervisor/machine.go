@@ -42,6 +42,7 @@ const (
 	SignalTerm  Signal = iota // drain and stop
 	SignalKill                // stop now
 	SignalUser1               // forwarded SIGUSR1: reopen logs
+	SignalUser2               // forwarded SIGUSR2: re-read the TLS certificates
 )
 
 func (s Signal) String() string {
@@ -52,6 +53,8 @@ func (s Signal) String() string {
 		return "SIGKILL"
 	case SignalUser1:
 		return "SIGUSR1"
+	case SignalUser2:
+		return "SIGUSR2"
 	}
 	return fmt.Sprintf("Signal(%d)", int(s))
 }

@@ -8,11 +8,11 @@ import (
 )
 
 // supervisedSignals are the signals the supervisor acts on.
-var supervisedSignals = []os.Signal{unix.SIGCHLD, unix.SIGHUP, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1}
+var supervisedSignals = []os.Signal{unix.SIGCHLD, unix.SIGHUP, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1, unix.SIGUSR2}
 
 // handedOverSignals are ignored across a re-execution (their default
 // action would end the supervisor) and handed to the new image.
-var handedOverSignals = []os.Signal{unix.SIGHUP, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1}
+var handedOverSignals = []os.Signal{unix.SIGHUP, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1, unix.SIGUSR2}
 
 // signalQueue is how many signals wait for the loop before more of the
 // same kind are coalesced by os/signal.

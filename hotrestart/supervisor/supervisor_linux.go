@@ -245,6 +245,10 @@ func (s *Supervisor) onSignal(sig os.Signal) {
 			}
 		}
 		s.forward(SignalUser1)
+	case unix.SIGUSR2:
+		// The generations re-read their TLS certificates; for the
+		// supervisor itself, SIGUSR2's default action would end it.
+		s.forward(SignalUser2)
 	case unix.SIGTERM, unix.SIGINT:
 		s.beginStop("signal " + sig.String())
 	}
@@ -317,7 +321,7 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 
 // signal is processTable.signal.
 func (s *Supervisor) signal(g *generation, sig Signal) {
-	unixSig := map[Signal]unix.Signal{SignalTerm: unix.SIGTERM, SignalKill: unix.SIGKILL, SignalUser1: unix.SIGUSR1}[sig]
+	unixSig := map[Signal]unix.Signal{SignalTerm: unix.SIGTERM, SignalKill: unix.SIGKILL, SignalUser1: unix.SIGUSR1, SignalUser2: unix.SIGUSR2}[sig]
 	unix.Kill(g.pid, unixSig)
 }
 

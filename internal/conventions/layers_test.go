@@ -22,6 +22,7 @@ var layers = map[string][]string{
 	"upstream":   {"config", "stats", "internal/"},
 	"workers":    {"config", "stats", "upstream", "workers/", "internal/"},
 	"hotrestart": {"config", "shm", "internal/", "hotrestart/"},
+	"tlsconf":    {"config", "stats"},
 }
 
 // TestLayers fails when a package imports one above it: config and shm are

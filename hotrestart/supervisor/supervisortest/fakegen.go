@@ -111,7 +111,7 @@ func Main(args []string) int {
 		select {}
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP)
 	if os.Getenv(EnvOrphan) == "1" {
 		exec.Command("sleep", "0.3").Start()
 	}
@@ -174,6 +174,8 @@ func Main(args []string) int {
 			switch sig {
 			case syscall.SIGUSR1:
 				event("usr1", *epoch)
+			case syscall.SIGUSR2:
+				event("usr2", *epoch)
 			case syscall.SIGTERM, syscall.SIGINT:
 				event("term", *epoch)
 				time.Sleep(20 * time.Millisecond)
