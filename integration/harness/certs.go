@@ -123,18 +123,38 @@ type Issued struct {
 // base.key into the CA's directory (replacing earlier files of that base).
 func (ca *CA) Issue(tb testing.TB, base string, names ...string) Issued {
 	tb.Helper()
-	return ca.issue(tb, base, x509.ExtKeyUsageServerAuth, names)
+	return ca.issue(tb, base, x509.ExtKeyUsageServerAuth, nil, names)
+}
+
+// Reissue signs a new certificate for prev's names and key, with a fresh
+// serial, as base: a rotation in which only the certificate file changes,
+// so that one rename replaces it whole.
+func (ca *CA) Reissue(tb testing.TB, base string, prev Issued) Issued {
+	tb.Helper()
+	names := append(append([]string(nil), prev.Leaf.DNSNames...), ipStrings(prev.Leaf.IPAddresses)...)
+	return ca.issue(tb, base, x509.ExtKeyUsageServerAuth, prev.TLS.PrivateKey.(*ecdsa.PrivateKey), names)
 }
 
 // IssueClient signs a client certificate named cn.
 func (ca *CA) IssueClient(tb testing.TB, base, cn string) Issued {
 	tb.Helper()
-	return ca.issue(tb, base, x509.ExtKeyUsageClientAuth, []string{cn})
+	return ca.issue(tb, base, x509.ExtKeyUsageClientAuth, nil, []string{cn})
 }
 
-func (ca *CA) issue(tb testing.TB, base string, usage x509.ExtKeyUsage, names []string) Issued {
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
+}
+
+// issue signs a certificate for names with key (nil: a new one).
+func (ca *CA) issue(tb testing.TB, base string, usage x509.ExtKeyUsage, key *ecdsa.PrivateKey, names []string) Issued {
 	tb.Helper()
-	key := newKey(tb)
+	if key == nil {
+		key = newKey(tb)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: newSerial(tb),
 		Subject:      pkix.Name{CommonName: names[0]},

@@ -71,6 +71,14 @@ func TestCAIssueAndTLSBackend(t *testing.T) {
 	if _, err := config.LoadCertificatePair(config.CertificatePair{Cert: second.Cert, Key: second.Key}); err != nil {
 		t.Errorf("the written pair does not load: %v", err)
 	}
+	third := ca.Reissue(t, "rotated", second)
+	if third.Leaf.SerialNumber.Cmp(second.Leaf.SerialNumber) == 0 || !slices.Equal(third.Leaf.DNSNames, second.Leaf.DNSNames) {
+		t.Errorf("reissue: serial %v names %v, after serial %v names %v", third.Leaf.SerialNumber, third.Leaf.DNSNames, second.Leaf.SerialNumber, second.Leaf.DNSNames)
+	}
+	// The reissued certificate goes with the earlier key file.
+	if _, err := config.LoadCertificatePair(config.CertificatePair{Cert: third.Cert, Key: second.Key}); err != nil {
+		t.Errorf("the reissued certificate does not match the earlier key: %v", err)
+	}
 	b := StartTLSBackend(t, "tb", &tls.Config{Certificates: []tls.Certificate{first.TLS}})
 	get := func(name string, pool *x509.CertPool) (string, error) {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil,
