@@ -2,6 +2,8 @@ package harness
 
 import (
 	"crypto/tls"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"testing"
@@ -23,6 +25,9 @@ func StartTLSBackend(tb testing.TB, id string, cfg *tls.Config) *HTTPBackend {
 		Handler:           b,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         cfg.Clone(),
+		// Failed handshakes are what some tests provoke (a client with
+		// the wrong CA); they are asserted on the client's side.
+		ErrorLog: log.New(io.Discard, "", 0),
 		// An empty map keeps net/http from adding h2 by itself.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
