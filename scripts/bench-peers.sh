@@ -18,16 +18,21 @@
 # http/1.1, and proxy to the same plaintext backend. Modes:
 #   tls-keepalive  wrk over TLS: one handshake per connection, then
 #                  requests (the cost of the record layer)
-#   tls-close      wrk with Connection: close: a full handshake per
-#                  request. wrk never resumes: it makes a new SSL per
-#                  connection and never gives it a saved session, so every
-#                  peer does a full handshake (ECDHE + an ECDSA signature)
-#                  each time, whatever its ticket settings.
-#   tls-resume     scripts/tlsload (Go, loadgen): a connection per request,
-#                  each client resuming with its tickets (each peer's
-#                  defaults: nginx ssl_session_tickets on, HAProxy tickets
-#                  on, hotproxy tickets on); the resumed share is reported,
-#                  so a peer that did not resume shows it.
+#   tls-close      scripts/tlsload (Go, integration/loadgen) without a
+#                  session cache: a connection and a full handshake (ECDHE
+#                  and an ECDSA signature) per request. Not wrk: wrk keeps
+#                  each connection's session and resumes with it when it
+#                  reconnects (against nginx, $ssl_session_reused said "r"
+#                  for 1066 of 1070 Connection: close requests), so with
+#                  wrk this mode would measure resumption, not handshakes.
+#   tls-resume     tlsload with a session cache per client: a connection
+#                  per request, resumed with the client's ticket (each
+#                  peer's defaults: nginx ssl_session_tickets on, HAProxy
+#                  tickets on, hotproxy tickets on). TLS 1.3 resumption
+#                  still does ECDHE (psk_dhe_ke); it saves the certificate
+#                  and its signature.
+#                  Both tlsload modes report the resumed share, so a peer
+#                  that did not resume, or did when it should not, shows it.
 # A proxy whose TLS listener does not complete a verified handshake and a
 # proxied request (a probe with openssl s_client and curl, before the
 # runs) keeps its plaintext rows; its TLS rows say why they are missing.
@@ -479,18 +484,21 @@ skip_reason() {
 }
 
 # wrk_run PROXY MODE DURATION: runs the load of MODE against PROXY (wrk;
-# tlsload for tls-resume); the output is in $wrk_out and the proxy tree's
+# tlsload for tls-close and tls-resume); the output is in $wrk_out and the proxy tree's
 # CPU ticks during the run in $wrk_ticks. Fails, with the reason in
 # $wrk_out, if the load tool failed or the proxy died.
 wrk_run() {
-	local proxy=$1 mode=$2 d=$3 before after args=() url="http://127.0.0.1:${http_port[$1]}/"
-	[[ $mode == *close ]] && args=(-H "Connection: close")
+	local proxy=$1 mode=$2 d=$3 before after args=() url="http://127.0.0.1:${http_port[$1]}/" resume
+	[ "$mode" = close ] && args=(-H "Connection: close")
 	[[ $mode == tls-* ]] && url="https://127.0.0.1:${tls_port[$proxy]}/"
 	alive "$proxy" || { wrk_out="${proxy_failed[$proxy]}"; return 1; }
 	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
-	if [ "$mode" = tls-resume ]; then
+	if [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
+		resume=false
+		[ "$mode" = tls-resume ] && resume=true
 		wrk_out=$(taskset -c 1 "$work/tlsload" -url "$url" -ca "$tls_ca" -server-name "$tls_name" \
-			-c "$connections" -d "$d" -tls "$tls_version" 2>&1) || { wrk_out="tlsload failed against $proxy: $wrk_out"; return 1; }
+			-c "$connections" -d "$d" -tls "$tls_version" -resume="$resume" 2>&1) ||
+			{ wrk_out="tlsload failed against $proxy ($mode): $wrk_out"; return 1; }
 	else
 		wrk_out=$(taskset -c 1 wrk -t 1 -c "$connections" -d "$d" --latency "${args[@]}" "$url" 2>&1) ||
 			{ wrk_out="wrk failed against $proxy ($mode): $wrk_out"; return 1; }
@@ -516,7 +524,7 @@ http_run() {
 		return 0
 	fi
 	echo "$wrk_out" >"$out/wrk/$round-$proxy-$mode.txt"
-	if [ "$mode" = tls-resume ]; then
+	if [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
 		# tlsload: requests= seconds= errors= full= resumed=
 		kv() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$wrk_out" | head -1; }
 		requests=$(kv requests)
@@ -576,7 +584,7 @@ tcp_proxies=(hotproxy haproxy)
 	echo "modes: ${modes}"
 	echo "wrk: -t1 -c${connections} -d${duration} --latency; rounds: ${rounds}; idle connections: ${idle_conns}; TCP: ${tcp_bytes} bytes"
 	if [ "$tls_wanted" = 1 ]; then
-		echo "TLS: ${tls_name} (ECDSA P-256, examples/tls), TLS_VERSION ${tls_version}, ALPN http/1.1; tls-resume: scripts/tlsload -c${connections}, X25519"
+		echo "TLS: ${tls_name} (ECDSA P-256, examples/tls), TLS_VERSION ${tls_version}, ALPN http/1.1; tls-close and tls-resume: scripts/tlsload -c${connections} -d${duration}, X25519"
 		for proxy in "${proxies[@]}"; do
 			echo "TLS probe: ${proxy}: ${tls_seen[$proxy]:-no handshake}${tls_failed[$proxy]:+ (left out: ${tls_failed[$proxy]})}"
 		done
@@ -679,7 +687,7 @@ verdict() {
 			# A failed run counts as one error, so that it cannot pass for a clean one.
 			errors=$(awk -F'\t' -v p="$proxy" -v m="$mode" 'NR > 1 && $2 == p && $3 == m {n += ($11 == "failed" ? 1 : $11)} END {print n + 0}' "$http_raw")
 			resumed=$(median "$http_raw" "$proxy" 12 "$mode")
-			if [ "$mode" != tls-resume ]; then resumed=-; elif [ "$resumed" != - ]; then resumed="${resumed}%"; fi
+			[ "$resumed" = - ] || resumed="${resumed}%"
 			printf '%-13s %-9s %12s %10s %12s %7s %8s %9s\n' "$mode" "$proxy" \
 				"$(median "$http_raw" "$proxy" 4 "$mode")" "$(median "$http_raw" "$proxy" 5 "$mode")" \
 				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" "$errors" "$resumed"
