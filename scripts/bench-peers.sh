@@ -474,9 +474,10 @@ to_ms() {
 http_raw=$out/http.tsv
 printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\tresumed_pct\n' >"$http_raw"
 
-# skip_reason PROXY MODE: why PROXY cannot run MODE ("" if it can).
+# skip_reason PROXY MODE: why PROXY cannot run MODE ("" if it can). Call
+# alive first, outside $(...): what alive learns must outlive a subshell.
 skip_reason() {
-	if ! alive "$1"; then
+	if [ -n "${proxy_failed[$1]:-}" ]; then
 		echo "${proxy_failed[$1]}"
 	elif [[ $2 == tls-* ]] && [ -n "${tls_failed[$1]:-}" ]; then
 		echo "${tls_failed[$1]}"
@@ -513,6 +514,7 @@ wrk_run() {
 # the reason.
 http_run() {
 	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core resumed="-" why
+	alive "$proxy" || true
 	why=$(skip_reason "$proxy" "$mode")
 	if [ -z "$why" ] && ! wrk_run "$proxy" "$mode" "$duration"; then
 		why=$wrk_out
@@ -597,6 +599,7 @@ tcp_proxies=(hotproxy haproxy)
 echo "warm-up: ${warmup} per proxy and mode, not counted"
 for proxy in "${proxies[@]}"; do
 	for mode in "${http_modes[@]}"; do
+		alive "$proxy" || true
 		[ -z "$(skip_reason "$proxy" "$mode")" ] || continue
 		wrk_run "$proxy" "$mode" "$warmup" || echo "bench-peers: warm-up, $proxy $mode: $wrk_out" | tee -a "$failures" >&2
 	done
