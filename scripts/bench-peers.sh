@@ -3,19 +3,55 @@
 # an equivalent reverse proxy with one worker and upstream keep-alive, so
 # that the data path can be compared honestly (issue 10; docs/benchmarks.md).
 #
-# Per proxy and mode (keep-alive, and a new connection per request):
-# req/s and p99 from wrk, and the CPU time of the proxy's whole process tree
-# per request completed. Then the resident memory each idle keep-alive
-# connection costs, and the CPU seconds per GiB through a TCP (L4) listener.
-# Rounds are interleaved, the proxies in rotating order, and the medians
-# are compared with the better of nginx and HAProxy.
+# Per proxy and mode (keep-alive, and a new connection per request; then
+# the same over TLS): req/s and p99 from wrk, and the CPU time of the
+# proxy's whole process tree per request completed. Then the resident
+# memory each idle keep-alive connection costs, and the CPU seconds per GiB
+# through a TCP (L4) listener. Rounds are interleaved, the proxies in
+# rotating order, and the medians are compared with the better of nginx and
+# HAProxy.
+#
+# TLS (issue 13): all three terminate the same ECDSA P-256 certificate
+# (examples/tls/a.example.com), the same version (TLS_VERSION) and cipher
+# (TLS 1.3: TLS_AES_128_GCM_SHA256, what Go picks on AES hardware, its 1.3
+# suites being fixed; TLS 1.2: ECDHE-ECDSA-AES128-GCM-SHA256), ALPN
+# http/1.1, and proxy to the same plaintext backend. Modes:
+#   tls-keepalive  wrk over TLS: one handshake per connection, then
+#                  requests (the cost of the record layer)
+#   tls-close      scripts/tlsload (Go, integration/loadgen) without a
+#                  session cache: a connection and a full handshake (ECDHE
+#                  and an ECDSA signature) per request. Not wrk: wrk keeps
+#                  each connection's session and resumes with it when it
+#                  reconnects (against nginx, $ssl_session_reused said "r"
+#                  for 1066 of 1070 Connection: close requests), so with
+#                  wrk this mode would measure resumption, not handshakes.
+#   tls-resume     tlsload with a session cache per client: a connection
+#                  per request, resumed with the client's ticket (each
+#                  peer's defaults: nginx ssl_session_tickets on, HAProxy
+#                  tickets on, hotproxy tickets on). TLS 1.3 resumption
+#                  still does ECDHE (psk_dhe_ke); it saves the certificate
+#                  and its signature.
+#                  Both tlsload modes report the resumed share, so a peer
+#                  that did not resume, or did when it should not, shows it.
+# A proxy whose TLS listener does not complete a verified handshake and a
+# proxied request (a probe with openssl s_client and curl, before the
+# runs) keeps its plaintext rows; its TLS rows say why they are missing.
+# Likewise a proxy that does not start, or dies, is reported and left out,
+# and the others are still measured.
 #
 # Pinning: each proxy on CPU 0 (GOMAXPROCS=1 for hotproxy); wrk, the
 # backend and the other load tools on CPU 1. Everything on 127.0.0.1.
 #
 #   scripts/bench-peers.sh
+#   MODES="tls-keepalive tls-close tls-resume" ROUNDS=1 DURATION=3s scripts/bench-peers.sh
 #
 # Environment (defaults in brackets):
+#   MODES [keepalive close tls-keepalive tls-close tls-resume memory tcp]:
+#       what to measure; the first five are the HTTP modes above, memory
+#       the idle-connection memory, tcp the TCP bulk transfer
+#   TLS_VERSION [1.3]: 1.3 or 1.2 (hotproxy has no max_version: with 1.2,
+#       wrk still gets 1.3 from it; the probe lines in environment.txt say
+#       what each proxy negotiated)
 #   ROUNDS [3]  DURATION [10s]  WARMUP [2s]  CONNECTIONS [64]
 #   IDLE_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
 #   HOTPROXY [bin/hotproxy, built with `make build`]
@@ -36,6 +72,9 @@ connections=${CONNECTIONS:-64}
 idle_conns=${IDLE_CONNS:-4000}
 tcp_bytes=${TCP_BYTES:-1073741824}
 port_base=${PORT_BASE:-19100}
+all_modes="keepalive close tls-keepalive tls-close tls-resume memory tcp"
+modes=${MODES:-$all_modes}
+tls_version=${TLS_VERSION:-1.3}
 
 die() {
 	echo "bench-peers: $*" >&2
@@ -46,7 +85,26 @@ for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns"
 	[[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*}=${pair#*:}: want a positive whole number"
 done
 [ "$rounds" -le 100 ] || die "ROUNDS=$rounds: at most 100"
-[ "$port_base" -le 65000 ] || die "PORT_BASE=$port_base: at most 65000 (the script uses PORT_BASE to PORT_BASE+31)"
+[ "$port_base" -le 65000 ] || die "PORT_BASE=$port_base: at most 65000 (the script uses PORT_BASE to PORT_BASE+32)"
+http_modes=()
+for mode in $modes; do
+	[[ " $all_modes " == *" $mode "* ]] || die "MODES: $mode: not a mode (choose from: $all_modes)"
+	[[ $mode == memory || $mode == tcp ]] || http_modes+=("$mode")
+done
+# wants MODE: succeeds if MODES holds MODE.
+wants() { [[ " $modes " == *" $1 "* ]]; }
+tls_wanted=0
+[[ " ${http_modes[*]} " == *" tls-"* ]] && tls_wanted=1
+case $tls_version in
+1.3) nginx_tls="ssl_protocols TLSv1.3; ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;"
+	haproxy_tls="ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3 ciphersuites TLS_AES_128_GCM_SHA256"
+	hotproxy_tls='min_version = "1.3"' ;;
+1.2) nginx_tls="ssl_protocols TLSv1.2; ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256;"
+	haproxy_tls="ssl-min-ver TLSv1.2 ssl-max-ver TLSv1.2 ciphers ECDHE-ECDSA-AES128-GCM-SHA256"
+	hotproxy_tls='min_version = "1.2"
+  cipher_suites = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]' ;;
+*) die "TLS_VERSION=$tls_version: 1.3 or 1.2" ;;
+esac
 for pair in "DURATION:$duration" "WARMUP:$warmup"; do
 	[[ ${pair#*:} =~ ^[1-9][0-9]*[smh]$ ]] || die "${pair%%:*}=${pair#*:}: write it like wrk does, e.g. 10s or 1m"
 done
@@ -62,17 +120,18 @@ ulimit -n "$nofile"
 [ "$nofile" -ge $((idle_conns + 1024)) ] ||
 	die "the open-file limit is $nofile, too low for IDLE_CONNS=$idle_conns (raise the hard limit, or lower IDLE_CONNS)"
 
-bench_install wrk:wrk nginx:nginx haproxy:haproxy curl:curl
+bench_install wrk:wrk nginx:nginx haproxy:haproxy curl:curl openssl:openssl
 
 clk_tck=$(getconf CLK_TCK)
 
 proxies=(hotproxy nginx haproxy)
 declare -A http_port=([hotproxy]=$((port_base + 10)) [nginx]=$((port_base + 20)) [haproxy]=$((port_base + 30)))
 declare -A tcp_port=([hotproxy]=$((port_base + 11)) [nginx]=$((port_base + 21)) [haproxy]=$((port_base + 31)))
+declare -A tls_port=([hotproxy]=$((port_base + 12)) [nginx]=$((port_base + 22)) [haproxy]=$((port_base + 32)))
 backend_port=$port_base
 sink_port=$((port_base + 1))
 admin_port=$((port_base + 19))
-for port in "$backend_port" "$sink_port" "$admin_port" "${http_port[@]}" "${tcp_port[@]}"; do
+for port in "$backend_port" "$sink_port" "$admin_port" "${http_port[@]}" "${tcp_port[@]}" "${tls_port[@]}"; do
 	bench_port_free "$port" || die "127.0.0.1:$port is already in use (another benchmark running? set PORT_BASE)"
 done
 
@@ -112,7 +171,15 @@ else
 	make -s build
 	hotproxy=bin/hotproxy
 fi
-go build -o "$work/" ./scripts/benchbackend ./scripts/idleconns ./scripts/tcpbulk
+go build -o "$work/" ./scripts/benchbackend ./scripts/idleconns ./scripts/tcpbulk ./scripts/tlsload
+
+# The certificate all three serve, and the CA the TLS probe and tlsload
+# verify it with. HAProxy wants the chain and the key in one file.
+tls_name=a.example.com
+tls_cert=$PWD/examples/tls/a.example.com.pem
+tls_key=$PWD/examples/tls/a.example.com.key
+tls_ca=$PWD/examples/tls/ca.pem
+cat "$tls_cert" "$tls_key" >"$work/haproxy-tls.pem"
 
 # nginx's TCP proxying is its stream module: built in, a dynamic module
 # (Debian's libnginx-mod-stream, installed here if missing), or absent.
@@ -132,6 +199,46 @@ fi
 # --- configs --------------------------------------------------------------
 
 base_id=$((20000 + $$ % 10000)) # its own restart socket, apart from other hotproxies
+hotproxy_tls_listener=""
+nginx_tls_server=""
+haproxy_tls_frontend=""
+if [ "$tls_wanted" = 1 ]; then
+	hotproxy_tls_listener="[[listeners]]
+name = \"https\"
+address = \"127.0.0.1:${tls_port[hotproxy]}\"
+protocol = \"http\"
+idle_timeout = \"120s\"
+  [listeners.tls]
+  certificates = [{ cert = \"${tls_cert}\", key = \"${tls_key}\" }]
+  ${hotproxy_tls}
+  alpn = [\"http/1.1\"]
+  [[listeners.routes]]
+  prefix = \"/\"
+  cluster = \"backend\""
+	nginx_tls_server="server {
+        listen 127.0.0.1:${tls_port[nginx]} ssl;
+        ssl_certificate ${tls_cert};
+        ssl_certificate_key ${tls_key};
+        ${nginx_tls}
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+            proxy_set_header X-Forwarded-Host \$host;
+            proxy_set_header X-Request-Id \$request_id;
+        }
+    }"
+	haproxy_tls_frontend="frontend https
+    bind 127.0.0.1:${tls_port[haproxy]} ssl crt ${work}/haproxy-tls.pem alpn http/1.1 ${haproxy_tls}
+    option forwardfor
+    http-request set-header X-Forwarded-Proto https
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    unique-id-format %[uuid()]
+    unique-id-header X-Request-Id
+    default_backend backend"
+fi
 cat >"$work/hotproxy.toml" <<TOML
 [server]
 concurrency = 1
@@ -150,6 +257,7 @@ idle_timeout = "120s"
   [[listeners.routes]]
   prefix = "/"
   cluster = "backend"
+${hotproxy_tls_listener}
 [[listeners]]
 name = "tcp"
 address = "127.0.0.1:${tcp_port[hotproxy]}"
@@ -218,6 +326,7 @@ http {
             proxy_set_header X-Request-Id \$request_id;
         }
     }
+    ${nginx_tls_server}
 }
 ${nginx_stream_block}
 NGINX
@@ -242,6 +351,7 @@ frontend http
     unique-id-format %[uuid()]
     unique-id-header X-Request-Id
     default_backend backend
+${haproxy_tls_frontend}
 backend backend
     server backend 127.0.0.1:${backend_port}
 frontend tcp
@@ -266,6 +376,23 @@ start() {
 	started+=("$last_pid")
 }
 
+# A proxy that fails is reported and left out; the others go on. Each
+# reason is also in $out/failures.txt and at the end of the summary.
+declare -A proxy_failed # proxy -> why it is left out of everything after
+declare -A tls_failed   # proxy -> why its TLS rows are missing
+declare -A tls_seen     # proxy -> the version and cipher its probe negotiated
+failures=$out/failures.txt
+: >"$failures"
+
+# fail_proxy NAME REASON: leaves proxy NAME out of the rest of the run.
+fail_proxy() {
+	proxy_failed[$1]=$2
+	echo "bench-peers: $1 is left out from here on: $2" | tee -a "$failures" >&2
+}
+
+# log_tail NAME: the end of a process's log, on one line.
+log_tail() { tail -5 "$work/$1.log" 2>/dev/null | tr '\n' ' '; }
+
 declare -A proxy_pid
 start_proxy() {
 	case $1 in
@@ -274,13 +401,42 @@ start_proxy() {
 	haproxy) start haproxy 0 haproxy -db -f "$work/haproxy.cfg" ;;
 	esac
 	proxy_pid[$1]=$last_pid
-	bench_wait_http "http://127.0.0.1:${http_port[$1]}/" ||
-		die "$1 did not answer on 127.0.0.1:${http_port[$1]} within 10s; its log: $(tail -5 "$work/$1.log")"
+	if ! bench_wait_http "http://127.0.0.1:${http_port[$1]}/"; then
+		fail_proxy "$1" "it did not answer on 127.0.0.1:${http_port[$1]} within 10s; its log: $(log_tail "$1")"
+		return 0
+	fi
+	if [ "$tls_wanted" = 1 ]; then tls_probe "$1"; fi
 }
 
-# alive NAME: fails, with the end of its log, if proxy NAME has exited.
+# tls_probe NAME: a verified handshake with openssl s_client (which says
+# the version and cipher negotiated), then one request through with curl.
+# A failure leaves NAME's TLS rows out, with the reason.
+tls_probe() {
+	local proxy=$1 port=${tls_port[$1]} hs
+	if ! bench_wait_tcp "$port" 100; then
+		tls_failed[$proxy]="nothing listens on its TLS port 127.0.0.1:$port"
+	elif ! hs=$(openssl s_client -connect "127.0.0.1:$port" -servername "$tls_name" -CAfile "$tls_ca" \
+		-verify_return_error -brief </dev/null 2>&1); then
+		tls_failed[$proxy]="no verified TLS handshake on 127.0.0.1:$port (openssl s_client: $(tail -2 <<<"$hs" | tr '\n' ' '))"
+	else
+		tls_seen[$proxy]="$(sed -n 's/^Protocol version: //p' <<<"$hs") $(sed -n 's/^Ciphersuite: //p' <<<"$hs")"
+		local got
+		got=$(curl -sS --max-time 5 --cacert "$tls_ca" --resolve "$tls_name:$port:127.0.0.1" -o /dev/null \
+			-w '%{http_code}' "https://$tls_name:$port/" 2>&1) || true
+		[ "$got" = 200 ] || tls_failed[$proxy]="TLS handshake fine, but GET https://$tls_name:$port/ did not answer 200 through it: $got"
+	fi
+	if [ -n "${tls_failed[$proxy]:-}" ]; then
+		echo "bench-peers: $proxy: its TLS rows are left out: ${tls_failed[$proxy]}" | tee -a "$failures" >&2
+	fi
+}
+
+# alive NAME: fails, and leaves NAME out with the end of its log, if proxy
+# NAME has exited (or was left out before).
 alive() {
-	kill -0 "${proxy_pid[$1]}" 2>/dev/null || die "$1 (pid ${proxy_pid[$1]}) has exited; its log: $(tail -5 "$work/$1.log")"
+	[ -z "${proxy_failed[$1]:-}" ] || return 1
+	kill -0 "${proxy_pid[$1]}" 2>/dev/null && return 0
+	fail_proxy "$1" "pid ${proxy_pid[$1]} has exited; its log: $(log_tail "$1")"
+	return 1
 }
 
 start backend 1 "$work/benchbackend" -addr "127.0.0.1:${backend_port}"
@@ -293,13 +449,16 @@ for proxy in "${proxies[@]}"; do start_proxy "$proxy"; done
 # tree on CPU 0 only, and hotproxy with one P.
 pinning=""
 for proxy in "${proxies[@]}"; do
+	alive "$proxy" || continue
 	for pid in $(bench_tree_pids "${proxy_pid[$proxy]}"); do
 		cpus=$(taskset -pc "$pid" | sed 's/.*: //')
 		[ "$cpus" = 0 ] || die "$proxy's pid $pid may run on CPUs $cpus, not only CPU 0"
 		pinning+="$proxy $pid, "
 	done
 done
-tr '\0' '\n' <"/proc/${proxy_pid[hotproxy]}/environ" | grep -x GOMAXPROCS=1 >/dev/null || die "hotproxy runs without GOMAXPROCS=1"
+if alive hotproxy; then
+	tr '\0' '\n' <"/proc/${proxy_pid[hotproxy]}/environ" | grep -x GOMAXPROCS=1 >/dev/null || die "hotproxy runs without GOMAXPROCS=1"
+fi
 
 # --- measurements ---------------------------------------------------------
 
@@ -313,42 +472,86 @@ to_ms() {
 }
 
 http_raw=$out/http.tsv
-printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\n' >"$http_raw"
+printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\tresumed_pct\n' >"$http_raw"
 
-# wrk_run PROXY MODE DURATION: runs wrk against PROXY; the output is in
-# $wrk_out and the proxy tree's CPU ticks during the run in $wrk_ticks.
-wrk_run() {
-	local proxy=$1 mode=$2 d=$3 before after args=()
-	[ "$mode" = close ] && args=(-H "Connection: close")
-	alive "$proxy"
-	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
-	wrk_out=$(taskset -c 1 wrk -t 1 -c "$connections" -d "$d" --latency "${args[@]}" "http://127.0.0.1:${http_port[$proxy]}/") ||
-		die "wrk failed against $proxy ($mode): $wrk_out"
-	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
-	wrk_ticks=$((after - before))
-	alive "$proxy"
+# skip_reason PROXY MODE: why PROXY cannot run MODE ("" if it can). Call
+# alive first, outside $(...): what alive learns must outlive a subshell.
+skip_reason() {
+	if [ -n "${proxy_failed[$1]:-}" ]; then
+		echo "${proxy_failed[$1]}"
+	elif [[ $2 == tls-* ]] && [ -n "${tls_failed[$1]:-}" ]; then
+		echo "${tls_failed[$1]}"
+	fi
 }
 
-# http_run ROUND PROXY MODE: one measured wrk run, appended to $http_raw.
+# wrk_run PROXY MODE DURATION: runs the load of MODE against PROXY (wrk;
+# tlsload for tls-close and tls-resume); the output is in $wrk_out and the proxy tree's
+# CPU ticks during the run in $wrk_ticks. Fails, with the reason in
+# $wrk_out, if the load tool failed or the proxy died.
+wrk_run() {
+	local proxy=$1 mode=$2 d=$3 before after args=() url="http://127.0.0.1:${http_port[$1]}/" resume
+	[ "$mode" = close ] && args=(-H "Connection: close")
+	[[ $mode == tls-* ]] && url="https://127.0.0.1:${tls_port[$proxy]}/"
+	alive "$proxy" || { wrk_out="${proxy_failed[$proxy]}"; return 1; }
+	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	if [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
+		resume=false
+		[ "$mode" = tls-resume ] && resume=true
+		wrk_out=$(taskset -c 1 "$work/tlsload" -url "$url" -ca "$tls_ca" -server-name "$tls_name" \
+			-c "$connections" -d "$d" -tls "$tls_version" -resume="$resume" 2>&1) ||
+			{ wrk_out="tlsload failed against $proxy ($mode): $wrk_out"; return 1; }
+	else
+		wrk_out=$(taskset -c 1 wrk -t 1 -c "$connections" -d "$d" --latency "${args[@]}" "$url" 2>&1) ||
+			{ wrk_out="wrk failed against $proxy ($mode): $wrk_out"; return 1; }
+	fi
+	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	wrk_ticks=$((after - before))
+	alive "$proxy" || { wrk_out="${proxy_failed[$proxy]}"; return 1; }
+}
+
+# http_run ROUND PROXY MODE: one measured run, appended to $http_raw; a
+# proxy that cannot run MODE, or whose run failed, gets a row of "-" and
+# the reason.
 http_run() {
-	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core
-	wrk_run "$proxy" "$mode" "$duration"
+	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core resumed="-" why
+	alive "$proxy" || true
+	why=$(skip_reason "$proxy" "$mode")
+	if [ -z "$why" ] && ! wrk_run "$proxy" "$mode" "$duration"; then
+		why=$wrk_out
+		echo "bench-peers: round $round, $proxy $mode: $why" >>"$failures"
+	fi
+	if [ -n "$why" ]; then
+		printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed\t-\n' "$round" "$proxy" "$mode" >>"$http_raw"
+		printf '  round %s  %-9s %-13s no figures: %s\n' "$round" "$proxy" "$mode" "$why"
+		return 0
+	fi
 	echo "$wrk_out" >"$out/wrk/$round-$proxy-$mode.txt"
-	rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$wrk_out")
-	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$wrk_out")")
-	requests=$(awk '/ requests in / {print $1}' <<<"$wrk_out")
-	seconds=$(awk '/ requests in / {s = $4; sub(/s,?$/, "", s); print s}' <<<"$wrk_out")
-	# Socket errors and non-2xx answers: a run with any is flagged.
-	errors=$(awk '/Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} /Non-2xx/ {n += $NF} END {print n + 0}' <<<"$wrk_out")
+	if [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
+		# tlsload: requests= seconds= errors= full= resumed=
+		kv() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$wrk_out" | head -1; }
+		requests=$(kv requests)
+		seconds=$(kv seconds)
+		errors=$(kv errors)
+		rps=$(awk -v n="$requests" -v s="$seconds" 'BEGIN {printf "%.2f", n / s}')
+		p99=-
+		resumed=$(awk -v f="$(kv full)" -v r="$(kv resumed)" 'BEGIN {if (f + r) printf "%.1f", 100 * r / (f + r); else print "-"}')
+	else
+		rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$wrk_out")
+		p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<<"$wrk_out")")
+		requests=$(awk '/ requests in / {print $1}' <<<"$wrk_out")
+		seconds=$(awk '/ requests in / {s = $4; sub(/s,?$/, "", s); print s}' <<<"$wrk_out")
+		# Socket errors and non-2xx answers: a run with any is flagged.
+		errors=$(awk '/Socket errors/ {gsub(/,/, ""); n += $4 + $6 + $8 + $10} /Non-2xx/ {n += $NF} END {print n + 0}' <<<"$wrk_out")
+	fi
 	if [ "${requests:-0}" -gt 0 ]; then
 		cpu=$(awk -v t="$wrk_ticks" -v hz="$clk_tck" -v n="$requests" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
 	else
 		cpu=-
 	fi
 	core=$(awk -v t="$wrk_ticks" -v hz="$clk_tck" -v s="$seconds" 'BEGIN {printf "%.0f", t / hz / s * 100}')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" >>"$http_raw"
-	printf '  round %s  %-9s %-9s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  errors %s\n' \
-		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$errors"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" "$resumed" >>"$http_raw"
+	printf '  round %s  %-9s %-13s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  errors %s%s\n' \
+		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$errors" "$([ "$resumed" = - ] || echo "  resumed ${resumed}%")"
 }
 
 tcp_raw=$out/tcp.tsv
@@ -357,12 +560,14 @@ printf 'round\tproxy\tbytes\tseconds\tmib_per_s\tcpu_ticks\tcpu_s_per_gib\n' >"$
 # tcp_run ROUND PROXY: TCP_BYTES through PROXY's TCP listener to the sink.
 tcp_run() {
 	local round=$1 proxy=$2 before after result ticks secs rate per_gib
-	alive "$proxy"
+	alive "$proxy" || return 0
 	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
-	result=$(taskset -c 1 "$work/tcpbulk" send -addr "127.0.0.1:${tcp_port[$proxy]}" -bytes "$tcp_bytes" 2>&1) ||
-		die "the TCP transfer through $proxy failed: $result"
+	if ! result=$(taskset -c 1 "$work/tcpbulk" send -addr "127.0.0.1:${tcp_port[$proxy]}" -bytes "$tcp_bytes" 2>&1); then
+		echo "bench-peers: round $round, $proxy tcp: the transfer failed: $result" | tee -a "$failures" >&2
+		return 0
+	fi
 	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
-	alive "$proxy"
+	alive "$proxy" || return 0
 	ticks=$((after - before))
 	secs=$(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<<"$result")
 	rate=$(sed -n 's/.*mib_per_s=\([0-9.]*\).*/\1/p' <<<"$result")
@@ -378,7 +583,14 @@ tcp_proxies=(hotproxy haproxy)
 	echo "bench-peers: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) CPUs"
 	echo "hotproxy: $("$hotproxy" version 2>&1 | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 	echo "nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'); haproxy: $(haproxy -v 2>&1 | head -1)"
+	echo "modes: ${modes}"
 	echo "wrk: -t1 -c${connections} -d${duration} --latency; rounds: ${rounds}; idle connections: ${idle_conns}; TCP: ${tcp_bytes} bytes"
+	if [ "$tls_wanted" = 1 ]; then
+		echo "TLS: ${tls_name} (ECDSA P-256, examples/tls), TLS_VERSION ${tls_version}, ALPN http/1.1; tls-close and tls-resume: scripts/tlsload -c${connections} -d${duration}, X25519"
+		for proxy in "${proxies[@]}"; do
+			echo "TLS probe: ${proxy}: ${tls_seen[$proxy]:-no handshake}${tls_failed[$proxy]:+ (left out: ${tls_failed[$proxy]})}"
+		done
+	fi
 	echo "on CPU 0 only: ${pinning%, } (hotproxy with GOMAXPROCS=1)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/environment.txt"
@@ -386,20 +598,27 @@ tcp_proxies=(hotproxy haproxy)
 
 echo "warm-up: ${warmup} per proxy and mode, not counted"
 for proxy in "${proxies[@]}"; do
-	for mode in keepalive close; do wrk_run "$proxy" "$mode" "$warmup"; done
+	for mode in "${http_modes[@]}"; do
+		alive "$proxy" || true
+		[ -z "$(skip_reason "$proxy" "$mode")" ] || continue
+		wrk_run "$proxy" "$mode" "$warmup" || echo "bench-peers: warm-up, $proxy $mode: $wrk_out" | tee -a "$failures" >&2
+	done
 done
 
 # Idle keep-alive connections: measured right after the warm-up, one proxy
 # at a time, before the rounds leave thousands of sockets in TIME_WAIT.
 mem_raw=$out/memory.tsv
 printf 'proxy\tconns\tpss_before_kb\tpss_after_kb\trss_before_kb\trss_after_kb\tpss_kb_per_conn\trss_kb_per_conn\n' >"$mem_raw"
-echo "memory: ${idle_conns} idle keep-alive connections per proxy"
+wants memory && echo "memory: ${idle_conns} idle keep-alive connections per proxy"
 for proxy in "${proxies[@]}"; do
-	alive "$proxy"
+	wants memory || break
+	alive "$proxy" || continue
 	pids=$(bench_tree_pids "${proxy_pid[$proxy]}" | paste -sd, -)
-	result=$(taskset -c 1 "$work/idleconns" -addr "127.0.0.1:${http_port[$proxy]}" -conns "$idle_conns" -pids "$pids" 2>&1) ||
-		die "measuring idle connections through $proxy failed: $result"
-	alive "$proxy"
+	if ! result=$(taskset -c 1 "$work/idleconns" -addr "127.0.0.1:${http_port[$proxy]}" -conns "$idle_conns" -pids "$pids" 2>&1); then
+		echo "bench-peers: measuring idle connections through $proxy failed: $result" | tee -a "$failures" >&2
+		continue
+	fi
+	alive "$proxy" || continue
 	printf '%s\t%s\n' "$proxy" "$(tr ' ' '\n' <<<"$result" | cut -d= -f2 | paste -sd '\t' -)" >>"$mem_raw"
 	printf '  %-9s %s\n' "$proxy" "$result"
 done
@@ -408,13 +627,17 @@ for ((round = 1; round <= rounds; round++)); do
 	# Rotate who goes first, and alternate which mode does.
 	order=()
 	for ((i = 0; i < ${#proxies[@]}; i++)); do order+=("${proxies[(i + round - 1) % ${#proxies[@]}]}"); done
-	modes=(keepalive close)
-	((round % 2 == 0)) && modes=(close keepalive)
-	echo "round ${round}/${rounds}: ${order[*]}; ${modes[*]}"
-	for mode in "${modes[@]}"; do
+	round_modes=("${http_modes[@]}")
+	if ((round % 2 == 0)); then
+		round_modes=()
+		for ((i = ${#http_modes[@]} - 1; i >= 0; i--)); do round_modes+=("${http_modes[i]}"); done
+	fi
+	echo "round ${round}/${rounds}: ${order[*]}; ${round_modes[*]}"
+	for mode in "${round_modes[@]}"; do
 		for proxy in "${order[@]}"; do http_run "$round" "$proxy" "$mode"; done
 	done
 	for proxy in "${order[@]}"; do
+		wants tcp || break
 		if [[ " ${tcp_proxies[*]} " == *" $proxy "* ]]; then tcp_run "$round" "$proxy"; fi
 	done
 done
@@ -461,19 +684,30 @@ verdict() {
 {
 	echo
 	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}); CPU is the proxy's whole process tree"
-	printf '%-10s %-9s %12s %10s %12s %7s %8s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" errors
-	for mode in keepalive close; do
+	printf '%-13s %-9s %12s %10s %12s %7s %8s %9s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" errors "resumed"
+	for mode in "${http_modes[@]}"; do
 		for proxy in "${proxies[@]}"; do
-			errors=$(awk -F'\t' -v p="$proxy" -v m="$mode" 'NR > 1 && $2 == p && $3 == m {n += $11} END {print n + 0}' "$http_raw")
-			printf '%-10s %-9s %12s %10s %12s %7s %8s\n' "$mode" "$proxy" \
+			# A failed run counts as one error, so that it cannot pass for a clean one.
+			errors=$(awk -F'\t' -v p="$proxy" -v m="$mode" 'NR > 1 && $2 == p && $3 == m {n += ($11 == "failed" ? 1 : $11)} END {print n + 0}' "$http_raw")
+			resumed=$(median "$http_raw" "$proxy" 12 "$mode")
+			[ "$resumed" = - ] || resumed="${resumed}%"
+			printf '%-13s %-9s %12s %10s %12s %7s %8s %9s\n' "$mode" "$proxy" \
 				"$(median "$http_raw" "$proxy" 4 "$mode")" "$(median "$http_raw" "$proxy" 5 "$mode")" \
-				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" "$errors"
+				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" "$errors" "$resumed"
 		done
 	done
 	echo
-	echo "hotproxy / the better of nginx and HAProxy (issue 10's bars)"
-	printf '%-10s %-11s %7s %-8s %s\n' mode figure ratio bar verdict
-	for mode in keepalive close; do
+	echo "hotproxy / the better of nginx and HAProxy (issue 10's bars; TLS: issue 13's ratios, no bar)"
+	printf '%-13s %-11s %7s %-8s %s\n' mode figure ratio bar verdict
+	for mode in "${http_modes[@]}"; do
+		if [[ $mode == tls-* ]]; then
+			for figure in "req/s:4:HIGHER" "CPU us/req:9:LOWER"; do
+				IFS=: read -r name col want <<<"$figure"
+				best=$(better "$want" "$(median "$http_raw" nginx "$col" "$mode")" "$(median "$http_raw" haproxy "$col" "$mode")")
+				printf '%-13s %-11s %7s %-8s %s\n' "$mode" "$name" "$(ratio "$(median "$http_raw" hotproxy "$col" "$mode")" "$best")" "-" "(no bar)"
+			done
+			continue
+		fi
 		cpu_bar=1.10
 		[ "$mode" = close ] && cpu_bar=1.30
 		for figure in "req/s:4:HIGHER:>=:0.95" "p99:5:LOWER:<=:1.00" "CPU us/req:9:LOWER:<=:$cpu_bar"; do
@@ -481,37 +715,46 @@ verdict() {
 			best=$(better "$want" "$(median "$http_raw" nginx "$col" "$mode")" "$(median "$http_raw" haproxy "$col" "$mode")")
 			r=$(ratio "$(median "$http_raw" hotproxy "$col" "$mode")" "$best")
 			if [ "$name" = p99 ] && [ "$mode" = close ]; then
-				printf '%-10s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "-" "(no bar)"
+				printf '%-13s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "-" "(no bar)"
 			else
-				printf '%-10s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "$op $bar" "$(verdict "$r" "$op" "$bar")"
+				printf '%-13s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "$op $bar" "$(verdict "$r" "$op" "$bar")"
 			fi
 		done
 	done
 
-	echo
-	echo "memory per idle keep-alive connection (${idle_conns} connections; Pss of the process tree, VmRSS for reference)"
-	printf '%-9s %12s %12s\n' proxy "Pss KB/conn" "RSS KB/conn"
-	for proxy in "${proxies[@]}"; do
-		printf '%-9s %12s %12s\n' "$proxy" \
-			"$(awk -F'\t' -v p="$proxy" '$1 == p {print $7}' "$mem_raw")" "$(awk -F'\t' -v p="$proxy" '$1 == p {print $8}' "$mem_raw")"
-	done
-	mem() { awk -F'\t' -v p="$1" '$1 == p {print $7}' "$mem_raw"; }
-	r=$(ratio "$(mem hotproxy)" "$(better LOWER "$(mem nginx)" "$(mem haproxy)")")
-	printf 'hotproxy / better peer: %s; bar: <= 8 KB per connection: %s\n' "$r" \
-		"$(verdict "$(mem hotproxy)" "<=" 8)"
+	if wants memory; then
+		echo
+		echo "memory per idle keep-alive connection (${idle_conns} connections; Pss of the process tree, VmRSS for reference)"
+		printf '%-9s %12s %12s\n' proxy "Pss KB/conn" "RSS KB/conn"
+		for proxy in "${proxies[@]}"; do
+			printf '%-9s %12s %12s\n' "$proxy" \
+				"$(awk -F'\t' -v p="$proxy" '$1 == p {print $7}' "$mem_raw")" "$(awk -F'\t' -v p="$proxy" '$1 == p {print $8}' "$mem_raw")"
+		done
+		mem() { awk -F'\t' -v p="$1" '$1 == p {print $7}' "$mem_raw"; }
+		r=$(ratio "$(mem hotproxy)" "$(better LOWER "$(mem nginx)" "$(mem haproxy)")")
+		printf 'hotproxy / better peer: %s; bar: <= 8 KB per connection: %s\n' "$r" \
+			"$(verdict "$(mem hotproxy)" "<=" 8)"
 
-	echo
-	echo "TCP bulk, median of ${rounds} rounds of ${tcp_bytes} bytes through the TCP listener"
-	printf '%-9s %12s %10s\n' proxy "CPU s/GiB" "MiB/s"
-	for proxy in "${tcp_proxies[@]}"; do
-		printf '%-9s %12s %10s\n' "$proxy" "$(median "$tcp_raw" "$proxy" 7)" "$(median "$tcp_raw" "$proxy" 5)"
-	done
-	[ "$nginx_stream" = none ] && echo "(nginx: no stream module, skipped)"
-	hot=$(median "$tcp_raw" hotproxy 7)
-	best=$(median "$tcp_raw" haproxy 7)
-	[ "$nginx_stream" != none ] && best=$(better LOWER "$best" "$(median "$tcp_raw" nginx 7)")
-	r=$(ratio "$hot" "$(median "$tcp_raw" haproxy 7)")
-	printf 'hotproxy / HAProxy: %s; bar: <= 1.10: %s; hotproxy / better peer: %s\n' "$r" "$(verdict "$r" "<=" 1.10)" "$(ratio "$hot" "$best")"
+	fi
+	if wants tcp; then
+		echo
+		echo "TCP bulk, median of ${rounds} rounds of ${tcp_bytes} bytes through the TCP listener"
+		printf '%-9s %12s %10s\n' proxy "CPU s/GiB" "MiB/s"
+		for proxy in "${tcp_proxies[@]}"; do
+			printf '%-9s %12s %10s\n' "$proxy" "$(median "$tcp_raw" "$proxy" 7)" "$(median "$tcp_raw" "$proxy" 5)"
+		done
+		[ "$nginx_stream" = none ] && echo "(nginx: no stream module, skipped)"
+		hot=$(median "$tcp_raw" hotproxy 7)
+		best=$(median "$tcp_raw" haproxy 7)
+		[ "$nginx_stream" != none ] && best=$(better LOWER "$best" "$(median "$tcp_raw" nginx 7)")
+		r=$(ratio "$hot" "$(median "$tcp_raw" haproxy 7)")
+		printf 'hotproxy / HAProxy: %s; bar: <= 1.10: %s; hotproxy / better peer: %s\n' "$r" "$(verdict "$r" "<=" 1.10)" "$(ratio "$hot" "$best")"
+	fi
+	if [ -s "$failures" ]; then
+		echo
+		echo "left out, and why:"
+		sed 's/^bench-peers: /  /' "$failures"
+	fi
 } | tee "$out/summary.txt"
 
 echo

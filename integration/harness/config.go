@@ -34,15 +34,51 @@ type Listener struct {
 	RequestTimeout string
 	HeaderTimeout  string
 	MaxHeaderBytes int
+
+	// TLS, when set, is the listener's [listeners.tls] table (see
+	// DemoCerts.ListenerTLS).
+	TLS *ListenerTLS
+	// SNIRoutes are [[listeners.sni_routes]]: TLS passthrough on a tcp
+	// listener.
+	SNIRoutes []SNIRoute
+}
+
+// ListenerTLS is a [listeners.tls] table. Empty fields are left out, so
+// the product's defaults apply.
+type ListenerTLS struct {
+	Certificates []CertPair
+	MinVersion   string
+	// ALPN nil leaves alpn out (the default); empty writes alpn = [].
+	ALPN                  []string
+	SessionTicketRotation string
+	// Extra is raw TOML lines of the table.
+	Extra string
+}
+
+// CertPair is a certificate chain and its key, PEM files.
+type CertPair struct{ Cert, Key string }
+
+// SNIRoute is one [[listeners.sni_routes]] table.
+type SNIRoute struct {
+	ServerNames []string
+	Cluster     string
+}
+
+// ClusterTLS is a [clusters.tls] table.
+type ClusterTLS struct {
+	CA, ServerName, Cert, Key, MinVersion string
+	InsecureSkipVerify                    bool
 }
 
 // Route is one [[listeners.routes]] table. A non-zero Status makes it a
 // direct response.
 type Route struct {
 	Host, Prefix, Path string
-	Cluster            string
-	Status             int
-	Body               string
+	// ServerName matches the TLS connection's SNI.
+	ServerName string
+	Cluster    string
+	Status     int
+	Body       string
 	// Extra is raw TOML lines of the route's table ("retry_on = [...]").
 	Extra string
 }
@@ -53,6 +89,8 @@ type Cluster struct {
 	LBPolicy       string // "" = the product's default
 	Endpoints      []string
 	ConnectTimeout string
+	// TLS, when set, is the cluster's [clusters.tls] table.
+	TLS *ClusterTLS
 }
 
 // Allocate returns a copy of c whose empty addresses are free loopback
@@ -106,9 +144,15 @@ func (c Config) TOML() string {
 		if l.MaxHeaderBytes != 0 {
 			fmt.Fprintf(&b, "max_header_bytes = %d\n", l.MaxHeaderBytes)
 		}
+		if t := l.TLS; t != nil {
+			writeListenerTLS(&b, t)
+		}
+		for _, r := range l.SNIRoutes {
+			fmt.Fprintf(&b, "\n  [[listeners.sni_routes]]\n  server_names = %s\n  cluster = %s\n", tomlStrings(r.ServerNames), q(r.Cluster))
+		}
 		for _, r := range l.Routes {
 			b.WriteString("\n  [[listeners.routes]]\n")
-			for _, kv := range [][2]string{{"host", r.Host}, {"prefix", r.Prefix}, {"path", r.Path}, {"cluster", r.Cluster}} {
+			for _, kv := range [][2]string{{"host", r.Host}, {"server_name", r.ServerName}, {"prefix", r.Prefix}, {"path", r.Path}, {"cluster", r.Cluster}} {
 				if kv[1] != "" {
 					fmt.Fprintf(&b, "  %s = %s\n", kv[0], q(kv[1]))
 				}
@@ -135,6 +179,17 @@ func (c Config) TOML() string {
 		if cl.ConnectTimeout != "" {
 			fmt.Fprintf(&b, "connect_timeout = %s\n", q(cl.ConnectTimeout))
 		}
+		if t := cl.TLS; t != nil {
+			b.WriteString("  [clusters.tls]\n")
+			for _, kv := range [][2]string{{"ca", t.CA}, {"server_name", t.ServerName}, {"cert", t.Cert}, {"key", t.Key}, {"min_version", t.MinVersion}} {
+				if kv[1] != "" {
+					fmt.Fprintf(&b, "  %s = %s\n", kv[0], q(kv[1]))
+				}
+			}
+			if t.InsecureSkipVerify {
+				b.WriteString("  insecure_skip_verify = true\n")
+			}
+		}
 	}
 	if c.Extra != "" {
 		b.WriteString("\n")
@@ -150,4 +205,35 @@ func (c Config) TOML() string {
 func Start(tb testing.TB, c Config, args ...string) *Proxy {
 	tb.Helper()
 	return StartProxyFunc(tb, func() string { return c.Allocate(tb).TOML() }, args...)
+}
+
+func writeListenerTLS(b *strings.Builder, t *ListenerTLS) {
+	q := strconv.Quote
+	b.WriteString("  [listeners.tls]\n  certificates = [\n")
+	for _, p := range t.Certificates {
+		fmt.Fprintf(b, "    { cert = %s, key = %s },\n", q(p.Cert), q(p.Key))
+	}
+	b.WriteString("  ]\n")
+	if t.MinVersion != "" {
+		fmt.Fprintf(b, "  min_version = %s\n", q(t.MinVersion))
+	}
+	if t.ALPN != nil {
+		fmt.Fprintf(b, "  alpn = %s\n", tomlStrings(t.ALPN))
+	}
+	if t.SessionTicketRotation != "" {
+		fmt.Fprintf(b, "  session_ticket_rotation = %s\n", q(t.SessionTicketRotation))
+	}
+	if t.Extra != "" {
+		b.WriteString(t.Extra)
+		b.WriteString("\n")
+	}
+}
+
+// tomlStrings renders ss as a TOML array of strings.
+func tomlStrings(ss []string) string {
+	qs := make([]string, len(ss))
+	for i, s := range ss {
+		qs[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(qs, ", ") + "]"
 }

@@ -27,12 +27,24 @@
 // counted in Retried and, unless Options.TolerateRetries is set, as a
 // failure. Connection-per-request mode never retries (a fresh connection is
 // never retried).
+//
+// # TLS
+//
+// An https URL makes both modes TLS: keep-alive does one handshake per
+// connection, connection-per-request one per request. Options.TLS is the
+// client config (ClientTLS builds one that trusts a CA file and sends a
+// server name); with SessionCache each client keeps its own session cache,
+// as a browser does, so that a reconnect can resume. Every completed
+// handshake is counted as full or resumed (tls.ConnectionState.DidResume),
+// which is how a test sees whether tickets survived a hot restart. A
+// failed handshake is ClassTLS.
 package loadgen
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +52,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -119,6 +132,30 @@ type Options struct {
 	// TolerateRetries keeps requests the transport retried out of
 	// Failed(). They are still counted in Retried.
 	TolerateRetries bool
+
+	// TLS is the client config for an https URL, cloned per client (see
+	// ClientTLS). nil: certificates are not verified, as before TLS
+	// tests existed; an http URL ignores it.
+	TLS *tls.Config
+	// SessionCache gives each client a TLS session cache of its own
+	// (tls.NewLRUClientSessionCache) unless TLS sets one, so that new
+	// connections resume with the tickets earlier ones got.
+	SessionCache bool
+}
+
+// ClientTLS returns a client config that trusts only the PEM certificates
+// in caFile and sends serverName as SNI (and verifies the certificate
+// against it), as a client of a proxy listener with that name does.
+func ClientTLS(caFile, serverName string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("loadgen: CA file %s: no PEM certificate in it", caFile)
+	}
+	return &tls.Config{RootCAs: pool, ServerName: serverName}, nil
 }
 
 // Class is the outcome of one request.
@@ -142,12 +179,15 @@ const (
 	ClassStatus
 	// ClassBadBody: Options.Check rejected the response.
 	ClassBadBody
+	// ClassTLS: the TLS handshake failed (an alert from the server, a
+	// certificate that did not verify, a non-TLS answer).
+	ClassTLS
 	// ClassOther: anything else; examples are kept.
 	ClassOther
 	numClasses
 )
 
-var classNames = [numClasses]string{"ok", "refused", "reset", "eof", "truncated", "timeout", "status", "bad_body", "other"}
+var classNames = [numClasses]string{"ok", "refused", "reset", "eof", "truncated", "timeout", "status", "bad_body", "tls", "other"}
 
 func (c Class) String() string {
 	if c >= 0 && c < numClasses {
@@ -170,6 +210,10 @@ type Result struct {
 	Retried int64
 	// Conns counts connections dialled.
 	Conns int64
+	// FullHandshakes and ResumedHandshakes count the TLS handshakes
+	// completed (an https URL): resumed ones used a session ticket from
+	// the client's SessionCache.
+	FullHandshakes, ResumedHandshakes int64
 	// Examples keeps a few error messages per failing class.
 	Examples map[Class][]string
 
@@ -216,6 +260,9 @@ func (r Result) FailedExcept(classes ...Class) int64 {
 func (r Result) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d requests in %v over %d conns, %d failed:", r.Mode, r.Total(), r.Elapsed.Round(time.Millisecond), r.Conns, r.Failed())
+	if n := r.FullHandshakes + r.ResumedHandshakes; n != 0 {
+		fmt.Fprintf(&b, " (TLS handshakes: %d full, %d resumed)", r.FullHandshakes, r.ResumedHandshakes)
+	}
 	for c := Class(0); c < numClasses; c++ {
 		if r.Counts[c] != 0 {
 			fmt.Fprintf(&b, " %s=%d", c, r.Counts[c])
@@ -255,6 +302,8 @@ type Run struct {
 	start  time.Time
 	issued atomic.Int64 // requests started, for the Requests bound
 	conns  atomic.Int64 // connections dialled
+
+	fullHandshakes, resumedHandshakes atomic.Int64
 
 	mu     sync.Mutex // guards result
 	result Result
@@ -355,6 +404,8 @@ func (r *Run) Snapshot() Result {
 	defer r.mu.Unlock()
 	res := r.result
 	res.Conns = r.conns.Load()
+	res.FullHandshakes = r.fullHandshakes.Load()
+	res.ResumedHandshakes = r.resumedHandshakes.Load()
 	res.Statuses = make(map[int]int64, len(r.result.Statuses))
 	for k, v := range r.result.Statuses {
 		res.Statuses[k] = v
@@ -401,7 +452,7 @@ func (r *Run) client(ctx context.Context) {
 			r.conns.Add(1)
 			return dialer.DialContext(ctx, network, addr)
 		},
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
+		TLSClientConfig:     r.clientTLS(),
 		DisableKeepAlives:   r.opts.Mode == ConnPerRequest,
 		DisableCompression:  true,
 		MaxIdleConnsPerHost: 1,
@@ -445,6 +496,23 @@ func (r *Run) client(ctx context.Context) {
 	}
 }
 
+// clientTLS is one client's TLS config.
+func (r *Run) clientTLS() *tls.Config {
+	var c *tls.Config
+	if r.opts.TLS != nil {
+		c = r.opts.TLS.Clone()
+	} else {
+		c = &tls.Config{InsecureSkipVerify: true}
+	}
+	if r.opts.SessionCache && c.ClientSessionCache == nil {
+		c.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+	}
+	// HTTP/1.1 only: the counts are per connection (see TLSNextProto in
+	// client), and a server offering h2 must not be told we speak it.
+	c.NextProtos = slices.DeleteFunc(slices.Clone(c.NextProtos), func(p string) bool { return p == "h2" })
+	return c
+}
+
 // one sends one request and classifies its outcome.
 func (r *Run) one(ctx context.Context, tr *http.Transport) (class Class, status int, retried bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
@@ -452,6 +520,15 @@ func (r *Run) one(ctx context.Context, tr *http.Transport) (class Class, status 
 	var gotConn atomic.Int32
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { gotConn.Add(1) },
+		TLSHandshakeDone: func(st tls.ConnectionState, err error) {
+			switch {
+			case err != nil:
+			case st.DidResume:
+				r.resumedHandshakes.Add(1)
+			default:
+				r.fullHandshakes.Add(1)
+			}
+		},
 	})
 	var body io.Reader
 	if r.opts.Body != nil {
@@ -521,6 +598,9 @@ func Classify(err error, inBody bool) Class {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return ClassTimeout
 	}
+	if isTLSError(err) {
+		return ClassTLS
+	}
 	if inBody {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return ClassTruncated
@@ -532,4 +612,18 @@ func Classify(err error, inBody bool) Class {
 		return ClassEOF
 	}
 	return ClassOther
+}
+
+// isTLSError reports whether err is a failed TLS handshake: an alert the
+// server sent, a certificate that did not verify, or a record that was not
+// TLS.
+func isTLSError(err error) bool {
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	var record tls.RecordHeaderError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	return errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &record) ||
+		errors.As(err, &unknownAuthority) || errors.As(err, &hostname) ||
+		strings.HasPrefix(err.Error(), "tls: ") || strings.Contains(err.Error(), ": tls: ")
 }
