@@ -55,7 +55,7 @@ func TestTLSConfigProblems(t *testing.T) {
 			[]string{"tls.alpn: empty"}},
 		{"alpn twice", webOK + tlsTable("alpn = [\"h2\", \"h2\"]\n") + clusterC,
 			[]string{`tls.alpn[1]: "h2": listed twice`}},
-		{"bad keys file", webOK + tlsTable("session_ticket_keys_file = \"" + certA + "\"\n") + clusterC,
+		{"bad keys file", webOK + tlsTable("session_ticket_keys_file = \""+certA+"\"\n") + clusterC,
 			[]string{"session_ticket_keys_file", "line 1: not a key"}},
 		{"rotation too short", webOK + tlsTable("session_ticket_rotation = \"1s\"\n") + clusterC,
 			[]string{"session_ticket_rotation", "must be between 1m and"}},
