@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/net/http2"
 
-	"github.com/hotproxy/hotproxy/stats"
 )
 
 // HTTP/2 downstream. Unlike HTTP/1.1 (h1conn.go), HTTP/2 is served by
@@ -42,9 +41,6 @@ const http2PrefaceLine = "PRI * HTTP/2.0\r\n"
 type h2State struct {
 	once      sync.Once
 	listeners []*h2Listener // by Manager listener index; nil: not http
-	// rqHTTP2[w][li] is worker w's lane of listener li's
-	// downstream_rq_http2_total.
-	rqHTTP2 [][]stats.CounterLane
 	// upstreams are the HTTP/2 upstream transports, by worker cluster
 	// view (h2upstream.go).
 	upstreams sync.Map // *upstream.WorkerCluster → *h2Upstream
@@ -107,13 +103,6 @@ func (h *h2State) build(m *Manager) {
 		}
 		h.listeners[i] = &h2Listener{base: base, srv: srv}
 	}
-	h.rqHTTP2 = make([][]stats.CounterLane, len(m.workers))
-	for w := range m.workers {
-		h.rqHTTP2[w] = make([]stats.CounterLane, len(m.listeners))
-		for i, ml := range m.listeners {
-			h.rqHTTP2[w][i] = m.stats.Counter("listener." + ml.name + "." + statRqHTTP2).Lane(w + 1)
-		}
-	}
 }
 
 // serveHTTP2 serves cc as HTTP/2 until the connection ends: after a TLS
@@ -153,7 +142,7 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 		// end with it.
 		Context:    m.ctx,
 		BaseConfig: hl.base,
-		Handler:    &h2Handler{cc: cc, rqHTTP2: h.rqHTTP2[cc.wk.id][cc.li]},
+		Handler:    &h2Handler{cc: cc, rqHTTP2: cc.st.rqHTTP2},
 	})
 }
 

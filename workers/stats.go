@@ -57,6 +57,7 @@ type listenerStats struct {
 	// memory: no syscall per connection.
 	steerActive *atomic.Uint64
 	logDropped  stats.CounterLane // statAccessLogDropped
+	rqHTTP2     stats.CounterLane // statRqHTTP2
 	// tls: a listener that terminates TLS (tls.go); nil otherwise.
 	tls *tlsStats
 	// sniNoRoute: a TLS passthrough listener (sni.go); zero otherwise.
@@ -79,6 +80,9 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 	}
 	ls.cxOverflow = st.Counter(p + statCxOverflow).Lane(lane)
 	ls.logDropped = st.Counter(p + statAccessLogDropped).Lane(lane)
+	// Declared with the others, not at the first HTTP/2 request: a stat
+	// no live generation declares is shown as retired.
+	ls.rqHTTP2 = st.Counter(p + statRqHTTP2).Lane(lane)
 	for i, n := range statRq {
 		ls.rq[i] = st.Counter(p + n).Lane(lane)
 	}
