@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/net/http2"
-
 )
 
 // HTTP/2 downstream. Unlike HTTP/1.1 (h1conn.go), HTTP/2 is served by
