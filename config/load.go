@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -150,41 +149,6 @@ func (c *Config) normalize() {
 		}
 		if hc := c.Clusters[i].HealthCheck; hc != nil && len(hc.ExpectedStatuses) == 0 {
 			hc.ExpectedStatuses = nil
-		}
-	}
-}
-
-// resolveFiles makes the TLS files' paths absolute: a relative one is
-// relative to the directory of the config file (source), so that a config
-// and the certificates beside it move together, and a generation started
-// from another directory reads the same files.
-func (c *Config) resolveFiles(source string) {
-	dir := "."
-	if source != DefaultSource {
-		dir = filepath.Dir(source)
-	}
-	abs := func(p *string) {
-		if *p == "" || filepath.IsAbs(*p) {
-			return
-		}
-		if a, err := filepath.Abs(filepath.Join(dir, *p)); err == nil {
-			*p = a
-		}
-	}
-	for i := range c.Listeners {
-		if t := c.Listeners[i].TLS; t != nil {
-			for j := range t.Certificates {
-				abs(&t.Certificates[j].Cert)
-				abs(&t.Certificates[j].Key)
-			}
-			abs(&t.SessionTicketKeysFile)
-		}
-	}
-	for i := range c.Clusters {
-		if t := c.Clusters[i].TLS; t != nil {
-			abs(&t.CA)
-			abs(&t.Cert)
-			abs(&t.Key)
 		}
 	}
 }

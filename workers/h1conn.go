@@ -143,25 +143,6 @@ func (cc *clientConn) Close() error {
 	return cc.tcp.Close()
 }
 
-// closeAtEnd is the connection goroutine's close: a TLS connection that
-// finished its handshake and was not closed by a drain says close_notify
-// first.
-func (cc *clientConn) closeAtEnd() {
-	if cc.handshook && !cc.closed.Load() {
-		cc.tls.Close()
-	}
-	cc.Close()
-}
-
-// closeWrite half-closes the connection (TLS: close_notify, then FIN).
-func (cc *clientConn) closeWrite() {
-	if cc.tls != nil {
-		closeWrite(cc.tls)
-		return
-	}
-	cc.tcp.CloseWrite()
-}
-
 // idleFor reports how long the connection has been idle between
 // requests, or 0.
 func (cc *clientConn) idleFor(now int64) time.Duration {
@@ -209,57 +190,6 @@ func (cc *clientConn) serve() {
 			return
 		}
 	}
-}
-
-// handshake runs the TLS handshake (tls.go) and keeps the SNI for route
-// matching. false: it failed or timed out (counted); the connection ends.
-func (cc *clientConn) handshake() bool {
-	lt := cc.m.listeners[cc.li].tls
-	cs, err := lt.handshake(cc.tls, cc.tcp, cc.st.tls)
-	if err != nil {
-		answerPlainHTTP(err)
-		if cc.m.log.IsDebug() {
-			cc.m.log.Debug("TLS handshake failed", "listener", cc.m.listeners[cc.li].name, "client", cc.tcp.RemoteAddr(), "error", err)
-		}
-		return false
-	}
-	cc.sni, cc.handshook = cs.ServerName, true
-	return true
-}
-
-// waitForRequest waits for the next request's first bytes on an idle
-// keep-alive connection, until the idle timeout. false: the connection is
-// over.
-func (cc *clientConn) waitForRequest() bool {
-	if cc.tls != nil {
-		return cc.waitTLSRecord()
-	}
-	return cc.waitReadable()
-}
-
-// waitTLSRecord is waitReadable for a TLS connection: a blocking read of
-// one byte, then the byte goes into a fresh read buffer. A peek on the
-// socket would be wrong here: crypto/tls may already hold the next
-// request in its own buffers (a pipelined request decrypted with the
-// previous one, or a TLS 1.3 client's request read with its Finished), and
-// the socket would then stay silent until the idle timeout. The price is
-// what tls.Conn keeps between records while the connection idles, and a
-// goroutine stack grown by the blocked read: about 7 KiB of heap and 8 KiB
-// of stack per idle TLS connection, against 1.3 and 4 KiB for plaintext
-// (TestTLSIdleMemory). The 32 KiB read buffer is not held: it is taken
-// once the byte is in.
-func (cc *clientConn) waitTLSRecord() bool {
-	cc.idleSince.Store(max(monotime(), 1))
-	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.cfg.idleTimeout)
-	if n, _ := cc.tls.Read(cc.idleByte[:]); n == 0 {
-		return false // EOF, the idle timeout or a drain's close
-	}
-	cc.st.rxBytes.Add(1)
-	cc.takeState()
-	cc.rbuf[cc.w] = cc.idleByte[0]
-	cc.w++
-	return true
 }
 
 // waitReadable waits, holding no buffer, until the client sends something
@@ -447,44 +377,4 @@ func (cc *clientConn) growForHead() bool {
 	putBuf(cc.rbuf)
 	cc.rbuf = nb
 	return true
-}
-
-// refuse answers a request that cannot be processed and ends the
-// connection gracefully: the answer, a FIN, then what the client still
-// sends is read and dropped for a moment, so that it reads the answer
-// rather than a reset.
-func (cc *clientConn) refuse(status int, reason string) {
-	cc.sent(status)
-	b := cc.ex.wbuf[:0]
-	b = appendSimpleResponse(b, status, reason, true)
-	cc.ex.wbuf = b
-	if cc.write(b) != nil {
-		return
-	}
-	cc.lingerClose()
-}
-
-// lingerClose half-closes and drains what the client still sends for at
-// most lingerTime or lingerBytes.
-func (cc *clientConn) lingerClose() {
-	const (
-		lingerTime  = 500 * time.Millisecond
-		lingerBytes = 256 << 10
-	)
-	cc.closeWrite()
-	cc.c.SetReadDeadline(time.Now().Add(lingerTime))
-	cc.readDeadline = time.Time{}
-	buf := cc.rbuf
-	if buf == nil {
-		buf = getBuf()
-		defer putBuf(buf)
-	}
-	for n := 0; n < lingerBytes; {
-		k, err := cc.c.Read(buf[:min(len(buf), ioBufSize)])
-		n += k
-		if err != nil {
-			break
-		}
-	}
-	cc.r, cc.w = 0, 0
 }

@@ -220,3 +220,43 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
+
+// refuse answers a request that cannot be processed and ends the
+// connection gracefully: the answer, a FIN, then what the client still
+// sends is read and dropped for a moment, so that it reads the answer
+// rather than a reset.
+func (cc *clientConn) refuse(status int, reason string) {
+	cc.sent(status)
+	b := cc.ex.wbuf[:0]
+	b = appendSimpleResponse(b, status, reason, true)
+	cc.ex.wbuf = b
+	if cc.write(b) != nil {
+		return
+	}
+	cc.lingerClose()
+}
+
+// lingerClose half-closes and drains what the client still sends for at
+// most lingerTime or lingerBytes.
+func (cc *clientConn) lingerClose() {
+	const (
+		lingerTime  = 500 * time.Millisecond
+		lingerBytes = 256 << 10
+	)
+	cc.closeWrite()
+	cc.c.SetReadDeadline(time.Now().Add(lingerTime))
+	cc.readDeadline = time.Time{}
+	buf := cc.rbuf
+	if buf == nil {
+		buf = getBuf()
+		defer putBuf(buf)
+	}
+	for n := 0; n < lingerBytes; {
+		k, err := cc.c.Read(buf[:min(len(buf), ioBufSize)])
+		n += k
+		if err != nil {
+			break
+		}
+	}
+	cc.r, cc.w = 0, 0
+}
