@@ -55,9 +55,15 @@ func TestHTTP2MultiplexesStreams(t *testing.T) {
 				s.Start()
 			}
 			defer s.Close()
+			var observed atomic.Int64
 			res, err := Do(context.Background(), Options{
 				URL: s.URL + "/", Mode: HTTP2, Clients: 2, Streams: 4, Requests: 80,
 				TLS: demoClientTLS(t, "a.example.com"),
+				Observe: func(start, end time.Time, class Class) {
+					if class == ClassOK && !end.Before(start) {
+						observed.Add(1)
+					}
+				},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -65,6 +71,9 @@ func TestHTTP2MultiplexesStreams(t *testing.T) {
 			t.Log(res)
 			if res.Failed() != 0 || res.OK() != 80 {
 				t.Fatalf("want 80 OK, got %v", res)
+			}
+			if n := observed.Load(); n != 80 {
+				t.Errorf("Observe saw %d OK requests, want 80", n)
 			}
 			if res.Conns != 2 {
 				t.Errorf("2 HTTP/2 clients dialled %d connections, want 2 (one each, streams multiplexed)", res.Conns)
