@@ -186,6 +186,25 @@ func (m *Manager) goAwayHTTP2() {
 	})
 }
 
+// goAwayIfDraining sends a GOAWAY to an HTTP/2 connection the drain's
+// missed: one that became HTTP/2 after the drain began (accepted before,
+// its TLS handshake or its h2c preface done after). Otherwise it would get
+// one only with its first response ("Connection: close"), and a client
+// that opened it and has sent nothing yet would see it closed under it,
+// without notice, once idle for drainIdleGrace.
+//
+// Called once the HTTP/2 server has registered the connection with base:
+// then either draining is already true here, and base.Shutdown reaches
+// the connection now, or it was set after, and the drain's own Shutdown
+// (which follows that store) reaches it. x/net sends one GOAWAY per
+// connection however often Shutdown runs; a Shutdown with no listener
+// and no connection of base's own returns at once.
+func (m *Manager) goAwayIfDraining(li int) {
+	if m.draining.Load() {
+		m.h2.listeners[li].base.Shutdown(m.ctx)
+	}
+}
+
 type connectionStater interface {
 	ConnectionState() tls.ConnectionState
 }
@@ -198,6 +217,9 @@ type h2NetConn struct {
 	net.Conn
 	cc      *clientConn
 	pending []byte
+	// served: the HTTP/2 server has taken the connection in (its first
+	// ConnState call). Touched by the server's goroutine for it only.
+	served bool
 }
 
 func (c *h2NetConn) Read(p []byte) (int, error) {
@@ -242,6 +264,10 @@ func h2ConnState(c net.Conn, s http.ConnState) {
 		hc = c.h2NetConn
 	default:
 		return
+	}
+	if !hc.served {
+		hc.served = true
+		hc.cc.m.goAwayIfDraining(hc.cc.li)
 	}
 	switch s {
 	case http.StateIdle:

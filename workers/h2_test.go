@@ -854,3 +854,62 @@ func TestH2CIdleTimeout(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the connection counted closed", func() bool { return cxActive(m) == 0 })
 }
+
+// TestH2CDrainGoAwayToLateConnection: a connection the drain's GOAWAY
+// missed, because it became HTTP/2 only after the drain began (accepted
+// before, its preface sent after; a TLS handshake finishing late is the
+// same), gets a GOAWAY as soon as it is served, not only with a first
+// response: a client that opened it and sends nothing yet would otherwise
+// see it closed under it, without notice, once idle for drainIdleGrace.
+func TestH2CDrainGoAwayToLateConnection(t *testing.T) {
+	cfg := directConfig("ok")
+	h2cListener(&cfg.Listeners[0])
+	m := startManager(t, cfg, 1)
+	c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 5*time.Second, "the connection accepted", func() bool { return cxActive(m) == 1 })
+
+	drained := make(chan error, 1)
+	go func() { drained <- m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HTTPTimeout: 15 * time.Second}) }()
+	// Accepting stops after the drain's GOAWAY went out (drain.go).
+	waitFor(t, 5*time.Second, "accepting stopped", m.acceptStopped)
+
+	fr := http2.NewFramer(c, c)
+	c.SetDeadline(time.Now().Add(5 * time.Second)) // a GOAWAY comes at once, or never
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the connection ended after %v without a GOAWAY: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			if ga.ErrCode != http2.ErrCodeNo {
+				t.Fatalf("GOAWAY %v, want a graceful one (NO_ERROR)", ga.ErrCode)
+			}
+			break
+		}
+		if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+			fr.WriteSettingsAck()
+		}
+	}
+	if d := time.Since(start); d >= drainIdleGrace {
+		t.Errorf("the GOAWAY came %v after the preface, want at once (before the drain closes idle connections, %v)", d, drainIdleGrace)
+	}
+	select {
+	case err := <-drained:
+		if err != nil {
+			t.Fatalf("drain: %v (want it to finish by itself)", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("drain did not end")
+	}
+}

@@ -2,10 +2,12 @@ package harness
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -46,7 +48,10 @@ type Seen struct {
 //	             a body is echoed, whatever its path)
 //	/bytes?n=N   200, N bytes of Pattern streamed in chunks (chunked
 //	             encoding; add &cl=1 for a Content-Length)
-//	/slow?ms=M   200 after M milliseconds, body "<id>\n"
+//	/slow?ms=M   200 after M milliseconds, body "<id>\n"; with &max=X, after
+//	             a random delay between M and X milliseconds
+//	/drip?n=N&ms=M  200, N bytes of Pattern streamed in 20 pieces spread
+//	             over M milliseconds, each flushed (a long response)
 //	/status?code=C  status C, body "<id>\n"
 //	/reset       headers and part of a body, then the connection is reset
 //	             (SO_LINGER 0)
@@ -125,8 +130,22 @@ func (b *HTTPBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		WritePattern(w, n)
 		return
+	case "/drip":
+		n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+		ms, _ := strconv.Atoi(q.Get("ms"))
+		if err != nil || n < 0 {
+			http.Error(w, "bad n", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		drip(r.Context(), w, n, time.Duration(ms)*time.Millisecond)
+		return
 	case "/slow":
 		ms, _ := strconv.Atoi(q.Get("ms"))
+		if most, err := strconv.Atoi(q.Get("max")); err == nil && most > ms {
+			ms += rand.IntN(most - ms + 1)
+		}
 		select {
 		case <-time.After(time.Duration(ms) * time.Millisecond):
 		case <-r.Context().Done():
@@ -262,6 +281,39 @@ func WritePattern(w io.Writer, n int64) error {
 	}
 	return nil
 }
+
+// drip writes the first n bytes of the pattern to w in dripPieces pieces,
+// one every over/dripPieces, each flushed, until done or ctx ends.
+func drip(ctx context.Context, w http.ResponseWriter, n int64, over time.Duration) {
+	f, _ := w.(http.Flusher)
+	every := over / dripPieces
+	var off int64
+	for i := int64(1); i <= dripPieces; i++ {
+		end := n * i / dripPieces
+		buf := make([]byte, end-off)
+		for j := range buf {
+			buf[j] = Pattern(off + int64(j))
+		}
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+		if f != nil {
+			f.Flush()
+		}
+		off = end
+		if i == dripPieces {
+			return
+		}
+		select {
+		case <-time.After(every):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// dripPieces is how many pieces /drip sends its body in.
+const dripPieces = 20
 
 // PatternReader returns a reader of the first n bytes of the pattern.
 func PatternReader(n int64) io.Reader {

@@ -34,6 +34,9 @@ type Listener struct {
 	RequestTimeout string
 	HeaderTimeout  string
 	MaxHeaderBytes int
+	// HTTP2Cleartext writes http2_cleartext = true: the listener serves
+	// HTTP/2 with prior knowledge (h2c) without TLS.
+	HTTP2Cleartext bool
 
 	// TLS, when set, is the listener's [listeners.tls] table (see
 	// DemoCerts.ListenerTLS).
@@ -143,6 +146,9 @@ func (c Config) TOML() string {
 		}
 		if l.MaxHeaderBytes != 0 {
 			fmt.Fprintf(&b, "max_header_bytes = %d\n", l.MaxHeaderBytes)
+		}
+		if l.HTTP2Cleartext {
+			b.WriteString("http2_cleartext = true\n")
 		}
 		if t := l.TLS; t != nil {
 			writeListenerTLS(&b, t)

@@ -13,6 +13,14 @@
 // ConnPerRequest: each request dials a fresh connection (DisableKeepAlives)
 // and the connection is closed after the response.
 //
+// HTTP2: each client has its own golang.org/x/net/http2.Transport, one
+// connection at a time, and Options.Streams goroutines sending requests
+// on it at once (multiplexed streams). An https URL negotiates h2 by ALPN
+// (a server that picks anything else fails the dial); an http URL speaks
+// h2c with prior knowledge over a plain dial. A GOAWAY makes the
+// transport finish the streams it covers and open a new connection for
+// the next ones. See h2.go.
+//
 // # Transport retries
 //
 // net/http's Transport silently retries a request on a new connection when a
@@ -28,10 +36,18 @@
 // failure. Connection-per-request mode never retries (a fresh connection is
 // never retried).
 //
+// HTTP/2 is different: x/net's client retries a request only when the
+// server said it did not process it (a stream above a GOAWAY's last stream
+// id, or RST_STREAM REFUSED_STREAM) or before it was sent (a connection
+// found unusable): the protocol's own promise, not a guess. So in HTTP2
+// mode a retried request is counted in Retried and never as a failure; a
+// request fails only if the transport returned an error to the caller, or
+// the status or body was wrong.
+//
 // # TLS
 //
-// An https URL makes both modes TLS: keep-alive does one handshake per
-// connection, connection-per-request one per request. Options.TLS is the
+// An https URL makes every mode TLS: keep-alive and HTTP2 do one handshake
+// per connection, connection-per-request one per request. Options.TLS is the
 // client config (ClientTLS builds one that trusts a CA file and sends a
 // server name); with SessionCache each client keeps its own session cache,
 // as a browser does, so that a reconnect can resume. Every completed
@@ -59,6 +75,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // Mode says how clients use connections.
@@ -69,6 +87,9 @@ const (
 	KeepAlive Mode = iota
 	// ConnPerRequest dials a fresh connection for every request.
 	ConnPerRequest
+	// HTTP2 multiplexes Options.Streams concurrent streams per client
+	// over one HTTP/2 connection (h2 over TLS, or h2c).
+	HTTP2
 )
 
 func (m Mode) String() string {
@@ -77,6 +98,8 @@ func (m Mode) String() string {
 		return "keep-alive"
 	case ConnPerRequest:
 		return "conn-per-request"
+	case HTTP2:
+		return "http2"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -88,6 +111,7 @@ const (
 	DefaultMaxDuration       = 60 * time.Second
 	DefaultTimeout           = 5 * time.Second
 	DefaultPauseAfterFailure = 5 * time.Millisecond
+	DefaultStreams           = 4
 	// maxExamples bounds the example messages kept per class.
 	maxExamples = 5
 )
@@ -106,6 +130,10 @@ type Options struct {
 	Mode Mode
 	// Clients is the number of concurrent clients (DefaultClients).
 	Clients int
+	// Streams is, in HTTP2 mode, the number of requests each client keeps
+	// in flight at once on its connection (DefaultStreams). Requests,
+	// Rate and PauseAfterFailure then apply per stream.
+	Streams int
 	// Requests, if > 0, stops the run after this many requests in total.
 	Requests int
 	// Duration stops the run after this long (DefaultDuration when
@@ -137,6 +165,12 @@ type Options struct {
 	// ClientTLS). nil: certificates are not verified, as before TLS
 	// tests existed; an http URL ignores it.
 	TLS *tls.Config
+	// Observe, if set, is called after every request that counts, with
+	// its start, its end (the body read) and its class: how a test sees
+	// which requests were in flight at a given moment. It runs on the
+	// client's goroutine and must be quick.
+	Observe func(start, end time.Time, class Class)
+
 	// SessionCache gives each client a TLS session cache of its own
 	// (tls.NewLRUClientSessionCache) unless TLS sets one, so that new
 	// connections resume with the tickets earlier ones got.
@@ -182,12 +216,15 @@ const (
 	// ClassTLS: the TLS handshake failed (an alert from the server, a
 	// certificate that did not verify, a non-TLS answer).
 	ClassTLS
+	// ClassStreamReset: the HTTP/2 server reset the stream (RST_STREAM)
+	// with a code the client does not retry on.
+	ClassStreamReset
 	// ClassOther: anything else; examples are kept.
 	ClassOther
 	numClasses
 )
 
-var classNames = [numClasses]string{"ok", "refused", "reset", "eof", "truncated", "timeout", "status", "bad_body", "tls", "other"}
+var classNames = [numClasses]string{"ok", "refused", "reset", "eof", "truncated", "timeout", "status", "bad_body", "tls", "stream_reset", "other"}
 
 func (c Class) String() string {
 	if c >= 0 && c < numClasses {
@@ -214,6 +251,12 @@ type Result struct {
 	// completed (an https URL): resumed ones used a session ticket from
 	// the client's SessionCache.
 	FullHandshakes, ResumedHandshakes int64
+	// GoAways counts the GOAWAY frames HTTP/2 servers sent the clients;
+	// ClosedWithoutGoAway the HTTP/2 connections the server ended (EOF
+	// or an error on read while the client still used them) without a
+	// GOAWAY first, which is how a server loses the requests a client
+	// was sending at that moment.
+	GoAways, ClosedWithoutGoAway int64
 	// Examples keeps a few error messages per failing class.
 	Examples map[Class][]string
 
@@ -263,6 +306,9 @@ func (r Result) String() string {
 	if n := r.FullHandshakes + r.ResumedHandshakes; n != 0 {
 		fmt.Fprintf(&b, " (TLS handshakes: %d full, %d resumed)", r.FullHandshakes, r.ResumedHandshakes)
 	}
+	if r.Mode == HTTP2 {
+		fmt.Fprintf(&b, " (GOAWAYs %d, closed without GOAWAY %d)", r.GoAways, r.ClosedWithoutGoAway)
+	}
 	for c := Class(0); c < numClasses; c++ {
 		if r.Counts[c] != 0 {
 			fmt.Fprintf(&b, " %s=%d", c, r.Counts[c])
@@ -304,6 +350,7 @@ type Run struct {
 	conns  atomic.Int64 // connections dialled
 
 	fullHandshakes, resumedHandshakes atomic.Int64
+	goAways, closedWithoutGoAway      atomic.Int64
 
 	mu     sync.Mutex // guards result
 	result Result
@@ -337,6 +384,13 @@ func Start(ctx context.Context, opts Options) (*Run, error) {
 	}
 	if opts.ExpectStatus == 0 {
 		opts.ExpectStatus = http.StatusOK
+	}
+	if opts.Streams <= 0 {
+		opts.Streams = DefaultStreams
+	}
+	if opts.Mode == HTTP2 {
+		// See "Transport retries" in the package doc.
+		opts.TolerateRetries = true
 	}
 	if _, err := http.NewRequest(opts.Method, opts.URL, nil); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
@@ -406,6 +460,8 @@ func (r *Run) Snapshot() Result {
 	res.Conns = r.conns.Load()
 	res.FullHandshakes = r.fullHandshakes.Load()
 	res.ResumedHandshakes = r.resumedHandshakes.Load()
+	res.GoAways = r.goAways.Load()
+	res.ClosedWithoutGoAway = r.closedWithoutGoAway.Load()
 	res.Statuses = make(map[int]int64, len(r.result.Statuses))
 	for k, v := range r.result.Statuses {
 		res.Statuses[k] = v
@@ -445,6 +501,10 @@ func (r *Run) WaitTotal(n int64, timeout time.Duration) bool {
 }
 
 func (r *Run) client(ctx context.Context) {
+	if r.opts.Mode == HTTP2 {
+		r.clientHTTP2(ctx)
+		return
+	}
 	dialer := &net.Dialer{Timeout: r.opts.Timeout}
 	tr := &http.Transport{
 		Proxy: nil,
@@ -461,6 +521,12 @@ func (r *Run) client(ctx context.Context) {
 		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
 	defer tr.CloseIdleConnections()
+	r.requestLoop(ctx, tr)
+}
+
+// requestLoop sends requests through tr one after the other until the
+// run ends, and records each outcome.
+func (r *Run) requestLoop(ctx context.Context, tr http.RoundTripper) {
 	var interval time.Duration
 	if r.opts.Rate > 0 {
 		interval = time.Duration(float64(time.Second) / r.opts.Rate)
@@ -480,10 +546,14 @@ func (r *Run) client(ctx context.Context) {
 			}
 			next = next.Add(interval)
 		}
+		start := time.Now()
 		class, status, retried, err := r.one(ctx, tr)
 		if ctx.Err() != nil && class != ClassOK {
 			// Cancelled by the end of the run: not an outcome.
 			return
+		}
+		if r.opts.Observe != nil {
+			r.opts.Observe(start, time.Now(), class)
 		}
 		r.record(class, status, retried, err)
 		if class != ClassOK && r.opts.PauseAfterFailure > 0 {
@@ -514,7 +584,7 @@ func (r *Run) clientTLS() *tls.Config {
 }
 
 // one sends one request and classifies its outcome.
-func (r *Run) one(ctx context.Context, tr *http.Transport) (class Class, status int, retried bool, err error) {
+func (r *Run) one(ctx context.Context, tr http.RoundTripper) (class Class, status int, retried bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	var gotConn atomic.Int32
@@ -600,6 +670,19 @@ func Classify(err error, inBody bool) Class {
 	}
 	if isTLSError(err) {
 		return ClassTLS
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		return ClassStreamReset
+	}
+	var ga http2.GoAwayError
+	if errors.As(err, &ga) {
+		// The connection ended after a GOAWAY whose last stream id
+		// covered this request, before its response was complete.
+		if inBody {
+			return ClassTruncated
+		}
+		return ClassEOF
 	}
 	if inBody {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
