@@ -264,3 +264,39 @@ func TestH2UpstreamOutlierEjection(t *testing.T) {
 		t.Errorf("the ejected endpoint got %d more requests", bad.requests.Load()-before)
 	}
 }
+
+// TestH2UpstreamPerTryTimeout: a try whose response head does not come
+// within per_try_timeout is given up (its stream reset) and tried on the
+// other endpoint, and the slow endpoint is reported as failed.
+func TestH2UpstreamPerTryTimeout(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var slowGot atomic.Int64
+	slow := httptest.NewServer(h2c.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slowGot.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}), &http2.Server{}))
+	t.Cleanup(slow.Close)
+	good := newCountedH2C(t, "good", 200)
+	cfg := h2ClusterConfig(func(r *config.Route) {
+		r.RetryOn, r.NumRetries, r.PerTryTimeout = []string{"reset"}, 1, dur(200*time.Millisecond)
+	}, hostOf(slow.URL), good.addr)
+	m := startManager(t, cfg, 1)
+	for i, b := range h2AndH1Get(t, m, 2, "/") {
+		if b != "good " {
+			t.Fatalf("request %d: %q", i, b)
+		}
+	}
+	if slowGot.Load() == 0 {
+		t.Fatal("the slow endpoint got no request: the test proves nothing")
+	}
+	if n := counter(m, "cluster.backend.upstream_rq_retry"); n != uint64(slowGot.Load()) {
+		t.Errorf("upstream_rq_retry = %d, want %d", n, slowGot.Load())
+	}
+	if st := m.snap.Clusters()[0].Status(); st.Endpoints[0].Rq5xx == 0 {
+		t.Errorf("the slow endpoint's timeouts were not reported: %+v", st.Endpoints[0])
+	}
+}
