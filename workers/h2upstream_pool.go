@@ -28,11 +28,28 @@ type h2Upstream struct {
 	t      *http2.Transport
 	scheme string // "http" (prior knowledge) or "https"
 
-	mu              sync.Mutex // guards connsByEndpoint, endpointOf, dialing and closed
+	mu sync.Mutex // guards the fields below
+	// connsByEndpoint are the connections that may take new requests;
+	// endpointOf holds every open one (retired ones too, until they
+	// close), for closeIdle and closeAll.
 	connsByEndpoint map[int][]*http2.ClientConn
-	endpointOf      map[*http2.ClientConn]int
-	dialing         map[int]chan struct{} // closed when the dial to the endpoint ends
-	closed          bool                  // the Manager is closed: no new connection
+	endpointOf      map[*http2.ClientConn]h2Where
+	dialing         map[int]*h2Dial // the dial under way to an endpoint
+	closed          bool            // the Manager is closed: no new connection
+}
+
+// h2Where is where a connection goes: the endpoint and its address when
+// it was dialed (a name of the endpoint may resolve elsewhere since).
+type h2Where struct {
+	endpoint int
+	addr     string
+}
+
+// h2Dial is a dial under way, which the requests that want a connection to
+// the same endpoint wait for rather than dial too.
+type h2Dial struct {
+	done chan struct{}
+	err  error // set before done is closed
 }
 
 var _ http2.ClientConnPool = (*h2Upstream)(nil)
@@ -42,8 +59,8 @@ func newH2Upstream(wc *upstream.WorkerCluster, cs *config.Cluster) *h2Upstream {
 		wc:              wc,
 		scheme:          "http",
 		connsByEndpoint: make(map[int][]*http2.ClientConn),
-		endpointOf:      make(map[*http2.ClientConn]int),
-		dialing:         make(map[int]chan struct{}),
+		endpointOf:      make(map[*http2.ClientConn]h2Where),
+		dialing:         make(map[int]*h2Dial),
 	}
 	if cs.TLS != nil {
 		u.scheme = "https"
@@ -128,61 +145,82 @@ func (u *h2Upstream) GetClientConn(req *http.Request, _ string) (*http2.ClientCo
 // clientConnTo returns a connection to endpoint i with a stream reserved
 // for the request: one of those open when it can take another stream,
 // otherwise a new one. Requests that find a dial to i under way wait for
-// it rather than dial too, so a burst opens one connection, not one each.
+// it rather than dial too, so a burst opens one connection, not one each,
+// and share its failure: a black-holed endpoint costs them one connect
+// timeout, not one each in turn.
 func (u *h2Upstream) clientConnTo(ctx context.Context, i int) (*http2.ClientConn, error) {
-	for {
+	addr := u.wc.Address(i)
+	var d *h2Dial
+	for d == nil {
 		u.mu.Lock()
 		if u.closed {
 			u.mu.Unlock()
 			return nil, net.ErrClosed
 		}
 		for _, cc := range u.connsByEndpoint[i] {
+			if u.endpointOf[cc].addr != addr {
+				// The endpoint's name resolves elsewhere now: the
+				// connection takes no new request, and closes when
+				// idle.
+				u.retireLocked(cc)
+				continue
+			}
 			if cc.ReserveNewRequest() {
 				u.mu.Unlock()
 				return cc, nil
 			}
 		}
-		wait, busy := u.dialing[i]
-		if !busy {
-			u.dialing[i] = make(chan struct{})
+		other := u.dialing[i]
+		if other == nil {
+			d = &h2Dial{done: make(chan struct{})}
+			u.dialing[i] = d
 		}
 		u.mu.Unlock()
-		if !busy {
+		if other == nil {
 			break
 		}
 		select {
-		case <-wait:
+		case <-other.done:
+			if other.err != nil {
+				return nil, other.err
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	cc, err := u.dial(ctx, i)
+	cc, err := u.dial(ctx, i, addr)
 	u.mu.Lock()
-	close(u.dialing[i])
-	delete(u.dialing, i)
 	if err == nil && u.closed {
 		err = net.ErrClosed
 	}
 	if err == nil && !cc.ReserveNewRequest() {
-		err = &upstream.ConnectError{Cluster: u.wc.Name(), Tried: []string{u.wc.Address(i)},
-			Err: errors.New("new HTTP/2 connection takes no stream")}
+		err = &upstream.ConnectError{Cluster: u.wc.Name(), Tried: []string{addr},
+			Err: errors.New("the new HTTP/2 connection takes no stream")}
 	}
 	if err == nil {
 		u.connsByEndpoint[i] = append(u.connsByEndpoint[i], cc)
-		u.endpointOf[cc] = i
+		u.endpointOf[cc] = h2Where{i, addr}
 	}
+	var ce *upstream.ConnectError
+	if errors.As(err, &ce) && ctx.Err() == nil {
+		// The waiters' answer too; a dial this request abandoned
+		// is not the endpoint's failure.
+		d.err = err
+	}
+	delete(u.dialing, i)
+	close(d.done)
 	u.mu.Unlock()
-	if err != nil && cc != nil {
-		cc.Close()
-	}
 	if err != nil {
+		if cc != nil {
+			cc.Close()
+		}
 		return nil, err
 	}
 	return cc, nil
 }
 
 // dial opens an HTTP/2 connection to endpoint i.
-func (u *h2Upstream) dial(ctx context.Context, i int) (*http2.ClientConn, error) {
+func (u *h2Upstream) dial(ctx context.Context, i int, addr string) (*http2.ClientConn, error) {
 	c, err := u.wc.DialEndpoint(ctx, i)
 	if err != nil {
 		return nil, err
@@ -192,14 +230,14 @@ func (u *h2Upstream) dial(ctx context.Context, i int) (*http2.ClientConn, error)
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok {
 		if p := tc.ConnectionState().NegotiatedProtocol; p != config.ALPNHTTP2 {
 			c.Close()
-			return nil, &upstream.ConnectError{Cluster: u.wc.Name(), Tried: []string{u.wc.Address(i)},
+			return nil, &upstream.ConnectError{Cluster: u.wc.Name(), Tried: []string{addr},
 				Err: fmt.Errorf("ALPN chose %q, not h2 (the upstream does not speak HTTP/2 over TLS; remove clusters.http2)", p)}
 		}
 	}
 	cc, err := u.t.NewClientConn(c)
 	if err != nil {
 		c.Close()
-		return nil, &upstream.ConnectError{Cluster: u.wc.Name(), Tried: []string{u.wc.Address(i)}, Err: err}
+		return nil, &upstream.ConnectError{Cluster: u.wc.Name(), Tried: []string{addr}, Err: err}
 	}
 	return cc, nil
 }
@@ -212,13 +250,20 @@ func (u *h2Upstream) MarkDead(cc *http2.ClientConn) {
 	u.forgetLocked(cc)
 }
 
+// forgetLocked takes cc out of the pool for good.
 func (u *h2Upstream) forgetLocked(cc *http2.ClientConn) {
-	i, ok := u.endpointOf[cc]
+	u.retireLocked(cc)
+	delete(u.endpointOf, cc)
+}
+
+// retireLocked stops cc from taking new requests; closeIdle and closeAll
+// still see it.
+func (u *h2Upstream) retireLocked(cc *http2.ClientConn) {
+	w, ok := u.endpointOf[cc]
 	if !ok {
 		return
 	}
-	delete(u.endpointOf, cc)
-	conns := u.connsByEndpoint[i]
+	conns := u.connsByEndpoint[w.endpoint]
 	for k, c := range conns {
 		if c == cc {
 			conns = append(conns[:k], conns[k+1:]...)
@@ -226,9 +271,9 @@ func (u *h2Upstream) forgetLocked(cc *http2.ClientConn) {
 		}
 	}
 	if len(conns) == 0 {
-		delete(u.connsByEndpoint, i)
+		delete(u.connsByEndpoint, w.endpoint)
 	} else {
-		u.connsByEndpoint[i] = conns
+		u.connsByEndpoint[w.endpoint] = conns
 	}
 }
 
