@@ -130,7 +130,7 @@ func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, deadline time.Time, 
 	}
 	timer := time.AfterFunc(wait, cancel)
 	out := req.out.WithContext(ctx)
-	if req.body != nil {
+	if len(req.body) > 0 {
 		out.Body = io.NopCloser(bytes.NewReader(req.body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.body)), nil }
 	}
