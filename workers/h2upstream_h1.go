@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -87,33 +86,39 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream
 		}
 	}
 	body := &h1RequestBody{cc: cc, left: req.ContentLength}
+	try := h2TryRequest{
+		out:        out,
+		ctx:        cc.m.ctx,
+		key:        cc.hashKey(&rt.hashOn, head),
+		idempotent: idempotentMethod(out.Method),
+	}
 	switch req.Framing {
 	case http1.FramingLength:
-		out.Body, out.ContentLength = body, req.ContentLength
+		if n := req.ContentLength; int64(cc.w-cc.r) >= n {
+			// The whole body came with the head: a copy of it can
+			// be sent again (retries).
+			try.body = append(make([]byte, 0, n), cc.rbuf[cc.r:cc.r+int(n)]...)
+			try.replayable = true
+			cc.r += int(n)
+			body.done = true
+			out.ContentLength = n
+		} else {
+			out.Body, out.ContentLength = body, n
+		}
 	case http1.FramingChunked:
 		cc.ex.reqChunks.Reset()
 		body.left = -1
 		out.Body, out.ContentLength = body, -1
 	default:
 		body.done = true
+		try.replayable = true
 	}
-	timeout := rt.timeout
-	if timeout == 0 {
-		timeout = lv.requestTimeout
-	}
-	ctx, cancel := context.WithCancel(cc.m.ctx)
-	defer cancel()
-	timer := time.AfterFunc(timeout, cancel)
-	resp, err := u.t.RoundTrip(out.WithContext(ctx))
-	stopped := timer.Stop()
+	reply, err := u.roundTrip(lv, rt, start, &try)
 	if err != nil {
 		// The body may be half read by the transport: stop it, and
 		// close the connection after the answer.
 		body.stop()
 		u.wc.RecordRequest(start, false)
-		if !stopped && errors.Is(err, context.Canceled) {
-			err = context.DeadlineExceeded
-		}
 		if errors.Is(err, errClientBody) {
 			cc.refuse(http.StatusBadRequest, "malformed or incomplete request body")
 			return false
@@ -125,7 +130,8 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream
 		cc.write(b)
 		return false
 	}
-	defer resp.Body.Close()
+	resp := reply.resp
+	defer reply.done()
 	u.wc.RecordRequest(start, true)
 
 	isHead := req.Method.Len() == 4 && http1.EqualFold(req.Method.Bytes(head), "HEAD")
