@@ -267,6 +267,9 @@ func (c *Config) setDefaults(raw map[string]any) {
 			if !given(tm, "min_version", t.MinVersion == "") {
 				t.MinVersion = DefaultTLSMinVersion
 			}
+			if !given(tm, "max_version", t.MaxVersion == "") {
+				t.MaxVersion = DefaultTLSMaxVersion
+			}
 			if !given(tm, "alpn", t.ALPN == nil) && l.Protocol == ProtocolHTTP {
 				t.ALPN = slices.Clone(DefaultHTTPALPN)
 			}

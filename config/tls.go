@@ -9,6 +9,8 @@ import (
 const (
 	// DefaultTLSMinVersion: TLS 1.0 and 1.1 are deprecated (RFC 8996).
 	DefaultTLSMinVersion = "1.2"
+	// DefaultTLSMaxVersion: the highest crypto/tls speaks.
+	DefaultTLSMaxVersion = "1.3"
 	// DefaultSessionTicketRotation is how often a listener's session-ticket
 	// key is replaced; the previous keys still decrypt tickets for two
 	// more rotations, so a ticket lives at most about three times this.
@@ -43,6 +45,9 @@ type ListenerTLS struct {
 	Certificates []CertificatePair `toml:"certificates" json:"certificates"`
 	// MinVersion is the lowest TLS version accepted: "1.2" or "1.3".
 	MinVersion string `toml:"min_version" json:"min_version"`
+	// MaxVersion is the highest TLS version offered: "1.3" (default) or
+	// "1.2" (for a client population, or a comparison, that needs 1.2).
+	MaxVersion string `toml:"max_version" json:"max_version"`
 	// CipherSuites restricts the TLS 1.2 cipher suites, by their IANA
 	// names ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"); empty: Go's secure
 	// defaults. TLS 1.3 suites are not configurable.

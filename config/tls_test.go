@@ -47,6 +47,10 @@ func TestTLSConfigProblems(t *testing.T) {
 			[]string{`tls.cipher_suites[0]: "TLS_NOPE": unknown TLS 1.2 cipher suite`}},
 		{"insecure cipher", webOK + tlsTable("cipher_suites = [\"TLS_RSA_WITH_RC4_128_SHA\"]\n") + clusterC,
 			[]string{"insecure cipher suite"}},
+		{"max below min", webOK + tlsTable("min_version = \"1.3\"\nmax_version = \"1.2\"\n") + clusterC,
+			[]string{`tls.max_version: "1.2" is below min_version "1.3"`}},
+		{"unknown max", webOK + tlsTable("max_version = \"1.4\"\n") + clusterC,
+			[]string{`tls.max_version: "1.4": use "1.2" or "1.3"`}},
 		{"ciphers with 1.3", webOK + tlsTable("min_version = \"1.3\"\ncipher_suites = [\"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\"]\n") + clusterC,
 			[]string{`tls.cipher_suites: applies to TLS 1.2, and min_version is "1.3"`}},
 		{"alpn h3 on http", webOK + tlsTable("alpn = [\"h3\"]\n") + clusterC,
@@ -114,7 +118,7 @@ func TestTLSDefaults(t *testing.T) {
 		t.Errorf("alpn: http %q (want %q), tcp %q (want none)", web.ALPN, DefaultHTTPALPN, tcp.ALPN)
 	}
 	for _, l := range []*ListenerTLS{web, tcp} {
-		if l.MinVersion != DefaultTLSMinVersion || l.SessionTicketRotation.D() != DefaultSessionTicketRotation ||
+		if l.MinVersion != DefaultTLSMinVersion || l.MaxVersion != DefaultTLSMaxVersion || l.SessionTicketRotation.D() != DefaultSessionTicketRotation ||
 			l.HandshakeTimeout.D() != DefaultHandshakeTimeout {
 			t.Errorf("defaults not filled: %+v", l)
 		}

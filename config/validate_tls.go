@@ -119,6 +119,11 @@ func (v *validator) listenerTLS(key string, l *Listener) {
 	if !slices.Contains(tlsVersions, t.MinVersion) {
 		v.ps.add(key+".min_version", "%s: use %s (TLS 1.0 and 1.1 are deprecated, RFC 8996)", quote(t.MinVersion), orList(quoteAll(tlsVersions)))
 	}
+	if !slices.Contains(tlsVersions, t.MaxVersion) {
+		v.ps.add(key+".max_version", "%s: use %s", quote(t.MaxVersion), orList(quoteAll(tlsVersions)))
+	} else if TLSVersion(t.MaxVersion) < TLSVersion(t.MinVersion) {
+		v.ps.add(key+".max_version", "%s is below min_version %s", quote(t.MaxVersion), quote(t.MinVersion))
+	}
 	v.cipherSuites(key+".cipher_suites", t.CipherSuites, t.MinVersion)
 	seen := map[string]bool{}
 	for j, p := range t.ALPN {

@@ -49,9 +49,8 @@
 #   MODES [keepalive close tls-keepalive tls-close tls-resume memory tcp]:
 #       what to measure; the first five are the HTTP modes above, memory
 #       the idle-connection memory, tcp the TCP bulk transfer
-#   TLS_VERSION [1.3]: 1.3 or 1.2 (hotproxy has no max_version: with 1.2,
-#       wrk still gets 1.3 from it; the probe lines in environment.txt say
-#       what each proxy negotiated)
+#   TLS_VERSION [1.3]: 1.3 or 1.2, for all three proxies (the probe lines
+#       in environment.txt say what each negotiated)
 #   ROUNDS [3]  DURATION [10s]  WARMUP [2s]  CONNECTIONS [64]
 #   IDLE_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
 #   HOTPROXY [bin/hotproxy, built with `make build`]
@@ -102,6 +101,7 @@ case $tls_version in
 1.2) nginx_tls="ssl_protocols TLSv1.2; ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256;"
 	haproxy_tls="ssl-min-ver TLSv1.2 ssl-max-ver TLSv1.2 ciphers ECDHE-ECDSA-AES128-GCM-SHA256"
 	hotproxy_tls='min_version = "1.2"
+  max_version = "1.2"
   cipher_suites = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]' ;;
 *) die "TLS_VERSION=$tls_version: 1.3 or 1.2" ;;
 esac

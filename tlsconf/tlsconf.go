@@ -156,8 +156,16 @@ func buildListener(name string, t *config.ListenerTLS, now time.Time) (*listener
 		}
 		suites = append(suites, id)
 	}
+	maxVersion := config.TLSVersion(t.MaxVersion)
+	if t.MaxVersion == "" {
+		maxVersion = tls.VersionTLS13
+	}
+	if maxVersion == 0 || maxVersion < minVersion {
+		return nil, fmt.Errorf("listener %q: tls.max_version %q: use %q or %q, not below min_version", name, t.MaxVersion, config.TLSVersion12, config.TLSVersion13)
+	}
 	l.tlsConfig = &tls.Config{
 		MinVersion:     minVersion,
+		MaxVersion:     maxVersion,
 		CipherSuites:   suites,
 		NextProtos:     slices.Clone(t.ALPN),
 		GetCertificate: l.getCertificate,

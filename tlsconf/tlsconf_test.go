@@ -83,6 +83,14 @@ func TestConfigFromListenerTLS(t *testing.T) {
 	if _, err := tryHandshake(addr13, &tls.Config{ServerName: "a.example.com", RootCAs: ca.pool, MaxVersion: tls.VersionTLS12}); err == nil {
 		t.Error("a TLS 1.2 client was served by a listener with min_version 1.3")
 	}
+
+	lt12 := tlsConfig(lt.Certificates...)
+	lt12.MaxVersion = config.TLSVersion12
+	s12, _ := buildSet(t, lt12)
+	addr12 := serveTLS(t, s12.ServerConfigs()["web"])
+	if got := handshake(t, addr12, &tls.Config{ServerName: "a.example.com", RootCAs: ca.pool}); got.Version != tls.VersionTLS12 {
+		t.Errorf("a listener with max_version 1.2 negotiated %s with a client offering 1.3", tls.VersionName(got.Version))
+	}
 }
 
 // TestBuildErrorsNameListenerAndFile: a certificate that does not load
