@@ -53,8 +53,7 @@ func (cc *clientConn) handle() bool {
 	case rt.direct != nil:
 		keep = cc.answerDirect(rt.direct, keep)
 	default:
-		// A cluster with http2 = true (h2upstream_h1.go); one atomic
-		// load when the config has none.
+		// A cluster with http2 = true (h2upstream_h1.go).
 		if handled, k := cc.proxyViaHTTP2(lv, rt, start, keep); handled {
 			keep = k
 		} else {

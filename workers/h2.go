@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -43,10 +42,6 @@ type h2State struct {
 	// upstreams are the HTTP/2 upstream transports, by worker cluster
 	// view (h2upstream.go).
 	upstreams sync.Map // *upstream.WorkerCluster → *h2Upstream
-	// anyCluster: 0 not looked at yet, 1 no cluster has http2 = true,
-	// 2 some has (HTTP/1.1 requests then look up their cluster's
-	// transport).
-	anyCluster atomic.Int32
 }
 
 // h2Listener is one http listener's HTTP/2 server. base is the

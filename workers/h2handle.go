@@ -94,8 +94,8 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		wc := lv.clusters[rt.index]
-		if u := cc.m.http2UpstreamOf(view.snap, wc); u != nil {
-			h.proxyHTTP2(w, r, lv, rt, u, start, &res)
+		if rt.http2 {
+			h.proxyHTTP2(w, r, lv, rt, cc.m.http2UpstreamOf(view.snap, wc), start, &res)
 		} else {
 			h.proxyHTTP1(w, r, lv, rt, wc, hr, start, &res)
 		}

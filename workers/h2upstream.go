@@ -25,7 +25,8 @@ import (
 // h2upstream_h1.go.
 
 // http2UpstreamOf returns the HTTP/2 upstream of worker cluster view wc,
-// or nil for a cluster spoken to in HTTP/1.1. Built on first use, and
+// whose routes said http2 (route.http2), or nil for a cluster spoken to
+// in HTTP/1.1. Built on first use, and
 // kept with the view: a view of an older snapshot keeps its connections
 // until they close when idle.
 func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h2Upstream {

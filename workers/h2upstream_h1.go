@@ -24,47 +24,11 @@ import (
 // HTTP/2, and reports whether it did and whether the client connection may
 // carry another request.
 func (cc *clientConn) proxyViaHTTP2(lv *listenerView, rt *route, start time.Time, keep bool) (handled, keepAlive bool) {
-	if !cc.m.anyHTTP2Cluster() {
+	if !rt.http2 {
 		return false, keep
 	}
 	u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, lv.clusters[rt.index])
-	if u == nil {
-		return false, keep
-	}
 	return true, cc.forwardViaHTTP2(lv, rt, u, start, keep)
-}
-
-// anyHTTP2Cluster says whether the config has a cluster with http2 = true,
-// so that an HTTP/1.1 request looks no further in the common case.
-func (m *Manager) anyHTTP2Cluster() bool {
-	h := &m.h2
-	switch h.anyCluster.Load() {
-	case 1:
-		return false
-	case 2:
-		return true
-	}
-	found := false
-	for i := range m.cfg.Clusters {
-		found = found || m.cfg.Clusters[i].HTTP2
-	}
-	if s := m.currentSnapshot(); s != nil {
-		for i := range s.cfg.Clusters {
-			found = found || s.cfg.Clusters[i].HTTP2
-		}
-	}
-	if found {
-		h.anyCluster.Store(2)
-	} else {
-		h.anyCluster.Store(1)
-	}
-	return found
-}
-
-func (m *Manager) currentSnapshot() *Snapshot {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.snap
 }
 
 func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream, start time.Time, keep bool) bool {

@@ -103,6 +103,7 @@ type route struct {
 	timeout time.Duration
 	retry   retryPolicy
 	hashOn  hashSource
+	http2   bool // its cluster speaks HTTP/2 (clusters.http2)
 }
 
 // retryPolicy is a route's retry_on, compiled.
@@ -322,6 +323,7 @@ func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) 
 		r.retry = compileRetry(rs)
 		if cs := s.cfg.Cluster(rs.Cluster); cs != nil {
 			r.hashOn = compileHashOn(cs.HashOn)
+			r.http2 = cs.HTTP2
 		}
 	case rs.DirectResponse != nil:
 		d := rs.DirectResponse
