@@ -94,6 +94,10 @@ var ErrNotSupported = errors.New("hot restart is not supported on this platform"
 // socket this one wanted.
 var ErrGenerationRunning = errors.New("another generation is listening on this restart socket")
 
+// ErrSquatted: every name a generation may listen on (Addresses) is held
+// by another user.
+var ErrSquatted = errors.New("the restart socket's names are held by another user")
+
 // ErrRefused is wrapped by the errors a peer answered with an error message.
 var ErrRefused = errors.New("refused by the other generation")
 

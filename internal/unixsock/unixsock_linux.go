@@ -64,16 +64,36 @@ func PeerCred(uc *net.UnixConn) (uid, pid int, err error) {
 	return int(cred.Uid), int(cred.Pid), nil
 }
 
-// Authorize lets in a peer that runs as this process's uid or as root and
-// returns its pid. Any other peer is a *StrangerError; a peer the kernel
-// cannot identify is another error.
+// Authorize lets in a peer that runs as this process's effective uid or
+// as root and returns its pid. Any other peer is a *StrangerError; a peer
+// the kernel cannot identify is another error. It works the same on
+// either end: a server checks who connected, a client checks who
+// listens (the kernel records the listener's credentials at listen(2)),
+// which is what a client of an abstract name must do before it says
+// anything, since anyone may bind such a name first.
+//
+// The pid is 0 for a peer in a pid namespace this process cannot see
+// (another container): the uid is all there is to check then.
 func Authorize(uc *net.UnixConn) (pid int, err error) {
 	uid, pid, err := PeerCred(uc)
 	if err != nil {
 		return 0, fmt.Errorf("cannot identify the peer: %w", err)
 	}
-	if self := os.Getuid(); uid != self && uid != 0 {
+	// SO_PEERCRED records the effective uid, so compare with ours.
+	if self := os.Geteuid(); uid != self && uid != 0 {
 		return pid, &StrangerError{UID: uid, PID: pid, Self: self}
 	}
 	return pid, nil
+}
+
+// Holder dials the listener at addr and returns its credentials, without
+// saying anything to it: who squats a name this process wanted to bind.
+func Holder(network, addr string, timeout time.Duration) (uid, pid int, err error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial(network, addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	return PeerCred(c.(*net.UnixConn))
 }
