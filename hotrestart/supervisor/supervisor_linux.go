@@ -168,7 +168,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.op = &reloadOp{initial: true}
 		coldOK := false
 		if s.opts.TakeOver {
-			if e, ok := runningEpoch(s.opts.BaseID, s.cfg.HotRestart.SocketDir); ok {
+			if e, ok := runningEpoch(s.opts.BaseID, s.cfg.HotRestart.SocketDir, s.log); ok {
 				s.log.Info("taking over from a running generation this supervisor did not start", "epoch", e)
 				s.lastEpoch = e
 			} else {
