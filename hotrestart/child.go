@@ -50,7 +50,7 @@ func ParseExpectedParent(s string) (ExpectedParent, error) {
 	e := ExpectedParent{PID: pid}
 	if hasStart {
 		if e.StartTime, err = strconv.ParseUint(startStr, 10, 64); err != nil || e.StartTime == 0 {
-			return ExpectedParent{}, fmt.Errorf("parent %q: start time %q is not a number of clock ticks above 0", s, startStr)
+			return ExpectedParent{}, fmt.Errorf("parent %q: start time %q is not a number of clock ticks above 0 (want PID or PID:START_TIME)", s, startStr)
 		}
 	}
 	return e, nil

@@ -164,6 +164,10 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	var parent hotrestart.ExpectedParent
 	noParent := *restartParent == "none"
+	if *restartParent != "" && *epoch == 0 {
+		fmt.Fprintln(stderr, "hotproxy serve: --restart-parent needs --restart-epoch N > 0 (epoch 0 takes over from nobody)")
+		return exitUsage
+	}
 	if *restartParent != "" && !noParent {
 		var err error
 		if parent, err = hotrestart.ParseExpectedParent(*restartParent); err != nil {
