@@ -233,9 +233,19 @@ func listen(addrs []string, log hclog.Logger) (*net.UnixListener, string, error)
 		}
 		uid, pid, herr := unixsock.Holder("unixpacket", addr, time.Second)
 		if herr != nil {
-			// It answered a moment ago: a generation that is exiting,
-			// or a listener whose queue is full. Not a name to skip.
-			return nil, "", fmt.Errorf("restart socket %s: %w (cannot tell who holds it: %v)", addr, ErrGenerationRunning, herr)
+			// Bound but not answering: bound without listen(2), or its
+			// backlog kept full. The kernel cannot say who listens, so
+			// look for the descriptor. A generation of ours (in the
+			// instant between its bind and listen) is found: this
+			// process may read its own user's descriptors.
+			var found bool
+			if uid, pid, found = unixsock.BoundBy(addr); !found {
+				log.Warn(fmt.Sprintf("restart socket %s is bound by a process that does not answer and that this one cannot see "+
+					"(another user's, or another pid namespace's): not a generation of this service; skipping it for the next name (%v)", addr, herr),
+					"restart_socket", addr)
+				squatted = append(squatted, addr+" by an unknown process")
+				continue
+			}
 		}
 		if self := os.Geteuid(); uid == self || uid == 0 {
 			return nil, "", fmt.Errorf("restart socket %s: %w (pid %d)", addr, ErrGenerationRunning, pid)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // A squatter is the test binary re-executed as uid 65534 (nobody): a
@@ -24,7 +25,26 @@ import (
 // stdin closes.
 const squatAddrEnv = "HOTRESTART_TEST_SQUAT"
 
+// squatSilentEnv ("1") makes the squatter bind the name without
+// listening: connecting to it is refused, so the kernel cannot say who
+// holds it.
+const squatSilentEnv = "HOTRESTART_TEST_SQUAT_SILENT"
+
 func squat(addr string) int {
+	if os.Getenv(squatSilentEnv) == "1" {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+		if err == nil {
+			err = unix.Bind(fd, &unix.SockaddrUnix{Name: addr})
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("listening")
+		io.Copy(io.Discard, os.Stdin)
+		unix.Close(fd)
+		return 0
+	}
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		fmt.Println("error:", err)
@@ -77,13 +97,13 @@ type squatter struct {
 
 // startSquatter runs a squatter as nobody on addr and waits until it is
 // bound.
-func startSquatter(tb testing.TB, addr string) *squatter {
+func startSquatter(tb testing.TB, addr string, env ...string) *squatter {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root to run a fake parent as another uid (nobody)")
 	}
 	cmd := exec.Command(copyExecutableForAnyone(tb), "-test.run=^$")
-	cmd.Env = append(os.Environ(), squatAddrEnv+"="+addr)
+	cmd.Env = append(append(os.Environ(), squatAddrEnv+"="+addr), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -317,4 +337,29 @@ func TestAddresses(t *testing.T) {
 	if Address(3, 9, "") != got[0] && Address(3, 9, "") != "@hotproxy.3.9" {
 		t.Fatal("Address is not the first of Addresses")
 	}
+}
+
+// TestASilentSquatterIsSkippedToo: a name bound without listen(2) cannot
+// be asked who holds it (connecting is refused): the parent finds the
+// holder's descriptor, names it and moves on, rather than taking it for a
+// generation of its own and refusing to start; the child skips it as a
+// name nobody answers on.
+func TestASilentSquatterIsSkippedToo(t *testing.T) {
+	addrs := []string{testAddr(), testAddr()}
+	sq := startSquatter(t, addrs[0], squatSilentEnv+"=1")
+	var logged lockedBuffer
+	r := newRecorder(t, 1)
+	p := startParent(t, r, ParentOptions{Address: addrs[0], Alternates: addrs[1:],
+		Logger: hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})})
+	if p.Addr() != addrs[1] {
+		t.Fatalf("parent listens on %s, want the alternate %s", p.Addr(), addrs[1])
+	}
+	if want := fmt.Sprintf("restart socket %s is held by another user (uid 65534, pid %d)", addrs[0], sq.pid); !strings.Contains(logged.String(), want) {
+		t.Errorf("the warning does not say %q:\n%s", want, logged.String())
+	}
+	ch, err := DialParent(DialOptions{Addresses: addrs, Self: Identity{Epoch: 1}})
+	if err != nil {
+		t.Fatalf("DialParent past a silent squatter: %v", err)
+	}
+	ch.Close()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -96,4 +98,71 @@ func Holder(network, addr string, timeout time.Duration) (uid, pid int, err erro
 	}
 	defer c.Close()
 	return PeerCred(c.(*net.UnixConn))
+}
+
+// BoundBy finds the process holding a socket bound to addr, from
+// /proc/net/unix and the processes' descriptors: for a name that is bound
+// but does not answer (bound without listen(2), or a backlog kept full),
+// where Holder cannot ask the kernel. ok is false when no process this one
+// may inspect holds it (another user's descriptors are readable by root
+// only).
+func BoundBy(addr string) (uid, pid int, ok bool) {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return 0, 0, false
+	}
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) == 8 && f[7] == addr {
+			inodes["socket:["+f[6]+"]"] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return 0, 0, false
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		fdDir := "/proc/" + p.Name() + "/fd"
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(fdDir + "/" + fd.Name())
+			if err != nil || !inodes[target] {
+				continue
+			}
+			if uid, err := effectiveUID(pid); err == nil {
+				return uid, pid, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// effectiveUID reads the effective uid of pid ("Uid:" in
+// /proc/<pid>/status: real, effective, saved, filesystem), what
+// SO_PEERCRED would have said.
+func effectiveUID(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) >= 2 {
+				return strconv.Atoi(f[1])
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no Uid line", pid)
 }

@@ -23,3 +23,6 @@ func Authorize(*net.UnixConn) (int, error) { return 0, ErrNotSupported }
 func Holder(network, addr string, timeout time.Duration) (uid, pid int, err error) {
 	return 0, 0, ErrNotSupported
 }
+
+// BoundBy needs Linux.
+func BoundBy(string) (uid, pid int, ok bool) { return 0, 0, false }
