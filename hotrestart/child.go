@@ -153,6 +153,8 @@ func checkParent(uc *net.UnixConn, want ExpectedParent) string {
 		return err.Error()
 	case want.PID == 0:
 		return ""
+	case pid == 0:
+		return fmt.Sprintf("held by a process in a pid namespace this one cannot see, not by the previous generation (pid %d, as its supervisor says)", want.PID)
 	case pid != want.PID:
 		return fmt.Sprintf("held by pid %d, not by the previous generation (pid %d, as its supervisor says)", pid, want.PID)
 	case want.StartTime == 0:
