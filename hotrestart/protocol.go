@@ -1,8 +1,12 @@
 // Package hotrestart is the protocol between two generations of hotproxy:
 // the next generation (the child) connects to the running one (the parent)
-// over a Unix socket, proves it runs as the same user, agrees on a protocol
-// version, receives every listening socket through SCM_RIGHTS and, once it
-// serves, tells the parent to drain.
+// over a Unix socket, each end checking that the other runs as the same
+// user or root (the child before it sends a byte, and, told by its
+// supervisor, that the listener is the very process it expects: see
+// DialParent), agrees on a protocol version, receives every listening
+// socket through SCM_RIGHTS and, once it serves, tells the parent to
+// drain. A restart socket's name another user holds is skipped for one of
+// its alternates (Addresses).
 //
 // Each message is one SOCK_SEQPACKET datagram holding a JSON object, with
 // the file descriptors it describes attached to it. A datagram keeps its
