@@ -298,15 +298,33 @@ func TestSupervisedReloadsWhileTheNextRestartSocketIsSquatted(t *testing.T) {
 	s := startSupervised(t, supervisedOpts{Config: c.TOML()})
 	sq := startSquatter(t, fmt.Sprintf("@hotproxy.%d.1", s.baseID), listener, false)
 
+	var parentArg string // what epoch 2 must be told of epoch 1
 	for epoch := 1; epoch <= 2; epoch++ {
 		res := s.cli("reload")
 		if res.Code != 0 || !strings.Contains(res.Stdout, fmt.Sprintf("epoch %d serves", epoch)) {
 			t.Fatalf("reload %d with @hotproxy.%d.1 squatted: exit %d\n%s%s", epoch, s.baseID, res.Code, res.Stdout, res.Stderr)
 		}
 		getOK(t, "http://"+listener+"/", 10)
+		if epoch == 1 {
+			g, _ := s.mustStatus().Serving()
+			started, err := hotrestart.ProcessStartTime(g.PID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parentArg = fmt.Sprintf("%d:%d", g.PID, started)
+		}
 	}
-	if g, ok := s.mustStatus().Serving(); !ok || g.Epoch != 2 {
-		t.Fatalf("after two reloads: serving %+v (ok %v), want epoch 2", g, ok)
+	g2, ok := s.mustStatus().Serving()
+	if !ok || g2.Epoch != 2 {
+		t.Fatalf("after two reloads: serving %+v (ok %v), want epoch 2", g2, ok)
+	}
+	// The supervisor named epoch 1 to epoch 2 by pid and start time.
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", g2.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\x00--restart-parent\x00" + parentArg + "\x00"; !strings.Contains(string(cmdline), want) {
+		t.Errorf("epoch 2's command line %q lacks %q", cmdline, want)
 	}
 	// Epoch 1 skipped the squatted name for an alternate, epoch 2 skipped
 	// the squatter for that alternate; both said who squats.
