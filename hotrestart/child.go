@@ -3,9 +3,16 @@ package hotrestart
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // Child is the next generation's end of a hand-over.
@@ -18,21 +25,156 @@ type Child struct {
 // generation of that epoch is running.
 var ErrNoParent = errors.New("no running generation to take over from")
 
-// Dial connects to the parent at addr and exchanges hello. timeout bounds
-// every read and write (DefaultTimeout when 0).
-func Dial(addr string, self Identity, timeout time.Duration) (*Child, error) {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+// ExpectedParent is the process a child expects to find listening at the
+// restart socket. The zero value expects any process that runs as this
+// process's effective uid or as root: all a child can check of a parent
+// in a pid namespace it cannot see (another container's, whose pid the
+// kernel reports as 0), or of one nobody told it about.
+type ExpectedParent struct {
+	// PID is the parent's pid; 0 checks the uid only.
+	PID int
+	// StartTime is the parent's start time (ProcessStartTime); with PID
+	// it names one process, even once the pid is reused. 0 with a PID:
+	// the pid alone.
+	StartTime uint64
+}
+
+// ParseExpectedParent reads "PID" or "PID:START_TIME" (see
+// ExpectedParent), as --restart-parent gives it.
+func ParseExpectedParent(s string) (ExpectedParent, error) {
+	pidStr, startStr, hasStart := strings.Cut(s, ":")
+	pid, err := strconv.Atoi(pidStr)
+	if err != nil || pid <= 0 {
+		return ExpectedParent{}, fmt.Errorf("parent %q: want PID or PID:START_TIME with a pid above 0", s)
 	}
-	uc, err := dial(addr, timeout)
-	if err != nil {
-		if errors.Is(err, ErrNotSupported) {
-			return nil, err
+	e := ExpectedParent{PID: pid}
+	if hasStart {
+		if e.StartTime, err = strconv.ParseUint(startStr, 10, 64); err != nil || e.StartTime == 0 {
+			return ExpectedParent{}, fmt.Errorf("parent %q: start time %q is not a number of clock ticks above 0 (want PID or PID:START_TIME)", s, startStr)
 		}
-		return nil, fmt.Errorf("restart socket %s: %w (%v)", addr, ErrNoParent, err)
 	}
-	c := &conn{uc: uc, timeout: timeout}
-	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
+	return e, nil
+}
+
+func (e ExpectedParent) String() string {
+	switch {
+	case e.PID == 0:
+		return "any process of this user or root"
+	case e.StartTime == 0:
+		return fmt.Sprintf("pid %d", e.PID)
+	}
+	return fmt.Sprintf("pid %d started at tick %d", e.PID, e.StartTime)
+}
+
+// DialOptions configure DialParent. The zero value of each optional field
+// is the default.
+type DialOptions struct {
+	// Addresses are tried in order (Addresses(baseID, epoch, dir)).
+	Addresses []string
+	// Self is sent to the parent in hello.
+	Self Identity
+	// Timeout bounds every read and write (default DefaultTimeout).
+	Timeout time.Duration
+	// Expect is the parent this child will talk to (default: any process
+	// of this user or root). Another listener is skipped before a byte is
+	// sent to it.
+	Expect ExpectedParent
+	// Logger warns about the listeners skipped (default: none).
+	Logger hclog.Logger
+}
+
+// Dial connects to the parent at addr and exchanges hello, checking first
+// that the parent runs as this user or root. timeout bounds every read
+// and write (DefaultTimeout when 0).
+func Dial(addr string, self Identity, timeout time.Duration) (*Child, error) {
+	return DialParent(DialOptions{Addresses: []string{addr}, Self: self, Timeout: timeout})
+}
+
+// DialParent connects to the first of opts.Addresses whose listener is the
+// expected parent, and exchanges hello. The listener's credentials are
+// checked before anything is sent: a name anyone may bind is not proof of
+// anything. A listener of another user, or not the expected process, is
+// skipped with a warning; if none is left, the error wraps ErrNoParent
+// and names what was skipped.
+func DialParent(opts DialOptions) (*Child, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	log = log.Named("hotrestart")
+	if len(opts.Addresses) == 0 {
+		return nil, errors.New("hotrestart: no restart socket address to dial")
+	}
+	var skipped []string
+	var firstErr error
+	for _, addr := range opts.Addresses {
+		uc, err := dial(addr, opts.Timeout)
+		if err != nil {
+			if errors.Is(err, ErrNotSupported) {
+				return nil, err
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if why := checkParent(uc, opts.Expect); why != "" {
+			// Not a byte to it: not even hello, which names this
+			// generation.
+			uc.Close()
+			log.Warn(fmt.Sprintf("restart socket %s: %s; not taking over from it (it gets nothing, not even a hello). "+
+				"Skipped; if nothing else answers, this generation does not take over. "+
+				"Find the process (ss -xlp | grep %s) and stop it", addr, why, strings.TrimPrefix(addr, "@")),
+				"restart_socket", addr)
+			skipped = append(skipped, addr+": "+why)
+			continue
+		}
+		return hello(uc, opts)
+	}
+	if len(skipped) > 0 {
+		return nil, fmt.Errorf("restart socket %s: %w: skipped %s", opts.Addresses[0], ErrNoParent, strings.Join(skipped, "; "))
+	}
+	return nil, fmt.Errorf("restart socket %s: %w (%v)", opts.Addresses[0], ErrNoParent, firstErr)
+}
+
+// checkParent says why the listener at the other end of uc is not the
+// expected parent, or "" when it is.
+func checkParent(uc *net.UnixConn, want ExpectedParent) string {
+	pid, err := unixsock.Authorize(uc)
+	var stranger *unixsock.StrangerError
+	switch {
+	case errors.As(err, &stranger):
+		return fmt.Sprintf("held by uid %d (pid %d), another user: only uid %d or root may be the previous generation",
+			stranger.UID, stranger.PID, stranger.Self)
+	case err != nil:
+		return err.Error()
+	case want.PID == 0:
+		return ""
+	case pid == 0:
+		return fmt.Sprintf("held by a process in a pid namespace this one cannot see, not by the previous generation (pid %d, as its supervisor says)", want.PID)
+	case pid != want.PID:
+		return fmt.Sprintf("held by pid %d, not by the previous generation (pid %d, as its supervisor says)", pid, want.PID)
+	case want.StartTime == 0:
+		return ""
+	}
+	started, err := ProcessStartTime(pid)
+	if err != nil {
+		return fmt.Sprintf("held by pid %d, whose start time cannot be read (%v)", pid, err)
+	}
+	if started != want.StartTime {
+		return fmt.Sprintf("held by pid %d started at tick %d, not by the previous generation (started at tick %d): the pid was reused",
+			pid, started, want.StartTime)
+	}
+	return ""
+}
+
+// hello exchanges hello on a connection to an authenticated parent.
+func hello(uc *net.UnixConn, opts DialOptions) (*Child, error) {
+	c := &conn{uc: uc, timeout: opts.Timeout}
+	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &opts.Self}, nil); err != nil {
 		uc.Close()
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/hotproxy/hotproxy/internal/unixsock"
@@ -161,22 +162,30 @@ func (c *conn) closeGracefully() {
 	c.uc.Close()
 }
 
-// parentPID reads the parent pid of pid from /proc/<pid>/stat, whose
-// second field (the command name, in parentheses) may hold spaces and
-// parentheses itself: the fields after it are counted from the last ')'.
-func parentPID(pid int) (int, error) {
+// procStat returns the fields of /proc/<pid>/stat after the command name:
+// fields[0] is field 3 (the state) of proc(5). The command name (field 2,
+// in parentheses) may hold spaces and parentheses itself, so the fields
+// are counted from the last ')'.
+func procStat(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
+		return nil, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
 	}
-	// ") S PPID ..."
-	fields := strings.Fields(string(b[i+1:]))
+	return strings.Fields(string(b[i+1:])), nil
+}
+
+// parentPID reads the parent pid of pid (field 4 of /proc/<pid>/stat).
+func parentPID(pid int) (int, error) {
+	fields, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
 	if len(fields) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: no parent pid in %q", pid, b)
+		return 0, fmt.Errorf("/proc/%d/stat: no parent pid in %q", pid, fields)
 	}
 	ppid, err := strconv.Atoi(fields[1])
 	if err != nil {
@@ -185,17 +194,70 @@ func parentPID(pid int) (int, error) {
 	return ppid, nil
 }
 
-// listen binds the restart socket (see unixsock.Listen: a path is mode
-// 0600, a stale one is replaced, a live one is an error).
-func listen(addr string) (*net.UnixListener, error) {
-	ln, err := unixsock.Listen("unixpacket", addr)
-	if errors.Is(err, unixsock.ErrInUse) {
-		return nil, fmt.Errorf("restart socket %s: %w", addr, ErrGenerationRunning)
-	}
+// ProcessStartTime is when process pid started, in clock ticks after boot
+// (field 22 of /proc/<pid>/stat). With the pid it names one process for
+// good: a pid is reused, a pid and its start time are not.
+func ProcessStartTime(pid int) (uint64, error) {
+	fields, err := procStat(pid)
 	if err != nil {
-		return nil, fmt.Errorf("restart socket %s: %w", addr, err)
+		return 0, err
 	}
-	return ln, nil
+	const startTimeField = 22 - 3 // fields[0] is field 3
+	if len(fields) <= startTimeField {
+		return 0, fmt.Errorf("/proc/%d/stat: no start time in %q", pid, fields)
+	}
+	t, err := strconv.ParseUint(fields[startTimeField], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: start time %q: %w", pid, fields[startTimeField], err)
+	}
+	return t, nil
+}
+
+// listen binds the first of addrs (Addresses: the restart socket's name,
+// then its alternates) that is free or can be taken (see unixsock.Listen:
+// a path is mode 0600, a stale one is replaced). A name a generation of
+// this user (or root) holds is ErrGenerationRunning: two generations must
+// never believe they are the same one. A name another user holds is
+// squatted — abstract names have no permissions, anyone may bind one
+// first — and is skipped with a warning for the next, so that a squatter
+// can neither block this generation nor be mistaken for it.
+func listen(addrs []string, log hclog.Logger) (*net.UnixListener, string, error) {
+	var squatted []string
+	for _, addr := range addrs {
+		ln, err := unixsock.Listen("unixpacket", addr)
+		if err == nil {
+			return ln, addr, nil
+		}
+		if !errors.Is(err, unixsock.ErrInUse) {
+			return nil, "", fmt.Errorf("restart socket %s: %w", addr, err)
+		}
+		uid, pid, herr := unixsock.Holder("unixpacket", addr, time.Second)
+		if herr != nil {
+			// Bound but not answering: bound without listen(2), or its
+			// backlog kept full. The kernel cannot say who listens, so
+			// look for the descriptor. A generation of ours (in the
+			// instant between its bind and listen) is found: this
+			// process may read its own user's descriptors.
+			var found bool
+			if uid, pid, found = unixsock.BoundBy(addr); !found {
+				log.Warn(fmt.Sprintf("restart socket %s is bound by a process that does not answer and that this one cannot see "+
+					"(another user's, or another pid namespace's): not a generation of this service; skipping it for the next name (%v)", addr, herr),
+					"restart_socket", addr)
+				squatted = append(squatted, addr+" by an unknown process")
+				continue
+			}
+		}
+		if self := os.Geteuid(); uid == self || uid == 0 {
+			return nil, "", fmt.Errorf("restart socket %s: %w (pid %d)", addr, ErrGenerationRunning, pid)
+		}
+		log.Warn(fmt.Sprintf("restart socket %s is held by another user (uid %d, pid %d), not by a generation of this service: "+
+			"skipping it for the next name; the next generation skips it too. Find out why uid %d binds it (ss -xlp | grep %s)",
+			addr, uid, pid, uid, strings.TrimPrefix(addr, "@")),
+			"restart_socket", addr, "holder_uid", uid, "holder_pid", pid)
+		squatted = append(squatted, fmt.Sprintf("%s by uid %d (pid %d)", addr, uid, pid))
+	}
+	return nil, "", fmt.Errorf("restart socket: %w: every name this generation may use is held by another user (%s): "+
+		"stop those processes, or run this generation with another --base-id", ErrSquatted, strings.Join(squatted, ", "))
 }
 
 func dial(addr string, timeout time.Duration) (*net.UnixConn, error) {

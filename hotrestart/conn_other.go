@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 type conn struct {
@@ -22,8 +24,11 @@ func (c *conn) closeGracefully() { c.uc.Close() }
 
 func parentPID(int) (int, error) { return 0, ErrNotSupported }
 
-func listen(addr string) (*net.UnixListener, error) {
-	return nil, fmt.Errorf("restart socket %s: %w", addr, ErrNotSupported)
+// ProcessStartTime needs Linux.
+func ProcessStartTime(int) (uint64, error) { return 0, ErrNotSupported }
+
+func listen(addrs []string, _ hclog.Logger) (*net.UnixListener, string, error) {
+	return nil, "", fmt.Errorf("restart socket %s: %w", addrs[0], ErrNotSupported)
 }
 
 func dial(addr string, _ time.Duration) (*net.UnixConn, error) {

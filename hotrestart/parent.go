@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,11 +19,36 @@ import (
 // successor: the abstract socket "@hotproxy.<base-id>.<epoch>", or a file
 // in dir when dir is set.
 func Address(baseID, epoch int, dir string) string {
+	return Addresses(baseID, epoch, dir)[0]
+}
+
+// MaxAlternates bounds the names a generation tries after Address when
+// another user holds it: "@hotproxy.<base-id>.<epoch>.1" to ".7" (or
+// "hotproxy.<base-id>.<epoch>.<n>.sock" in dir).
+const MaxAlternates = 7
+
+// Addresses lists, in order, the names generation epoch of base-id baseID
+// may listen on: Address first, then its MaxAlternates alternates. The
+// parent binds the first one that no other user holds; the child tries
+// them in the same order and takes the first whose listener
+// authenticates. Abstract names have no permissions: whoever binds one
+// first holds it, so a fixed name alone would let any local user block
+// every hand-over, or pose as the parent.
+func Addresses(baseID, epoch int, dir string) []string {
 	name := fmt.Sprintf("hotproxy.%d.%d", baseID, epoch)
-	if dir == "" {
-		return "@" + name
+	addrs := make([]string, 0, 1+MaxAlternates)
+	for i := 0; i <= MaxAlternates; i++ {
+		n := name
+		if i > 0 {
+			n += "." + strconv.Itoa(i)
+		}
+		if dir == "" {
+			addrs = append(addrs, "@"+n)
+		} else {
+			addrs = append(addrs, filepath.Join(dir, n+".sock"))
+		}
 	}
-	return filepath.Join(dir, name+".sock")
+	return addrs
 }
 
 // Handler is the serving generation's side of a hand-over. Its methods are
@@ -65,6 +91,9 @@ type TicketKeySource interface {
 type ParentOptions struct {
 	// Address to listen on (see Address).
 	Address string
+	// Alternates are tried in order when another user holds Address
+	// (see Addresses); none by default.
+	Alternates []string
 	// Self is sent to the child in hello.
 	Self    Identity
 	Handler Handler
@@ -90,6 +119,7 @@ type Parent struct {
 	opts ParentOptions
 	log  hclog.Logger
 	ln   *net.UnixListener
+	addr string // the one of Address and Alternates bound
 
 	// refusals warn about the peers turned away, one limiter per kind of
 	// refusal: whoever can connect can trigger these at will, so each logs
@@ -125,11 +155,12 @@ func Listen(opts ParentOptions) (*Parent, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	ln, err := listen(opts.Address)
+	log = log.Named("hotrestart")
+	ln, addr, err := listen(append([]string{opts.Address}, opts.Alternates...), log)
 	if err != nil {
 		return nil, err
 	}
-	p := &Parent{opts: opts, log: log.Named("hotrestart"), ln: ln, conns: map[*net.UnixConn]struct{}{}}
+	p := &Parent{opts: opts, log: log, ln: ln, addr: addr, conns: map[*net.UnixConn]struct{}{}}
 	for i := range p.refusals {
 		p.refusals[i].Log = p.log
 	}
@@ -148,8 +179,9 @@ const (
 	numRefusalKinds
 )
 
-// Addr is the address the parent listens on.
-func (p *Parent) Addr() string { return p.opts.Address }
+// Addr is the address the parent listens on: Address, or the alternate it
+// fell back to.
+func (p *Parent) Addr() string { return p.addr }
 
 // Refused counts the peers that were turned away.
 func (p *Parent) Refused() uint64 {

@@ -1,8 +1,12 @@
 // Package hotrestart is the protocol between two generations of hotproxy:
 // the next generation (the child) connects to the running one (the parent)
-// over a Unix socket, proves it runs as the same user, agrees on a protocol
-// version, receives every listening socket through SCM_RIGHTS and, once it
-// serves, tells the parent to drain.
+// over a Unix socket, each end checking that the other runs as the same
+// user or root (the child before it sends a byte, and, told by its
+// supervisor, that the listener is the very process it expects: see
+// DialParent), agrees on a protocol version, receives every listening
+// socket through SCM_RIGHTS and, once it serves, tells the parent to
+// drain. A restart socket's name another user holds is skipped for one of
+// its alternates (Addresses).
 //
 // Each message is one SOCK_SEQPACKET datagram holding a JSON object, with
 // the file descriptors it describes attached to it. A datagram keeps its
@@ -93,6 +97,10 @@ var ErrNotSupported = errors.New("hot restart is not supported on this platform"
 // ErrGenerationRunning: a generation already listens on the restart
 // socket this one wanted.
 var ErrGenerationRunning = errors.New("another generation is listening on this restart socket")
+
+// ErrSquatted: every name a generation may listen on (Addresses) is held
+// by another user.
+var ErrSquatted = errors.New("the restart socket's names are held by another user")
 
 // ErrRefused is wrapped by the errors a peer answered with an error message.
 var ErrRefused = errors.New("refused by the other generation")

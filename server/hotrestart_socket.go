@@ -21,10 +21,11 @@ import (
 // when a generation of the same base-id and epoch already runs: two
 // generations must never believe they are the same one.
 func (s *Server) listenForSuccessor() error {
-	addr := hotrestart.Address(s.opts.BaseID, s.opts.Epoch, s.cfg.HotRestart.SocketDir)
+	addrs := hotrestart.Addresses(s.opts.BaseID, s.opts.Epoch, s.cfg.HotRestart.SocketDir)
 	timeout := s.cfg.HotRestart.HandoffTimeout.D()
 	p, err := hotrestart.Listen(hotrestart.ParentOptions{
-		Address:      addr,
+		Address:      addrs[0],
+		Alternates:   addrs[1:],
 		Self:         s.restartIdentity(),
 		Handler:      successorHandler{hr: &s.hr, tls: s.tls},
 		Logger:       s.log,
@@ -39,6 +40,10 @@ func (s *Server) listenForSuccessor() error {
 	}
 	if err != nil {
 		return err
+	}
+	if p.Addr() != addrs[0] {
+		s.log.Warn("listening for the next generation on an alternate restart socket: another user holds the usual one",
+			"restart_socket", p.Addr(), "usual", addrs[0])
 	}
 	s.hr.listener = p
 	return nil

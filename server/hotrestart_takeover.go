@@ -50,8 +50,22 @@ func (s *Server) restartIdentity() hotrestart.Identity {
 // sockets. With no such generation and AllowColdStart, it returns no
 // sockets and the generation binds its own.
 func (s *Server) takeOver() (inherited map[workers.SocketKey]*os.File, admin net.Listener, err error) {
-	addr := hotrestart.Address(s.opts.BaseID, s.opts.Epoch-1, s.cfg.HotRestart.SocketDir)
-	ch, err := hotrestart.Dial(addr, s.restartIdentity(), s.cfg.HotRestart.HandoffTimeout.D())
+	addrs := hotrestart.Addresses(s.opts.BaseID, s.opts.Epoch-1, s.cfg.HotRestart.SocketDir)
+	addr := addrs[0]
+	if s.opts.NoParent {
+		// The supervisor's word, from its own process table: nothing of
+		// epoch N-1 serves. Whatever listens at its name is not ours.
+		s.log.Warn("the supervisor says no generation serves: starting cold, without dialing the previous epoch's restart socket",
+			"restart_socket", addr)
+		return nil, nil, nil
+	}
+	ch, err := hotrestart.DialParent(hotrestart.DialOptions{
+		Addresses: addrs,
+		Self:      s.restartIdentity(),
+		Timeout:   s.cfg.HotRestart.HandoffTimeout.D(),
+		Expect:    s.opts.Parent,
+		Logger:    s.log,
+	})
 	if err != nil {
 		if errors.Is(err, hotrestart.ErrNoParent) && s.opts.AllowColdStart {
 			s.log.Warn("no previous generation to take over from: starting cold", "restart_socket", addr)

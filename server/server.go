@@ -64,6 +64,17 @@ type Options struct {
 	// AllowColdStart lets a generation of epoch N > 0 start cold when no
 	// generation of epoch N-1 answers.
 	AllowColdStart bool
+	// Parent is the generation of epoch N-1 to take over from: the
+	// supervisor says which, by pid and start time, from its own process
+	// table (--restart-parent). A listener at the restart socket that is
+	// not it is skipped before it is told anything. The zero value takes
+	// any generation of this user or root (a hand-started `serve`, or a
+	// take-over from another container).
+	Parent hotrestart.ExpectedParent
+	// NoParent: no generation of epoch N-1 serves (the supervisor says so:
+	// it crashed), so this one starts cold and dials nothing, whatever
+	// listens at the restart socket (--restart-parent none).
+	NoParent bool
 	// SupervisorPID is the pid of the supervisor this generation runs
 	// under (hotrestart.SupervisorFromEnv), 0 for none. A supervised
 	// generation says so to the one it takes over from, and hands over

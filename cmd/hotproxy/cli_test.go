@@ -70,6 +70,10 @@ func TestCLI(t *testing.T) {
 			stderr: []string{"hotproxy status:", "invalid value", "run 'hotproxy help status'"}, maxErrLine: 1},
 		{name: "stray argument", args: []string{"reload", "now"}, rc: exitUsage,
 			stderr: []string{`hotproxy reload: unexpected argument "now"`, "hotproxy help reload"}, maxErrLine: 1},
+		{name: "restart-parent malformed", args: []string{"serve", "--restart-epoch", "1", "--restart-parent", "12:x"}, rc: exitUsage,
+			stderr: []string{"hotproxy serve: --restart-parent:", `"12:x"`, "PID:START_TIME", `"none"`}, maxErrLine: 1},
+		{name: "restart-parent at epoch 0", args: []string{"serve", "--restart-parent", "none"}, rc: exitUsage,
+			stderr: []string{"--restart-parent needs --restart-epoch N > 0"}, maxErrLine: 1},
 		{name: "unknown verb", args: []string{"restart"}, rc: exitUsage,
 			stderr: []string{`unknown verb "restart"`, "hotproxy help"}, maxErrLine: 1},
 	} {

@@ -148,6 +148,9 @@ func serve(args []string, stderr io.Writer) int {
 	baseID := fs.Int("base-id", 0, "`id` of this hotproxy instance: tells apart the restart sockets and stats regions (default /dev/shm/hotproxy.<id>.stats, see [stats] path) of instances on one machine")
 	epoch := fs.Int("restart-epoch", 0, "hot-restart `epoch`: 0 starts cold; N > 0 takes over from the running generation of epoch N-1")
 	allowCold := fs.Bool("allow-cold-start", false, "with --restart-epoch N > 0: start cold when no generation of epoch N-1 is running")
+	restartParent := fs.String("restart-parent", "", "with --restart-epoch N > 0: the generation to take over from, `PID[:START]` (START: its start time, /proc/PID/stat field 22), "+
+		"or \"none\" to start cold without dialing; a listener on the restart socket that is not it is skipped, unspoken to. "+
+		"The supervisor sets it; default: any generation of this user or root")
 	readyFD := fs.Int("ready-fd", -1, "file `descriptor` to write \"READY <pid>\" to once serving (or \"FAILED <reason>\" on a failed start), then close")
 	// A fault-injection hook for the integration tests, kept out of the
 	// flag set so that --help never offers it.
@@ -158,6 +161,19 @@ func serve(args []string, stderr io.Writer) int {
 	if *baseID < 0 || *epoch < 0 {
 		fmt.Fprintln(stderr, "hotproxy serve: --base-id and --restart-epoch must be 0 or more")
 		return exitUsage
+	}
+	var parent hotrestart.ExpectedParent
+	noParent := *restartParent == "none"
+	if *restartParent != "" && *epoch == 0 {
+		fmt.Fprintln(stderr, "hotproxy serve: --restart-parent needs --restart-epoch N > 0 (epoch 0 takes over from nobody)")
+		return exitUsage
+	}
+	if *restartParent != "" && !noParent {
+		var err error
+		if parent, err = hotrestart.ParseExpectedParent(*restartParent); err != nil {
+			fmt.Fprintf(stderr, "hotproxy serve: --restart-parent: %v (or \"none\")\n", err)
+			return exitUsage
+		}
 	}
 	ready := newReadyReporter(*readyFD)
 	defer ready.close()
@@ -200,6 +216,8 @@ func serve(args []string, stderr io.Writer) int {
 		BaseID:            *baseID,
 		Epoch:             *epoch,
 		AllowColdStart:    *allowCold,
+		Parent:            parent,
+		NoParent:          noParent,
 		SupervisorPID:     hotrestart.SupervisorFromEnv(),
 		OnReady:           ready.ready,
 		LogFile:           logFile,

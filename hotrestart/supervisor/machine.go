@@ -69,6 +69,16 @@ type generation struct {
 	drainingSince time.Time
 	version       string
 	binary        string
+	// startTime is the process's start time (hotrestart.ProcessStartTime),
+	// read by the process table while the child is its own and unreaped:
+	// with pid, it names this process for good.
+	startTime uint64
+	// parent is whom this generation is told to take over from (see
+	// parentKind); parentPID and parentStartTime name it when it is one of
+	// this supervisor's generations.
+	parent          parentKind
+	parentPID       int
+	parentStartTime uint64
 	// commitWaiters wait for this generation to outlive its commit
 	// window (or to be superseded by a newer one) as the serving one.
 	commitWaiters []chan ReloadResult
@@ -80,6 +90,23 @@ type generation struct {
 	exited     bool
 	exitStatus string
 }
+
+// parentKind is what the supervisor tells a new generation of the one it
+// takes over from, from its own process table — never from what listens
+// at a restart socket, which any local user may have bound first.
+type parentKind int
+
+const (
+	// parentNone: nothing serves (it crashed, or this is epoch 0): start
+	// cold and dial nothing.
+	parentNone parentKind = iota
+	// parentGeneration: the serving generation, by pid and start time.
+	parentGeneration
+	// parentAny: a generation this supervisor did not start (TakeOver:
+	// another container's, whose pid this one may not see): any process
+	// of this user or root.
+	parentAny
+)
 
 // exit is how a reaped generation ended.
 type exit struct {
@@ -318,6 +345,13 @@ func (m *machine) startOp() {
 // spawn starts a generation for op.
 func (m *machine) spawn(op *reloadOp, coldOK bool) error {
 	g := &generation{epoch: m.nextEpoch(), state: StateStarting, started: m.now()}
+	switch p := m.serving(); {
+	case p != nil:
+		g.parent, g.parentPID, g.parentStartTime = parentGeneration, p.pid, p.startTime
+	case op.initial && g.epoch > 0:
+		// Only a take-over starts past epoch 0 (runningEpoch found one).
+		g.parent = parentAny
+	}
 	if err := m.procs.start(g, coldOK); err != nil {
 		return err
 	}

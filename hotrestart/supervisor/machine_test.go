@@ -29,6 +29,7 @@ func (f *fakeTable) start(g *generation, coldOK bool) error {
 	}
 	f.nextPID++
 	g.pid, g.binary, g.version = 100+f.nextPID, "/fake/hotproxy", "test"
+	g.startTime = uint64(g.pid) * 1000
 	f.started = append(f.started, g)
 	return nil
 }
@@ -144,6 +145,37 @@ func TestMachineReloadsCoalesce(t *testing.T) {
 	h.wantStates("0:draining 1:draining 2:serving")
 	if h.m.reloads != 2 {
 		t.Errorf("reloads counted: %d, want 2", h.m.reloads)
+	}
+}
+
+// TestMachineTellsEachGenerationItsParent: a reload's generation is told
+// the serving one by pid and start time, from the machine's own table; a
+// cold start after a crash is told that none serves, so that it dials
+// nothing (whatever another user bound on the dead one's name).
+func TestMachineTellsEachGenerationItsParent(t *testing.T) {
+	h := newMachineHarness(t, time.Second)
+	g0 := h.m.serving()
+	if g0.parent != parentNone {
+		t.Fatalf("epoch 0: parent %v, want none", g0.parent)
+	}
+	h.m.requestReload(nil, false)
+	h.tick()
+	g1 := h.newest()
+	if g1.parent != parentGeneration || g1.parentPID != g0.pid || g1.parentStartTime != g0.startTime || g0.startTime == 0 {
+		t.Fatalf("reload: parent %v pid %d start %d, want the serving generation's pid %d start %d",
+			g1.parent, g1.parentPID, g1.parentStartTime, g0.pid, g0.startTime)
+	}
+	h.ready(g1)
+	h.clock.advance(10 * time.Second) // past g0's commit window: no rollback
+	h.m.onExit(g1, exit{how: "killed by SIGKILL"})
+	h.clock.t = h.tick()
+	h.tick()
+	g2 := h.newest()
+	if g2 == g1 || g2.epoch != 2 {
+		t.Fatalf("no cold start after the serving generation was killed (%s)", h.states())
+	}
+	if g2.parent != parentNone || g2.parentPID != 0 {
+		t.Fatalf("cold start after a crash: parent %v pid %d, want none", g2.parent, g2.parentPID)
 	}
 }
 

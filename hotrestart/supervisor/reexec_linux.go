@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/version"
 )
 
@@ -232,9 +233,13 @@ func (s *Supervisor) resume() (bool, error) {
 	s.cfg.Server.DrainTime, s.cfg.Server.ParentShutdownTime = t.Drain, t.ParentShutdown
 	s.cfg.HotRestart.CommitWindow, s.cfg.HotRestart.HandoffTimeout = t.CommitWindow, t.Handoff
 	for _, g := range st.Gens {
+		// Read again rather than carried: they are still this process's
+		// unreaped children, so /proc is authoritative.
+		startTime, _ := hotrestart.ProcessStartTime(g.PID)
 		s.gens = append(s.gens, &generation{
 			epoch: g.Epoch, pid: g.PID, state: g.State, started: g.Started, readyAt: g.ReadyAt,
 			drainingSince: g.DrainingSince, version: g.Version, binary: g.Binary, hurried: g.Hurried,
+			startTime: startTime,
 		})
 	}
 	if st.ControlFD >= 0 {

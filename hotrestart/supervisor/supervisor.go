@@ -17,9 +17,12 @@
 //
 // The contract with a generation is the command line of `hotproxy serve`:
 //
-//	serve [-c FILE] --base-id B --restart-epoch N [--allow-cold-start] --ready-fd 3
+//	serve [-c FILE] --base-id B --restart-epoch N [--allow-cold-start] [--restart-parent PID:START|none] --ready-fd 3
 //
-// The generation writes "READY <pid>\n" or "FAILED <reason>\n" to fd 3.
+// --restart-parent names the generation to take over from, from this
+// supervisor's own process table (pid and /proc start time), or says that
+// none serves (start cold, dial nothing); see docs/hot-restart.md. The
+// generation writes "READY <pid>\n" or "FAILED <reason>\n" to fd 3.
 package supervisor
 
 import (

@@ -168,7 +168,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.op = &reloadOp{initial: true}
 		coldOK := false
 		if s.opts.TakeOver {
-			if e, ok := runningEpoch(s.opts.BaseID, s.cfg.HotRestart.SocketDir); ok {
+			if e, ok := runningEpoch(s.opts.BaseID, s.cfg.HotRestart.SocketDir, s.log); ok {
 				s.log.Info("taking over from a running generation this supervisor did not start", "epoch", e)
 				s.lastEpoch = e
 			} else {
@@ -296,6 +296,14 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 	if coldOK && g.epoch > 0 {
 		args = append(args, "--allow-cold-start")
 	}
+	if g.epoch > 0 {
+		switch g.parent {
+		case parentGeneration:
+			args = append(args, "--restart-parent", fmt.Sprintf("%d:%d", g.parentPID, g.parentStartTime))
+		case parentNone:
+			args = append(args, "--restart-parent", "none")
+		}
+	}
 	args = append(args, s.opts.ExtraArgs...)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -315,6 +323,11 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 		return fmt.Errorf("epoch %d: start %s: %w", g.epoch, binary, err)
 	}
 	g.pid, g.version, g.binary = pid, ver, binary
+	// Read now, while it is this process's unreaped child: the pid cannot
+	// be anyone else's yet. Its successor is told pid and start time.
+	if g.startTime, err = hotrestart.ProcessStartTime(pid); err != nil {
+		s.log.Warn("cannot read the start time of a generation; its successor will check its pid only", "epoch", g.epoch, "pid", pid, "error", err)
+	}
 	go readReady(g, r, s.readyTimeout(), s.readyCh, s.exited)
 	return nil
 }

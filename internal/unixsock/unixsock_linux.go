@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,16 +66,103 @@ func PeerCred(uc *net.UnixConn) (uid, pid int, err error) {
 	return int(cred.Uid), int(cred.Pid), nil
 }
 
-// Authorize lets in a peer that runs as this process's uid or as root and
-// returns its pid. Any other peer is a *StrangerError; a peer the kernel
-// cannot identify is another error.
+// Authorize lets in a peer that runs as this process's effective uid or
+// as root and returns its pid. Any other peer is a *StrangerError; a peer
+// the kernel cannot identify is another error. It works the same on
+// either end: a server checks who connected, a client checks who
+// listens (the kernel records the listener's credentials at listen(2)),
+// which is what a client of an abstract name must do before it says
+// anything, since anyone may bind such a name first.
+//
+// The pid is 0 for a peer in a pid namespace this process cannot see
+// (another container): the uid is all there is to check then.
 func Authorize(uc *net.UnixConn) (pid int, err error) {
 	uid, pid, err := PeerCred(uc)
 	if err != nil {
 		return 0, fmt.Errorf("cannot identify the peer: %w", err)
 	}
-	if self := os.Getuid(); uid != self && uid != 0 {
+	// SO_PEERCRED records the effective uid, so compare with ours.
+	if self := os.Geteuid(); uid != self && uid != 0 {
 		return pid, &StrangerError{UID: uid, PID: pid, Self: self}
 	}
 	return pid, nil
+}
+
+// Holder dials the listener at addr and returns its credentials, without
+// saying anything to it: who squats a name this process wanted to bind.
+func Holder(network, addr string, timeout time.Duration) (uid, pid int, err error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial(network, addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	return PeerCred(c.(*net.UnixConn))
+}
+
+// BoundBy finds the process holding a socket bound to addr, from
+// /proc/net/unix and the processes' descriptors: for a name that is bound
+// but does not answer (bound without listen(2), or a backlog kept full),
+// where Holder cannot ask the kernel. ok is false when no process this one
+// may inspect holds it (another user's descriptors are readable by root
+// only).
+func BoundBy(addr string) (uid, pid int, ok bool) {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return 0, 0, false
+	}
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) == 8 && f[7] == addr {
+			inodes["socket:["+f[6]+"]"] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return 0, 0, false
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		fdDir := "/proc/" + p.Name() + "/fd"
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(fdDir + "/" + fd.Name())
+			if err != nil || !inodes[target] {
+				continue
+			}
+			if uid, err := effectiveUID(pid); err == nil {
+				return uid, pid, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+// effectiveUID reads the effective uid of pid ("Uid:" in
+// /proc/<pid>/status: real, effective, saved, filesystem), what
+// SO_PEERCRED would have said.
+func effectiveUID(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) >= 2 {
+				return strconv.Atoi(f[1])
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no Uid line", pid)
 }

@@ -5,7 +5,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestListenPathIsPrivateAndStaleFilesAreReplaced(t *testing.T) {
@@ -73,5 +77,41 @@ func TestAuthorizeLetsThisUserIn(t *testing.T) {
 	}
 	if pid != os.Getpid() {
 		t.Errorf("peer pid %d, want %d (this process)", pid, os.Getpid())
+	}
+}
+
+// TestHolderAndBoundBy: Holder asks the kernel who listens at a name;
+// BoundBy finds who holds a name bound without listening, which Holder
+// cannot reach.
+func TestHolderAndBoundBy(t *testing.T) {
+	addr := "@hotproxy-unixsock-test.holder." + strconv.Itoa(os.Getpid())
+	ln, err := Listen("unixpacket", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, pid, err := Holder("unixpacket", addr, time.Second)
+	ln.Close()
+	if err != nil || uid != os.Geteuid() || pid != os.Getpid() {
+		t.Fatalf("Holder = uid %d pid %d, %v; want this process (uid %d pid %d)", uid, pid, err, os.Geteuid(), os.Getpid())
+	}
+
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	silent := addr + ".silent"
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: silent}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Holder("unixpacket", silent, time.Second); err == nil {
+		t.Fatal("Holder of a name bound without listen: no error")
+	}
+	uid, pid, ok := BoundBy(silent)
+	if !ok || uid != os.Geteuid() || pid != os.Getpid() {
+		t.Fatalf("BoundBy = uid %d pid %d ok %v; want this process (uid %d pid %d)", uid, pid, ok, os.Geteuid(), os.Getpid())
+	}
+	if _, _, ok := BoundBy(addr + ".nobody-binds-this"); ok {
+		t.Fatal("BoundBy of a free name: found a holder")
 	}
 }

@@ -5,6 +5,7 @@ package unixsock
 import (
 	"fmt"
 	"net"
+	"time"
 )
 
 // Listen needs Linux.
@@ -17,3 +18,11 @@ func PeerCred(*net.UnixConn) (uid, pid int, err error) { return 0, 0, ErrNotSupp
 
 // Authorize needs Linux.
 func Authorize(*net.UnixConn) (int, error) { return 0, ErrNotSupported }
+
+// Holder needs Linux.
+func Holder(network, addr string, timeout time.Duration) (uid, pid int, err error) {
+	return 0, 0, ErrNotSupported
+}
+
+// BoundBy needs Linux.
+func BoundBy(string) (uid, pid int, ok bool) { return 0, 0, false }

@@ -79,6 +79,7 @@ func Main(args []string) int {
 	epoch := fs.Int("restart-epoch", 0, "")
 	readyFD := fs.Int("ready-fd", -1, "")
 	cold := fs.Bool("allow-cold-start", false, "")
+	fs.String("restart-parent", "", "")
 	fs.String("log-level", "", "")
 	fs.String("log-format", "", "")
 	if err := fs.Parse(args[1:]); err != nil {
