@@ -33,6 +33,18 @@ func schemaKeysOfKind(k kind) []string {
 	return keys
 }
 
+// declaredBounds maps every key of kind k that declares a bound, by its
+// path in the schema, to its range.
+func declaredBounds(k kind) map[string][2]int64 {
+	m := map[string][2]int64{}
+	for _, path := range schemaKeysOfKind(k) {
+		if f := lookupField(path); f.hasBound {
+			m[path] = [2]int64{f.min, f.max}
+		}
+	}
+	return m
+}
+
 // TestEveryNumberHasABound: a number or a duration without a bound is how
 // max_header_bytes near 2^63 and flush_interval = "1ns" got through.
 func TestEveryNumberHasABound(t *testing.T) {
@@ -40,29 +52,14 @@ func TestEveryNumberHasABound(t *testing.T) {
 	if len(durations) < 10 || len(ints) < 5 {
 		t.Fatalf("the schema walk found too few keys to prove anything: %v %v", durations, ints)
 	}
-	for _, k := range durations {
-		if _, ok := durationBounds[k]; !ok {
-			t.Errorf("duration key %s has no entry in durationBounds", k)
+	for _, k := range append(durations, ints...) {
+		if !lookupField(k).hasBound {
+			t.Errorf("key %s declares no bound (add a bound:\"MIN..MAX\" tag to its field)", k)
 		}
 	}
-	for _, k := range ints {
-		if _, ok := intBounds[k]; !ok {
-			t.Errorf("integer key %s has no entry in intBounds", k)
-		}
-	}
-	for k := range durationBounds {
-		if !slices.Contains(durations, k) {
-			t.Errorf("durationBounds has %s, which is not a duration of the schema", k)
-		}
-	}
-	for k := range intBounds {
-		if !slices.Contains(ints, k) {
-			t.Errorf("intBounds has %s, which is not an integer of the schema", k)
-		}
-	}
-	for k, b := range durationBounds {
-		if b.min <= 0 || b.max < b.min {
-			t.Errorf("%s: bound %v..%v", k, b.min, b.max)
+	for k, b := range declaredBounds(kDuration) {
+		if b[0] <= 0 {
+			t.Errorf("%s: bound %v..%v: a duration's minimum must be above 0", k, time.Duration(b[0]), time.Duration(b[1]))
 		}
 	}
 }
@@ -78,7 +75,7 @@ func boundCase(t *testing.T, path, value string) (data, key string) {
 		extra := ""
 		if path == "server.parent_shutdown_time" {
 			// parent_shutdown_time must also be at least drain_time.
-			extra = fmt.Sprintf("drain_time = %q\n", durationBounds["server.drain_time"].min)
+			extra = fmt.Sprintf("drain_time = %q\n", time.Duration(declaredBounds(kDuration)["server.drain_time"][0]))
 		}
 		return "[" + section + "]\n" + extra + kv + webOK + clusterC, path
 	case "listeners":
@@ -122,7 +119,8 @@ func TestBounds(t *testing.T) {
 		outShown, rangeText []string // in the failures' messages
 	}
 	var rows []row
-	for path, b := range durationBounds {
+	for path, bb := range declaredBounds(kDuration) {
+		b := struct{ min, max time.Duration }{time.Duration(bb[0]), time.Duration(bb[1])}
 		q := func(d time.Duration) string { return strconv.Quote(d.String()) }
 		out := []string{q(b.min - 1), q(b.max + 1), q(0), q(-b.min)}
 		if path == "listeners.routes.timeout" || path == "listeners.routes.per_try_timeout" {
@@ -138,7 +136,8 @@ func TestBounds(t *testing.T) {
 			rangeText: []string{"must be between " + shortDuration(b.min) + " and " + shortDuration(b.max), "default, "},
 		})
 	}
-	for path, b := range intBounds {
+	for path, bb := range declaredBounds(kInt) {
+		b := struct{ min, max int }{int(bb[0]), int(bb[1])}
 		s := strconv.Itoa
 		rows = append(rows, row{
 			path:      path,

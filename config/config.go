@@ -179,26 +179,26 @@ type Config struct {
 type Server struct {
 	// Concurrency is the number of workers; 0 means one per CPU this
 	// process may run on.
-	Concurrency int `toml:"concurrency" json:"concurrency"`
+	Concurrency int `toml:"concurrency" json:"concurrency" bound:"0..MaxConcurrency" note:"0, the default, means one worker per CPU this process may run on"`
 	// DrainTime bounds a drain: keep-alive connections are closed and
 	// in-flight HTTP requests must finish within it.
-	DrainTime Duration `toml:"drain_time" json:"drain_time"`
+	DrainTime Duration `toml:"drain_time" json:"drain_time" default:"30s" bound:"100ms..24h"`
 	// ParentShutdownTime bounds how long a draining generation may keep
 	// long-lived (TCP-proxy) connections before it exits.
-	ParentShutdownTime Duration `toml:"parent_shutdown_time" json:"parent_shutdown_time"`
+	ParentShutdownTime Duration `toml:"parent_shutdown_time" json:"parent_shutdown_time" bound:"100ms..168h"`
 	// ReusePort gives every worker its own SO_REUSEPORT socket per listener
 	// (default true on Linux); false shares one socket among all workers.
-	ReusePort *bool `toml:"reuse_port" json:"reuse_port"`
+	ReusePort *bool `toml:"reuse_port" json:"reuse_port" default:"true"`
 	// MaxConnections bounds the client connections of all listeners
 	// together; 0 derives it from the open-file limit, keeping a reserve
 	// of descriptors for the admin API, the restart socket and upstream
 	// connections.
-	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections"`
+	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections" bound:"0..MaxConnectionsLimit" note:"0, the default, derives the bound from the open-file limit"`
 }
 
 // Admin is the admin API's listener.
 type Admin struct {
-	Address string `toml:"address" json:"address"`
+	Address string `toml:"address" json:"address" default:"127.0.0.1:9901"`
 	// AllowRemote lets Address be other than a loopback address. The
 	// admin API has no authentication and can drain and stop the proxy,
 	// so exposing it beyond this host must be a decision, not a typo.
@@ -219,10 +219,10 @@ type HotRestart struct {
 	// CommitWindow is how long after the next generation is ready this
 	// one keeps its listening sockets, ready to serve again if the next
 	// one dies.
-	CommitWindow Duration `toml:"commit_window" json:"commit_window"`
+	CommitWindow Duration `toml:"commit_window" json:"commit_window" default:"5s" bound:"10ms..1h"`
 	// HandoffTimeout bounds each step of the hand-over (connect, hello,
 	// sockets) and the wait for the next generation to become ready.
-	HandoffTimeout Duration `toml:"handoff_timeout" json:"handoff_timeout"`
+	HandoffTimeout Duration `toml:"handoff_timeout" json:"handoff_timeout" default:"10s" bound:"100ms..1h"`
 	// MaxDrainingGenerations bounds the generations draining at once
 	// (reloads may come faster than generations drain); past it the
 	// supervisor hurries the oldest draining one: it stops as on SIGTERM,
@@ -230,7 +230,7 @@ type HotRestart struct {
 	// serving one and one starting, at most MaxDrainingGenerations+2
 	// generations are alive; a reload that would exceed that waits for a
 	// hurried one to exit.
-	MaxDrainingGenerations int `toml:"max_draining_generations" json:"max_draining_generations"`
+	MaxDrainingGenerations int `toml:"max_draining_generations" json:"max_draining_generations" default:"2" bound:"1..62" note:"past it the oldest draining generation is hurried"`
 }
 
 // Stats configures the shared-memory stats region that every generation of
@@ -239,9 +239,9 @@ type Stats struct {
 	// Path of the region file. Empty: /dev/shm/hotproxy.<base-id>.stats.
 	Path string `toml:"path,omitempty" json:"path,omitempty"`
 	// FileMode is the mode of a created region file, in octal ("0640").
-	FileMode string `toml:"file_mode" json:"file_mode"`
+	FileMode string `toml:"file_mode" json:"file_mode" default:"0640"`
 	// FlushInterval is how often histograms are merged into the region.
-	FlushInterval Duration `toml:"flush_interval" json:"flush_interval"`
+	FlushInterval Duration `toml:"flush_interval" json:"flush_interval" default:"1s" bound:"10ms..5m"`
 }
 
 // Mode returns FileMode as a file mode; a FileMode that does not parse
@@ -268,8 +268,8 @@ func parseFileMode(s string) (os.FileMode, error) {
 
 // Log configures the process logger.
 type Log struct {
-	Level  string `toml:"level" json:"level"`   // trace, debug, info, warn, error
-	Format string `toml:"format" json:"format"` // text or json
+	Level  string `toml:"level" json:"level" default:"info"`   // trace, debug, info, warn, error
+	Format string `toml:"format" json:"format" default:"text"` // text or json
 	// Path is the file the process log is appended to (O_APPEND, created
 	// 0640), by the supervisor and every generation alike, and opened
 	// again on SIGUSR1 after logrotate moved it. "" (the default) is
@@ -291,33 +291,33 @@ type Listener struct {
 	// IdleTimeout closes a connection with no traffic for this long
 	// (tcp: either direction; http: between requests on a keep-alive
 	// connection).
-	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
+	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout" bound:"100ms..168h"`
 	// RequestTimeout bounds one HTTP request from its first byte to the
 	// end of the response headers from upstream.
-	RequestTimeout Duration `toml:"request_timeout,omitzero" json:"request_timeout,omitempty"`
+	RequestTimeout Duration `toml:"request_timeout,omitzero" json:"request_timeout,omitempty" default:"60s" bound:"10ms..24h" only:"http"`
 	// HeaderTimeout bounds reading a request's headers (slowloris).
-	HeaderTimeout Duration `toml:"header_timeout,omitzero" json:"header_timeout,omitempty"`
+	HeaderTimeout Duration `toml:"header_timeout,omitzero" json:"header_timeout,omitempty" default:"10s" bound:"10ms..1h" only:"http"`
 	// MaxHeaderBytes bounds a request's header block; larger gets 431.
-	MaxHeaderBytes int `toml:"max_header_bytes,omitzero" json:"max_header_bytes,omitempty"`
+	MaxHeaderBytes int `toml:"max_header_bytes,omitzero" json:"max_header_bytes,omitempty" default:"65536" bound:"1024..1048576" only:"http"`
 	// WriteTimeout closes an HTTP connection whose client has not taken
 	// any of a response's bytes for this long (a client that stops
 	// reading holds no buffers and no upstream connection forever).
-	WriteTimeout Duration `toml:"write_timeout,omitzero" json:"write_timeout,omitempty"`
+	WriteTimeout Duration `toml:"write_timeout,omitzero" json:"write_timeout,omitempty" default:"60s" bound:"10ms..24h" only:"http"`
 	// TrustForwardedFor keeps the client's X-Forwarded-For chain and
 	// appends the client's address; false replaces it with the client's
 	// address alone (a proxy at the edge). Default true.
-	TrustForwardedFor *bool `toml:"trust_forwarded_for" json:"trust_forwarded_for,omitempty"`
+	TrustForwardedFor *bool `toml:"trust_forwarded_for" json:"trust_forwarded_for,omitempty" default:"true" only:"http"`
 	// MaxConnections bounds this listener's open client connections;
 	// past it, new connections are accepted and closed at once, and
 	// counted. 0: only the server-wide bound applies.
-	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections"`
+	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections" bound:"0..MaxConnectionsLimit" note:"0, the default, leaves only [server] max_connections"`
 	// Balance is how new connections are spread over the workers'
 	// sockets: BalanceLeastConn, BalanceHash or BalanceKernel. It needs
 	// server.reuse_port (one socket per worker).
-	Balance string `toml:"balance" json:"balance"`
+	Balance string `toml:"balance" json:"balance" default:"least_conn"`
 	// AccessLog lists an http listener's access logs: one line per
 	// request, written by a goroutine of its own.
-	AccessLog []AccessLog `toml:"access_log,omitempty" json:"access_log,omitempty"`
+	AccessLog []AccessLog `toml:"access_log,omitempty" json:"access_log,omitempty" only:"http"`
 
 	// TLS, when set, terminates TLS on the listener (tls.go).
 	TLS *ListenerTLS `toml:"tls,omitempty" json:"tls,omitempty"`
@@ -335,23 +335,23 @@ type Listener struct {
 // Cluster is a named group of upstream endpoints.
 type Cluster struct {
 	Name      string   `toml:"name" json:"name"`
-	LBPolicy  string   `toml:"lb_policy" json:"lb_policy"`
+	LBPolicy  string   `toml:"lb_policy" json:"lb_policy" default:"round_robin"`
 	Endpoints []string `toml:"endpoints" json:"endpoints"`
 	// HashOn is the key of ring_hash and maglev: "header:NAME",
 	// "cookie:NAME" or "source_ip". A request without the key goes to
 	// an endpoint picked at random.
 	HashOn string `toml:"hash_on,omitempty" json:"hash_on,omitempty"`
 
-	ConnectTimeout Duration `toml:"connect_timeout" json:"connect_timeout"`
+	ConnectTimeout Duration `toml:"connect_timeout" json:"connect_timeout" default:"5s" bound:"10ms..5m"`
 	// IdleTimeout closes pooled upstream keep-alive connections idle for
 	// this long.
-	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout"`
+	IdleTimeout Duration `toml:"idle_timeout" json:"idle_timeout" default:"90s" bound:"100ms..24h"`
 	// MaxIdlePerEndpoint bounds each worker's keep-alive pool per endpoint.
-	MaxIdlePerEndpoint int `toml:"max_idle_per_endpoint" json:"max_idle_per_endpoint"`
+	MaxIdlePerEndpoint *int `toml:"max_idle_per_endpoint" json:"max_idle_per_endpoint" default:"64" bound:"0..65535" note:"0 keeps no idle connections; leave it out for the default, %v"`
 	// DNSRefresh is how often an endpoint given by host name is resolved
 	// again (on the main side); a name that stops resolving keeps its
 	// last good address.
-	DNSRefresh Duration `toml:"dns_refresh" json:"dns_refresh"`
+	DNSRefresh Duration `toml:"dns_refresh" json:"dns_refresh" default:"5s" bound:"100ms..24h"`
 
 	// HealthCheck, when set, checks every endpoint actively; nil: every
 	// endpoint counts as healthy (outlier detection may still eject).

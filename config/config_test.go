@@ -95,11 +95,11 @@ func TestIssueConfig(t *testing.T) {
 		Clusters: []Cluster{
 			{
 				Name: "backend", LBPolicy: LBRoundRobin, Endpoints: []string{"127.0.0.1:9000", "127.0.0.1:9001"},
-				ConnectTimeout: Duration(time.Second), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: DefaultMaxIdlePerEndpoint, DNSRefresh: Duration(DefaultDNSRefresh),
+				ConnectTimeout: Duration(time.Second), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: new(DefaultMaxIdlePerEndpoint), DNSRefresh: Duration(DefaultDNSRefresh),
 			},
 			{
 				Name: "pg", LBPolicy: LBRoundRobin, Endpoints: []string{"127.0.0.1:5432"},
-				ConnectTimeout: Duration(DefaultConnectTimeout), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: DefaultMaxIdlePerEndpoint, DNSRefresh: Duration(DefaultDNSRefresh),
+				ConnectTimeout: Duration(DefaultConnectTimeout), IdleTimeout: Duration(DefaultUpstreamIdle), MaxIdlePerEndpoint: new(DefaultMaxIdlePerEndpoint), DNSRefresh: Duration(DefaultDNSRefresh),
 			},
 		},
 		Source: "hotproxy.toml",
@@ -293,7 +293,7 @@ endpoints = ["backend.internal:9000"]
 		{"lb_policy", c.Clusters[0].LBPolicy, LBRoundRobin},
 		{"connect_timeout", c.Clusters[0].ConnectTimeout.D(), DefaultConnectTimeout},
 		{"cluster idle_timeout", c.Clusters[0].IdleTimeout.D(), DefaultUpstreamIdle},
-		{"max_idle_per_endpoint", c.Clusters[0].MaxIdlePerEndpoint, DefaultMaxIdlePerEndpoint},
+		{"max_idle_per_endpoint", *c.Clusters[0].MaxIdlePerEndpoint, DefaultMaxIdlePerEndpoint},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -311,8 +311,8 @@ endpoints = ["backend.internal:9000"]
 	}
 	// An explicit 0 is kept where it means something.
 	c = mustParse(t, "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nmax_idle_per_endpoint = 0\n", "d.toml")
-	if got := c.Clusters[0].MaxIdlePerEndpoint; got != 0 {
-		t.Errorf("max_idle_per_endpoint = 0 became %d", got)
+	if got := c.Clusters[0].MaxIdlePerEndpoint; got == nil || *got != 0 {
+		t.Errorf("max_idle_per_endpoint = 0 became %v", got)
 	}
 	// Written values are kept, an explicit false among them.
 	c = mustParse(t, webOK+"trust_forwarded_for = false\nwrite_timeout = \"5s\"\nmax_connections = 100\n"+clusterC+

@@ -3,7 +3,10 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -137,4 +140,17 @@ func (ps problems) locate(data []byte) {
 		}
 		ps[i].Line = lineOf(lines, ps[i].Key)
 	}
+}
+
+// sortByLine puts located problems in the order of the file: Validate
+// checks the bounds of every key before the rules that relate keys, and a
+// reader goes down the file. Problems without a line come last.
+func (ps problems) sortByLine() {
+	at := func(p Problem) int {
+		if p.Line == 0 {
+			return math.MaxInt
+		}
+		return p.Line
+	}
+	slices.SortStableFunc(ps, func(a, b Problem) int { return cmp.Compare(at(a), at(b)) })
 }

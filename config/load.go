@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
+	"reflect"
 	"strings"
 	"time"
 
@@ -72,7 +72,8 @@ func Parse(data []byte, source string) (*Config, error) {
 	c.Source = source
 	c.normalize()
 	c.resolveFiles(source)
-	c.setDefaults(raw)
+	c.setDefaults(raw, true)
+	shape := len(ps) // problems of the file's shape (unknown keys) lead
 	if err := c.Validate(); err != nil {
 		var e *Error
 		if errors.As(err, &e) {
@@ -83,6 +84,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	}
 	if len(ps) > 0 {
 		ps.locate(data)
+		ps[shape:].sortByLine()
 		return nil, ps.err(source)
 	}
 	return &c, nil
@@ -153,218 +155,17 @@ func (c *Config) normalize() {
 	}
 }
 
-// SetDefaults fills in the default of every setting left at its zero
-// value. Parse does this itself (and there, a zero written out in the file
-// stays, and Validate rejects it); SetDefaults is for configs built in code.
-func (c *Config) SetDefaults() { c.setDefaults(nil) }
+// SetDefaults fills in the default of every key left out, for configs
+// built in code: a key is left out when its value is the zero value (nil,
+// for the pointers of keys whose 0 means something of its own). Parse does
+// this itself, from what the file says.
+func (c *Config) SetDefaults() { c.setDefaults(nil, false) }
 
-// setDefaults fills in defaults for the keys not given in raw, the generic
-// decoding of the file; with raw nil, for every zero value.
-func (c *Config) setDefaults(raw map[string]any) {
-	given := func(m map[string]any, key string, zero bool) bool {
-		if raw == nil {
-			return !zero
-		}
-		_, ok := m[key]
-		return ok
-	}
-	server, admin, log := subTable(raw, "server"), subTable(raw, "admin"), subTable(raw, "log")
-	hotRestart, st := subTable(raw, "hot_restart"), subTable(raw, "stats")
-
-	s := &c.Server
-	if !given(server, "drain_time", s.DrainTime == 0) {
-		s.DrainTime = Duration(DefaultDrainTime)
-	}
-	if !given(server, "parent_shutdown_time", s.ParentShutdownTime == 0) {
-		s.ParentShutdownTime = defaultParentShutdown(s.DrainTime)
-	}
-	if !given(server, "reuse_port", s.ReusePort == nil) {
-		reuse := true
-		s.ReusePort = &reuse
-	}
-	if !given(hotRestart, "commit_window", c.HotRestart.CommitWindow == 0) {
-		c.HotRestart.CommitWindow = Duration(DefaultCommitWindow)
-	}
-	if !given(hotRestart, "handoff_timeout", c.HotRestart.HandoffTimeout == 0) {
-		c.HotRestart.HandoffTimeout = Duration(DefaultHandoffTimeout)
-	}
-	if !given(hotRestart, "max_draining_generations", c.HotRestart.MaxDrainingGenerations == 0) {
-		c.HotRestart.MaxDrainingGenerations = DefaultMaxDrainingGenerations
-	}
-	if !given(st, "file_mode", c.Stats.FileMode == "") {
-		c.Stats.FileMode = DefaultStatsFileMode
-	}
-	if !given(st, "flush_interval", c.Stats.FlushInterval == 0) {
-		c.Stats.FlushInterval = Duration(DefaultStatsFlushInterval)
-	}
-	if !given(admin, "address", c.Admin.Address == "") {
-		c.Admin.Address = DefaultAdminAddress
-	}
-	if !given(log, "level", c.Log.Level == "") {
-		c.Log.Level = DefaultLogLevel
-	}
-	if !given(log, "format", c.Log.Format == "") {
-		c.Log.Format = DefaultLogFormat
-	}
-
-	rawListeners := tables(raw, "listeners")
-	for i := range c.Listeners {
-		l := &c.Listeners[i]
-		m := tableAt(rawListeners, i)
-		switch l.Protocol {
-		case ProtocolTCP:
-			if !given(m, "idle_timeout", l.IdleTimeout == 0) {
-				l.IdleTimeout = Duration(DefaultTCPIdleTimeout)
-			}
-		case ProtocolHTTP:
-			if !given(m, "idle_timeout", l.IdleTimeout == 0) {
-				l.IdleTimeout = Duration(DefaultHTTPIdleTimeout)
-			}
-			if !given(m, "request_timeout", l.RequestTimeout == 0) {
-				l.RequestTimeout = Duration(DefaultRequestTimeout)
-			}
-			if !given(m, "header_timeout", l.HeaderTimeout == 0) {
-				l.HeaderTimeout = Duration(DefaultHeaderTimeout)
-			}
-			if !given(m, "max_header_bytes", l.MaxHeaderBytes == 0) {
-				l.MaxHeaderBytes = DefaultMaxHeaderBytes
-			}
-			if !given(m, "write_timeout", l.WriteTimeout == 0) {
-				l.WriteTimeout = Duration(DefaultWriteTimeout)
-			}
-			if !given(m, "trust_forwarded_for", l.TrustForwardedFor == nil) {
-				trust := true
-				l.TrustForwardedFor = &trust
-			}
-			rawRoutes := tables(m, "routes")
-			for j := range l.Routes {
-				r := &l.Routes[j]
-				rm := tableAt(rawRoutes, j)
-				if r.Cluster == "" {
-					continue // a direct_response is never retried
-				}
-				if len(r.RetryOn) > 0 && !given(rm, "num_retries", r.NumRetries == 0) {
-					r.NumRetries = DefaultNumRetries
-				}
-			}
-			rawLogs := tables(m, "access_log")
-			for j := range l.AccessLog {
-				al := &l.AccessLog[j]
-				am := tableAt(rawLogs, j)
-				if !given(am, "format", al.Format == "") {
-					al.Format = DefaultAccessLogFormat
-				}
-				if !given(am, "queue_size", al.QueueSize == 0) {
-					al.QueueSize = DefaultAccessLogQueue
-				}
-			}
-		}
-		if !given(m, "balance", l.Balance == "") {
-			l.Balance = DefaultBalance
-		}
-		if t := l.TLS; t != nil {
-			tm := subTable(m, "tls")
-			if !given(tm, "min_version", t.MinVersion == "") {
-				t.MinVersion = DefaultTLSMinVersion
-			}
-			if !given(tm, "max_version", t.MaxVersion == "") {
-				t.MaxVersion = DefaultTLSMaxVersion
-			}
-			if !given(tm, "alpn", t.ALPN == nil) && l.Protocol == ProtocolHTTP {
-				t.ALPN = slices.Clone(DefaultHTTPALPN)
-			}
-			if !given(tm, "session_ticket_rotation", t.SessionTicketRotation == 0) {
-				t.SessionTicketRotation = Duration(DefaultSessionTicketRotation)
-			}
-			if !given(tm, "handshake_timeout", t.HandshakeTimeout == 0) {
-				t.HandshakeTimeout = Duration(DefaultHandshakeTimeout)
-			}
-		}
-		// max_connections stays 0 when left out: 0 is the default and
-		// means "no bound of this listener's own".
-	}
-
-	rawClusters := tables(raw, "clusters")
-	for i := range c.Clusters {
-		cl := &c.Clusters[i]
-		m := tableAt(rawClusters, i)
-		if !given(m, "lb_policy", cl.LBPolicy == "") {
-			cl.LBPolicy = LBRoundRobin
-		}
-		if !given(m, "connect_timeout", cl.ConnectTimeout == 0) {
-			cl.ConnectTimeout = Duration(DefaultConnectTimeout)
-		}
-		if !given(m, "idle_timeout", cl.IdleTimeout == 0) {
-			cl.IdleTimeout = Duration(DefaultUpstreamIdle)
-		}
-		// 0 is meaningful (keep no idle connections), so only a key left
-		// out gets the default; in code, SetDefaults cannot tell.
-		if !given(m, "max_idle_per_endpoint", cl.MaxIdlePerEndpoint == 0) {
-			cl.MaxIdlePerEndpoint = DefaultMaxIdlePerEndpoint
-		}
-		if !given(m, "dns_refresh", cl.DNSRefresh == 0) {
-			cl.DNSRefresh = Duration(DefaultDNSRefresh)
-		}
-		setResilienceDefaults(cl, m, given)
-		if t := cl.TLS; t != nil && !given(subTable(m, "tls"), "min_version", t.MinVersion == "") {
-			t.MinVersion = DefaultTLSMinVersion
-		}
-	}
-}
-
-// setResilienceDefaults fills in the defaults of a cluster's health_check,
-// outlier_detection and circuit_breakers tables, when they are present;
-// m is the cluster's table in the file (nil: set every zero value).
-func setResilienceDefaults(cl *Cluster, m map[string]any, given func(map[string]any, string, bool) bool) {
-	if hc := cl.HealthCheck; hc != nil {
-		t := subTable(m, "health_check")
-		if !given(t, "expected_statuses", len(hc.ExpectedStatuses) == 0) {
-			hc.ExpectedStatuses = []int{DefaultExpectedStatus}
-		}
-		if !given(t, "interval", hc.Interval == 0) {
-			hc.Interval = Duration(DefaultHealthCheckInterval)
-		}
-		if !given(t, "timeout", hc.Timeout == 0) {
-			hc.Timeout = Duration(DefaultHealthCheckTimeout)
-		}
-		if !given(t, "unhealthy_threshold", hc.UnhealthyThreshold == 0) {
-			hc.UnhealthyThreshold = DefaultUnhealthyThreshold
-		}
-		if !given(t, "healthy_threshold", hc.HealthyThreshold == 0) {
-			hc.HealthyThreshold = DefaultHealthyThreshold
-		}
-	}
-	if od := cl.OutlierDetection; od != nil {
-		t := subTable(m, "outlier_detection")
-		// 0 disables a trigger, so only a key left out gets the default.
-		if !given(t, "consecutive_5xx", od.Consecutive5xx == 0) {
-			od.Consecutive5xx = DefaultConsecutive5xx
-		}
-		if !given(t, "consecutive_connect_failure", od.ConsecutiveConnectFailure == 0) {
-			od.ConsecutiveConnectFailure = DefaultConsecutiveConnectFailure
-		}
-		if !given(t, "base_ejection_time", od.BaseEjectionTime == 0) {
-			od.BaseEjectionTime = Duration(DefaultBaseEjectionTime)
-		}
-		if !given(t, "max_ejection_percent", od.MaxEjectionPercent == 0) {
-			od.MaxEjectionPercent = DefaultMaxEjectionPercent
-		}
-	}
-	if cb := cl.CircuitBreakers; cb != nil {
-		t := subTable(m, "circuit_breakers")
-		if !given(t, "max_connections", cb.MaxConnections == 0) {
-			cb.MaxConnections = DefaultCircuitBreakerMaxConnection
-		}
-		if !given(t, "max_pending_requests", cb.MaxPendingRequests == 0) {
-			cb.MaxPendingRequests = DefaultCircuitBreakerMaxPending
-		}
-		if !given(t, "max_requests", cb.MaxRequests == 0) {
-			cb.MaxRequests = DefaultCircuitBreakerMaxRequests
-		}
-		if !given(t, "max_retries", cb.MaxRetries == 0) {
-			cb.MaxRetries = DefaultCircuitBreakerMaxRetries
-		}
-	}
+// setDefaults fills in the defaults declared on the fields (declare.go);
+// fromFile: for the keys raw, the generic decoding of the file, does not
+// have.
+func (c *Config) setDefaults(raw map[string]any, fromFile bool) {
+	applyDefaults(reflect.ValueOf(c).Elem(), rootSchema(), raw, fromFile, nil)
 }
 
 // defaultParentShutdown is DefaultParentShutdownTime, or one and a half
@@ -377,7 +178,8 @@ func defaultParentShutdown(drain Duration) Duration {
 	if drain > p {
 		p = drain + min(drain/2, math.MaxInt64-drain)
 	}
-	return min(p, Duration(durationBounds["server.parent_shutdown_time"].max))
+	_, hi := boundOf("server.parent_shutdown_time")
+	return min(p, Duration(hi))
 }
 
 // durationString is d as written back: "1m30s".

@@ -32,11 +32,11 @@ endpoints = ["127.0.0.1:9000"]
 		t.Errorf("health_check defaults: %+v", hc)
 	}
 	od := a.OutlierDetection
-	if od == nil || od.Consecutive5xx != 5 || od.ConsecutiveConnectFailure != 3 || od.BaseEjectionTime.D() != 30*time.Second || od.MaxEjectionPercent != 50 {
+	if od == nil || *od.Consecutive5xx != 5 || *od.ConsecutiveConnectFailure != 3 || od.BaseEjectionTime.D() != 30*time.Second || *od.MaxEjectionPercent != 50 {
 		t.Errorf("outlier_detection defaults: %+v", od)
 	}
 	cb := a.CircuitBreakers
-	if cb == nil || cb.MaxConnections != 1024 || cb.MaxPendingRequests != 1024 || cb.MaxRequests != 1024 || cb.MaxRetries != 3 {
+	if cb == nil || cb.MaxConnections != 1024 || cb.MaxPendingRequests != 1024 || cb.MaxRequests != 1024 || *cb.MaxRetries != 3 {
 		t.Errorf("circuit_breakers defaults: %+v", cb)
 	}
 }

@@ -7,11 +7,11 @@ type AccessLog struct {
 	Path string `toml:"path" json:"path"`
 	// Format is "json" or a format string with %NAME% variables
 	// (AccessLogVariables); default DefaultAccessLogFormat.
-	Format string `toml:"format" json:"format"`
+	Format string `toml:"format" json:"format" default:"%CLIENT_IP% [%START_TIME%] \"%METHOD% %PATH% %PROTOCOL%\" %RESPONSE_CODE% %BYTES_SENT% %DURATION% %UPSTREAM_HOST% %RETRIES%"`
 	// QueueSize bounds the records waiting for the writer; a full queue
 	// drops the record and counts it in access_log.dropped, never
 	// blocking a request.
-	QueueSize int `toml:"queue_size" json:"queue_size"`
+	QueueSize int `toml:"queue_size" json:"queue_size" default:"4096" bound:"16..1048576" note:"records waiting for the writer; default %v"`
 }
 
 // TrustsForwardedFor reports whether the client's X-Forwarded-For chain is
@@ -41,17 +41,17 @@ type Route struct {
 	// Timeout bounds a proxied request from its first byte to the end
 	// of the response head, retries included; 0: the listener's
 	// request_timeout.
-	Timeout Duration `toml:"timeout,omitzero" json:"timeout,omitempty"`
+	Timeout Duration `toml:"timeout,omitzero" json:"timeout,omitempty" bound:"10ms..24h"`
 	// RetryOn lists the conditions a request is sent again on
 	// (RetryConditions), to another endpoint where there is one. Only a
 	// request whose body is already buffered whole is retried.
 	RetryOn []string `toml:"retry_on,omitempty" json:"retry_on,omitempty"`
 	// NumRetries bounds the retries of one request (default
 	// DefaultNumRetries when retry_on is set).
-	NumRetries int `toml:"num_retries,omitzero" json:"num_retries,omitempty"`
+	NumRetries int `toml:"num_retries,omitzero" json:"num_retries,omitempty" bound:"0..10" note:"retries of one request; default %v with retry_on"`
 	// PerTryTimeout bounds each attempt up to the response head; 0:
 	// only Timeout.
-	PerTryTimeout Duration `toml:"per_try_timeout,omitzero" json:"per_try_timeout,omitempty"`
+	PerTryTimeout Duration `toml:"per_try_timeout,omitzero" json:"per_try_timeout,omitempty" bound:"10ms..24h"`
 	// RetryNonIdempotent allows retrying a POST or PATCH whose bytes
 	// reached an upstream (which may have acted on it); a connect
 	// failure is retried whatever the method.
@@ -67,7 +67,7 @@ type Route struct {
 // %VERSION%, %EPOCH%, %PID% and %HOSTNAME%, replaced when the generation
 // starts.
 type DirectResponse struct {
-	Status      int    `toml:"status" json:"status"`
+	Status      int    `toml:"status" json:"status" bound:"200..599" note:"a final HTTP status; there is no default"`
 	Body        string `toml:"body" json:"body"`
 	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty"`
 }

@@ -23,9 +23,6 @@ func (v *validator) retries(key string, r *Route, requestTimeout Duration) {
 	if r.Cluster == "" {
 		return
 	}
-	if r.Timeout != 0 {
-		v.duration(key+".timeout", "listeners.routes.timeout", r.Timeout, requestTimeout.D())
-	}
 	for i, c := range r.RetryOn {
 		if !slices.Contains(RetryConditions, c) {
 			msg := fmt.Sprintf("%s: unknown condition (use %s)", quote(c), orList(RetryConditions))
@@ -35,16 +32,14 @@ func (v *validator) retries(key string, r *Route, requestTimeout Duration) {
 			v.ps.add(fmt.Sprintf("%s.retry_on[%d]", key, i), "%s", msg)
 		}
 	}
-	if v.number(key+".num_retries", "listeners.routes.num_retries", r.NumRetries,
-		fmt.Sprintf("retries of one request; default %d with retry_on", DefaultNumRetries)) &&
-		r.NumRetries > 0 && len(r.RetryOn) == 0 {
+	if v.inBounds(key+".num_retries") && r.NumRetries > 0 && len(r.RetryOn) == 0 {
 		v.ps.add(key+".num_retries", "%d: does nothing without retry_on; add retry_on = [\"connect-failure\", \"5xx\"] or remove num_retries", r.NumRetries)
 	}
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = requestTimeout
 	}
-	if r.PerTryTimeout != 0 && v.duration(key+".per_try_timeout", "listeners.routes.per_try_timeout", r.PerTryTimeout, timeout.D()) && r.PerTryTimeout > timeout {
+	if r.PerTryTimeout != 0 && v.inBounds(key+".per_try_timeout") && r.PerTryTimeout > timeout {
 		v.ps.add(key+".per_try_timeout", "%q: longer than the route's timeout (%q), which bounds every try together; lower per_try_timeout or raise timeout",
 			durationString(r.PerTryTimeout), durationString(timeout))
 	}
@@ -93,8 +88,6 @@ func (v *validator) accessLog(key string, a *AccessLog) {
 			v.ps.add(key+".format", "%s", err.Error())
 		}
 	}
-	v.number(key+".queue_size", "listeners.access_log.queue_size", a.QueueSize,
-		fmt.Sprintf("records waiting for the writer; default %d", DefaultAccessLogQueue))
 }
 
 // AccessLogFormatVariables splits an access-log format string into its

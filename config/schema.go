@@ -29,9 +29,19 @@ const (
 )
 
 type field struct {
-	name string
-	kind kind
-	sub  *table // for kTable and kTables
+	name  string
+	path  string // in the schema, indices left out: "listeners.idle_timeout"
+	index int    // of the struct field
+	kind  kind
+	sub   *table // for kTable and kTables
+
+	// The key's declaration, from its tags (declare.go).
+	def      reflect.Value // the default, when hasDef
+	hasDef   bool
+	min, max int64 // the bound (nanoseconds for a duration), when hasBound
+	hasBound bool
+	note     string
+	only     []string
 }
 
 type table struct {
@@ -77,14 +87,15 @@ func schemaOf(t reflect.Type, path, title string) *table {
 		if path != "" {
 			full = path + "." + name
 		}
-		f := field{name: name}
+		f := field{name: name, path: full, index: i}
 		ft := sf.Type
 		switch {
 		case ft == durationType:
 			f.kind = kDuration
 		case ft.Kind() == reflect.String:
 			f.kind = kString
-		case ft.Kind() == reflect.Int:
+		case ft.Kind() == reflect.Int, ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Int:
+			// *int: a key whose 0 means something other than its default.
 			f.kind = kInt
 		case ft.Kind() == reflect.Bool, ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Bool:
 			f.kind = kBool
@@ -101,6 +112,7 @@ func schemaOf(t reflect.Type, path, title string) *table {
 		default:
 			panic("config: field " + sf.Name + ": type " + ft.String() + " not supported by the schema")
 		}
+		f.parseTags(sf)
 		tb.fields = append(tb.fields, f)
 	}
 	return tb

@@ -44,10 +44,10 @@ type ListenerTLS struct {
 	// certificate names it (exact, then "*.example.com" wildcards).
 	Certificates []CertificatePair `toml:"certificates" json:"certificates"`
 	// MinVersion is the lowest TLS version accepted: "1.2" or "1.3".
-	MinVersion string `toml:"min_version" json:"min_version"`
+	MinVersion string `toml:"min_version" json:"min_version" default:"1.2"`
 	// MaxVersion is the highest TLS version offered: "1.3" (default) or
 	// "1.2" (for a client population, or a comparison, that needs 1.2).
-	MaxVersion string `toml:"max_version" json:"max_version"`
+	MaxVersion string `toml:"max_version" json:"max_version" default:"1.3"`
 	// CipherSuites restricts the TLS 1.2 cipher suites, by their IANA
 	// names ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"); empty: Go's secure
 	// defaults. TLS 1.3 suites are not configurable.
@@ -59,13 +59,13 @@ type ListenerTLS struct {
 	// SessionTicketRotation is how often the session-ticket key is
 	// replaced. The keys are handed to the next generation at a hot
 	// restart, so a client's ticket resumes across it.
-	SessionTicketRotation Duration `toml:"session_ticket_rotation" json:"session_ticket_rotation"`
+	SessionTicketRotation Duration `toml:"session_ticket_rotation" json:"session_ticket_rotation" default:"1h" bound:"1m..168h"`
 	// SessionTicketKeysFile, when set, takes the session-ticket keys from
 	// a file shared by a fleet (re-read at each rotation) instead of
 	// generating them; see docs for its format.
 	SessionTicketKeysFile string `toml:"session_ticket_keys_file,omitempty" json:"session_ticket_keys_file,omitempty"`
 	// HandshakeTimeout bounds a handshake from the accept.
-	HandshakeTimeout Duration `toml:"handshake_timeout" json:"handshake_timeout"`
+	HandshakeTimeout Duration `toml:"handshake_timeout" json:"handshake_timeout" default:"10s" bound:"10ms..5m"`
 }
 
 // CertificatePair is a certificate chain and its private key, PEM files.
@@ -98,7 +98,7 @@ type ClusterTLS struct {
 	Cert string `toml:"cert,omitempty" json:"cert,omitempty"`
 	Key  string `toml:"key,omitempty" json:"key,omitempty"`
 	// MinVersion is the lowest TLS version accepted: "1.2" or "1.3".
-	MinVersion string `toml:"min_version" json:"min_version"`
+	MinVersion string `toml:"min_version" json:"min_version" default:"1.2"`
 	// InsecureSkipVerify accepts any certificate the upstream shows.
 	// Verification is on unless this says otherwise; use it for tests.
 	InsecureSkipVerify bool `toml:"insecure_skip_verify,omitzero" json:"insecure_skip_verify,omitempty"`

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -18,7 +19,8 @@ var (
 // Validate checks c as a whole, defaults already filled in (Parse does
 // both), and returns an *Error listing every problem, or nil.
 func (c *Config) Validate() error {
-	v := validator{c: c}
+	v := validator{c: c, outOfBounds: map[string]bool{}}
+	v.bounds(reflect.ValueOf(c).Elem(), rootSchema(), "", nil)
 	v.server()
 	v.admin()
 	v.log()
@@ -34,19 +36,21 @@ type validator struct {
 	ps problems
 	// addrs maps each listener's normalized address to its key.
 	addrs map[string]string
+	// outOfBounds has the keys whose value is outside their bound (the
+	// problem is reported), so that rules relating them to other keys
+	// say nothing more.
+	outOfBounds map[string]bool
 }
+
+// inBounds reports whether key's value is within its bound.
+func (v *validator) inBounds(key string) bool { return !v.outOfBounds[key] }
 
 func (v *validator) server() {
 	s := v.c.Server
-	v.number("server.concurrency", "server.concurrency", s.Concurrency, "0, the default, means one worker per CPU this process may run on")
-	drainOK := v.duration("server.drain_time", "server.drain_time", s.DrainTime, DefaultDrainTime)
-	if v.duration("server.parent_shutdown_time", "server.parent_shutdown_time", s.ParentShutdownTime, DefaultParentShutdownTime) &&
-		drainOK && s.ParentShutdownTime < s.DrainTime {
+	if v.inBounds("server.parent_shutdown_time") && v.inBounds("server.drain_time") && s.ParentShutdownTime < s.DrainTime {
 		v.ps.add("server.parent_shutdown_time", "%q: must be at least drain_time (%q): a draining generation exits at parent_shutdown_time, which would cut off requests that drain_time still gives time to finish; raise parent_shutdown_time or lower drain_time",
 			durationString(s.ParentShutdownTime), durationString(s.DrainTime))
 	}
-	v.number("server.max_connections", "server.max_connections", s.MaxConnections,
-		"0, the default, derives the bound from the open-file limit")
 }
 
 func (v *validator) admin() {
@@ -74,10 +78,6 @@ func (v *validator) hotRestart() {
 	if h.SocketDir != "" && !filepath.IsAbs(h.SocketDir) {
 		v.ps.add("hot_restart.socket_dir", "%s: must be an absolute path (a relative one would depend on the directory each generation starts in)", quote(h.SocketDir))
 	}
-	v.duration("hot_restart.commit_window", "hot_restart.commit_window", h.CommitWindow, DefaultCommitWindow)
-	v.duration("hot_restart.handoff_timeout", "hot_restart.handoff_timeout", h.HandoffTimeout, DefaultHandoffTimeout)
-	v.number("hot_restart.max_draining_generations", "hot_restart.max_draining_generations", h.MaxDrainingGenerations,
-		"past it the oldest draining generation is hurried")
 }
 
 func (v *validator) stats() {
@@ -92,7 +92,6 @@ func (v *validator) stats() {
 		// generation or corrupt its stats; the region refuses such a file.
 		v.ps.add("stats.file_mode", "%s: writable by group or others, who could truncate or corrupt the stats region (write it like \"0640\" so the group may read it, or \"0600\")", quote(st.FileMode))
 	}
-	v.duration("stats.flush_interval", "stats.flush_interval", st.FlushInterval, DefaultStatsFlushInterval)
 }
 
 func (v *validator) log() {

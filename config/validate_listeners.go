@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"mime"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -36,8 +35,6 @@ func (v *validator) listeners() {
 		default:
 			v.ps.add(key+".protocol", "%s: unknown protocol (use %s)", quote(l.Protocol), orList(protocols))
 		}
-		v.number(key+".max_connections", "listeners.max_connections", l.MaxConnections,
-			"0, the default, leaves only [server] max_connections")
 		v.listenerTLS(key, l)
 		v.sniRoutes(key, l)
 		if !slices.Contains(balances, l.Balance) {
@@ -57,23 +54,7 @@ func (v *validator) tcpListener(key string, l *Listener) {
 	if len(l.Routes) > 0 {
 		v.ps.add(key+".routes", "a tcp listener has no routes (routes are for protocol = %q); remove them, or make it an http listener", ProtocolHTTP)
 	}
-	v.duration(key+".idle_timeout", "listeners.idle_timeout", l.IdleTimeout, DefaultTCPIdleTimeout)
-	for _, d := range []struct {
-		name string
-		set  bool
-		val  string
-	}{
-		{"request_timeout", l.RequestTimeout != 0, quote(durationString(l.RequestTimeout))},
-		{"header_timeout", l.HeaderTimeout != 0, quote(durationString(l.HeaderTimeout))},
-		{"max_header_bytes", l.MaxHeaderBytes != 0, strconv.Itoa(l.MaxHeaderBytes)},
-		{"write_timeout", l.WriteTimeout != 0, quote(durationString(l.WriteTimeout))},
-		{"trust_forwarded_for", l.TrustForwardedFor != nil, strconv.FormatBool(l.TrustsForwardedFor())},
-		{"access_log", len(l.AccessLog) > 0, "[[listeners.access_log]]"},
-	} {
-		if d.set {
-			v.ps.add(key+"."+d.name, "%s: applies only to http listeners; remove it", d.val)
-		}
-	}
+	// Keys of http listeners only (only:"http") are refused by the bounds walk.
 }
 
 func (v *validator) httpListener(key string, l *Listener) {
@@ -83,12 +64,6 @@ func (v *validator) httpListener(key string, l *Listener) {
 	if len(l.Routes) == 0 {
 		v.ps.add(key+".routes", "an http listener needs at least one route; add a [[listeners.routes]] with prefix = \"/\"")
 	}
-	v.duration(key+".idle_timeout", "listeners.idle_timeout", l.IdleTimeout, DefaultHTTPIdleTimeout)
-	v.duration(key+".request_timeout", "listeners.request_timeout", l.RequestTimeout, DefaultRequestTimeout)
-	v.duration(key+".header_timeout", "listeners.header_timeout", l.HeaderTimeout, DefaultHeaderTimeout)
-	v.duration(key+".write_timeout", "listeners.write_timeout", l.WriteTimeout, DefaultWriteTimeout)
-	v.number(key+".max_header_bytes", "listeners.max_header_bytes", l.MaxHeaderBytes,
-		fmt.Sprintf("leave it out for the default, %d", DefaultMaxHeaderBytes))
 	for j := range l.Routes {
 		v.route(fmt.Sprintf("%s.routes[%d]", key, j), &l.Routes[j])
 		v.retries(fmt.Sprintf("%s.routes[%d]", key, j), &l.Routes[j], l.RequestTimeout)
@@ -131,9 +106,7 @@ func (v *validator) route(key string, r *Route) {
 		v.clusterRef(key+".cluster", r.Cluster)
 	default:
 		dr := r.DirectResponse
-		if v.number(key+".direct_response.status", "listeners.routes.direct_response.status", dr.Status,
-			"a final HTTP status; there is no default") &&
-			(dr.Status == 204 || dr.Status == 304) && dr.Body != "" {
+		if v.inBounds(key+".direct_response.status") && (dr.Status == 204 || dr.Status == 304) && dr.Body != "" {
 			v.ps.add(key+".direct_response.body", "%s: a %d response has no body; remove body, or choose another status", quote(dr.Body), dr.Status)
 		}
 		if dr.ContentType != "" {

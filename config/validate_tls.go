@@ -141,8 +141,6 @@ func (v *validator) listenerTLS(key string, l *Listener) {
 	if l.Protocol == ProtocolHTTP && t.ALPN != nil && len(t.ALPN) == 0 {
 		v.ps.add(key+".alpn", "empty: an http listener offers at least \"http/1.1\" (leave alpn out for [\"h2\", \"http/1.1\"])")
 	}
-	v.duration(key+".session_ticket_rotation", "listeners.tls.session_ticket_rotation", t.SessionTicketRotation, DefaultSessionTicketRotation)
-	v.duration(key+".handshake_timeout", "listeners.tls.handshake_timeout", t.HandshakeTimeout, DefaultHandshakeTimeout)
 	if f := t.SessionTicketKeysFile; f != "" {
 		k := key + ".session_ticket_keys_file"
 		if b, err := os.ReadFile(f); err != nil {

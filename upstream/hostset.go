@@ -104,8 +104,8 @@ func newClusterState(addrs []string, spec config.Cluster) *clusterState {
 	}
 	st.hosts.Store(newHostSet(addrs, healthy, ejected))
 	if od := spec.OutlierDetection; od != nil {
-		st.consecutive5xx = int32(od.Consecutive5xx)
-		st.consecutiveConnectFail = int32(od.ConsecutiveConnectFailure)
+		st.consecutive5xx = int32(orZero(od.Consecutive5xx))
+		st.consecutiveConnectFail = int32(orZero(od.ConsecutiveConnectFailure))
 	}
 	if cb := spec.CircuitBreakers; cb != nil {
 		st.breakers = newBreakers(spec.Name, cb)
@@ -210,7 +210,7 @@ func newBreakers(cluster string, cb *config.CircuitBreakers) *breakers {
 		maxConnections: int64(cb.MaxConnections),
 		maxPending:     int64(cb.MaxPendingRequests),
 		maxRequests:    int64(cb.MaxRequests),
-		maxRetries:     int64(cb.MaxRetries),
+		maxRetries:     int64(orZero(cb.MaxRetries)),
 	}
 	b.errConnections = &OverflowError{cluster, "max_connections", b.maxConnections}
 	b.errPending = &OverflowError{cluster, "max_pending_requests", b.maxPending}

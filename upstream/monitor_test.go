@@ -185,8 +185,8 @@ func TestOutlierEjectionAndReturn(t *testing.T) {
 	base := 300 * time.Millisecond
 	c, wc, m, st := newMonitored(t, config.Cluster{
 		Endpoints: addrs(bad, good),
-		OutlierDetection: &config.OutlierDetection{Consecutive5xx: 3, BaseEjectionTime: config.Duration(base),
-			MaxEjectionPercent: 50},
+		OutlierDetection: &config.OutlierDetection{Consecutive5xx: new(3), BaseEjectionTime: config.Duration(base),
+			MaxEjectionPercent: new(50)},
 	})
 	fives := 0
 	for range 50 {
@@ -237,8 +237,8 @@ func TestMaxEjectionPercent(t *testing.T) {
 	a, b := newBackend(t, "a", h), newBackend(t, "b", h)
 	c, wc, _, st := newMonitored(t, config.Cluster{
 		Endpoints: addrs(a, b),
-		OutlierDetection: &config.OutlierDetection{Consecutive5xx: 2, BaseEjectionTime: config.Duration(time.Hour),
-			MaxEjectionPercent: 50},
+		OutlierDetection: &config.OutlierDetection{Consecutive5xx: new(2), BaseEjectionTime: config.Duration(time.Hour),
+			MaxEjectionPercent: new(50)},
 	})
 	overflow := st.Counter("cluster.backend.outlier_detection.ejections_overflow")
 	for i := 0; i < 200 && overflow.Value() == 0; i++ {
@@ -258,8 +258,8 @@ func TestConnectFailureEjects(t *testing.T) {
 	live := newBackend(t, "live", nil)
 	c, wc, _, _ := newMonitored(t, config.Cluster{
 		Endpoints: []string{closedAddr(t), live.addr()},
-		OutlierDetection: &config.OutlierDetection{ConsecutiveConnectFailure: 2,
-			BaseEjectionTime: config.Duration(time.Hour), MaxEjectionPercent: 50},
+		OutlierDetection: &config.OutlierDetection{ConsecutiveConnectFailure: new(2),
+			BaseEjectionTime: config.Duration(time.Hour), MaxEjectionPercent: new(50)},
 	})
 	for range 10 {
 		if _, body := exchange(t, wc); body != "live" {
@@ -278,7 +278,7 @@ func TestConnectFailureEjects(t *testing.T) {
 func TestCircuitBreakers(t *testing.T) {
 	be := newBackend(t, "b", nil)
 	cfg := config.Config{Clusters: []config.Cluster{{Name: "cb", Endpoints: addrs(be),
-		CircuitBreakers: &config.CircuitBreakers{MaxRequests: 2, MaxConnections: 3, MaxPendingRequests: 5, MaxRetries: 1}}}}
+		CircuitBreakers: &config.CircuitBreakers{MaxRequests: 2, MaxConnections: 3, MaxPendingRequests: 5, MaxRetries: new(1)}}}}
 	cfg.SetDefaults()
 	c, err := NewCluster(cfg.Clusters[0])
 	if err != nil {
@@ -355,10 +355,9 @@ func TestCircuitBreakers(t *testing.T) {
 
 func TestMaxConnectionsOverflow(t *testing.T) {
 	be := newBackend(t, "b", nil)
-	cfg := config.Config{Clusters: []config.Cluster{{Name: "cx", Endpoints: addrs(be), MaxIdlePerEndpoint: 0,
+	cfg := config.Config{Clusters: []config.Cluster{{Name: "cx", Endpoints: addrs(be), MaxIdlePerEndpoint: new(0),
 		CircuitBreakers: &config.CircuitBreakers{MaxConnections: 1}}}}
-	cfg.SetDefaults()
-	cfg.Clusters[0].MaxIdlePerEndpoint = 0
+	cfg.SetDefaults() // keeps the explicit 0
 	c, err := NewCluster(cfg.Clusters[0])
 	if err != nil {
 		t.Fatal(err)
@@ -541,7 +540,7 @@ func TestDialTCPMaxConnections(t *testing.T) {
 // run of failures; 5xx and failures after connect (status 0) extend it.
 func TestReportStatusCountsOnly5xxAndFailures(t *testing.T) {
 	cfg := config.Config{Clusters: []config.Cluster{{Name: "r", Endpoints: []string{"127.0.0.1:1"},
-		OutlierDetection: &config.OutlierDetection{Consecutive5xx: 100}}}}
+		OutlierDetection: &config.OutlierDetection{Consecutive5xx: new(100)}}}}
 	cfg.SetDefaults()
 	c, err := NewCluster(cfg.Clusters[0])
 	if err != nil {

@@ -19,7 +19,7 @@ func TestMultiplexedRequests(t *testing.T) {
 	be := newBackend(t, "b", nil)
 	dead := closedAddr(t)
 	cfg := config.Config{Clusters: []config.Cluster{{Name: "mx", Endpoints: []string{be.addr(), dead},
-		CircuitBreakers: &config.CircuitBreakers{MaxRequests: 2, MaxConnections: 1, MaxPendingRequests: 5, MaxRetries: 1}}}}
+		CircuitBreakers: &config.CircuitBreakers{MaxRequests: 2, MaxConnections: 1, MaxPendingRequests: 5, MaxRetries: new(1)}}}}
 	cfg.SetDefaults()
 	c, err := NewCluster(cfg.Clusters[0])
 	if err != nil {

@@ -28,7 +28,7 @@ func (m *Monitor) ejectOutliers(now time.Time) bool {
 		// Counted from zero again, whatever is decided.
 		h.consecutive5xx.Store(0)
 		h.consecutiveConnectFail.Store(0)
-		if m.ejectedCount()*100 >= od.MaxEjectionPercent*n {
+		if m.ejectedCount()*100 >= orZero(od.MaxEjectionPercent)*n {
 			if m.st != nil {
 				m.st.ejectionsOverflow.Inc()
 			}

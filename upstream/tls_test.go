@@ -24,7 +24,7 @@ import (
 // worker 0's view, counting into a fresh stats store.
 func tlsCluster(tb testing.TB, t config.ClusterTLS, endpoints ...string) (*WorkerCluster, *stats.Store) {
 	tb.Helper()
-	spec := config.Cluster{Name: "secure", Endpoints: endpoints, TLS: &t, MaxIdlePerEndpoint: 4}
+	spec := config.Cluster{Name: "secure", Endpoints: endpoints, TLS: &t, MaxIdlePerEndpoint: new(4)}
 	cfg := config.Config{Clusters: []config.Cluster{spec}}
 	cfg.SetDefaults()
 	c, err := NewCluster(cfg.Clusters[0])

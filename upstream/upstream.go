@@ -103,7 +103,7 @@ func NewCluster(spec config.Cluster) (*Cluster, error) {
 		policy:         spec.LBPolicy,
 		connectTimeout: spec.ConnectTimeout.D(),
 		idleTimeout:    spec.IdleTimeout.D(),
-		maxIdle:        spec.MaxIdlePerEndpoint,
+		maxIdle:        orZero(spec.MaxIdlePerEndpoint),
 		spec:           spec,
 	}
 	switch c.policy {
@@ -371,3 +371,13 @@ func (wc *WorkerCluster) doneFunc(i int) func() {
 // CloseIdle closes this worker's pooled connections, and those given back
 // later: the view is retired (a newer snapshot, or a drain).
 func (wc *WorkerCluster) CloseIdle() { wc.closeIdle(true) }
+
+// orZero reads a key whose 0 means something of its own (config declares
+// it a pointer, nil when left out); left out here means Cluster was built
+// in code without config's SetDefaults: 0, as an int would have been.
+func orZero(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

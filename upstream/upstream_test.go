@@ -88,7 +88,7 @@ func TestNewClusterDefaultsAndResolution(t *testing.T) {
 		Endpoints:          []string{"127.0.0.1:8080"},
 		ConnectTimeout:     config.Duration(time.Second),
 		IdleTimeout:        config.Duration(2 * time.Second),
-		MaxIdlePerEndpoint: 3,
+		MaxIdlePerEndpoint: new(3),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +325,7 @@ func TestNoEndpointIsAnError(t *testing.T) {
 
 func TestKeepAliveReuse(t *testing.T) {
 	bs := []*backend{newBackend(t, "a", nil), newBackend(t, "b", nil)}
-	wc := newWorkerCluster(t, config.Cluster{Endpoints: addrs(bs...), MaxIdlePerEndpoint: 4}, 0)
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: addrs(bs...), MaxIdlePerEndpoint: new(4)}, 0)
 	for range 20 {
 		get(t, wc)
 	}
@@ -351,7 +351,7 @@ func TestKeepAliveReuse(t *testing.T) {
 // max_idle_per_endpoint = 0 keeps no idle connection: every request dials.
 func TestMaxIdleZeroKeepsNone(t *testing.T) {
 	b := newBackend(t, "a", nil)
-	c, err := NewCluster(config.Cluster{Name: "backend", Endpoints: []string{b.addr()}, MaxIdlePerEndpoint: 0})
+	c, err := NewCluster(config.Cluster{Name: "backend", Endpoints: []string{b.addr()}, MaxIdlePerEndpoint: new(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestMaxIdleZeroKeepsNone(t *testing.T) {
 // A pooled connection idle longer than idle_timeout is not handed out.
 func TestIdleTimeoutAgesConnectionsOut(t *testing.T) {
 	b := newBackend(t, "a", nil)
-	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{b.addr()}, MaxIdlePerEndpoint: 4, IdleTimeout: config.Duration(time.Nanosecond)}, 0)
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{b.addr()}, MaxIdlePerEndpoint: new(4), IdleTimeout: config.Duration(time.Nanosecond)}, 0)
 	get(t, wc)
 	get(t, wc)
 	if n := b.newConns.Load(); n != 2 {

@@ -232,7 +232,7 @@ func TestH2UpstreamOutlierEjection(t *testing.T) {
 	bad, good := newCountedH2C(t, "bad", 500), newCountedH2C(t, "good", 200)
 	cfg := h2ClusterConfig(func(*config.Route) {}, bad.addr, good.addr)
 	cfg.Clusters[0].OutlierDetection = &config.OutlierDetection{
-		Consecutive5xx: 3, BaseEjectionTime: dur(time.Hour), MaxEjectionPercent: 50,
+		Consecutive5xx: new(3), BaseEjectionTime: dur(time.Hour), MaxEjectionPercent: new(50),
 	}
 	m := startManager(t, cfg, 1)
 	cl := m.snap.Clusters()[0]

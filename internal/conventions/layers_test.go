@@ -1,10 +1,14 @@
 package conventions
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,69 +17,179 @@ import (
 const module = "github.com/hotproxy/hotproxy/"
 
 // The layering of DESIGN §2: lower layers never import higher ones. Each
-// entry is a folder and the project packages (prefixes) its non-test files
-// may import; nil allows none.
+// entry is one package (its folder) and the project packages its non-test
+// files may import, exactly: a sub-package has an entry of its own and
+// inherits nothing from its parent (workers/http1, a codec, may not import
+// upstream because workers may), and a package without an entry fails, so
+// a new package is placed in the layering when it is added. A package may
+// always import its own sub-packages. nil allows none.
 var layers = map[string][]string{
-	"config":     nil,
-	"shm":        nil,
-	"stats":      {"shm", "internal/"},
-	"upstream":   {"config", "stats", "internal/"},
-	"workers":    {"config", "stats", "upstream", "workers/", "internal/"},
-	"hotrestart": {"config", "shm", "internal/", "hotrestart/"},
-	"tlsconf":    {"config", "stats"},
+	"config": nil, // the schema, every default and rule: a leaf
+	"shm":    nil, // bytes, not stats
+	"stats":  {"shm"},
+
+	"internal/accesslog": {"config"},
+	"internal/ratelog":   nil,
+	"internal/smuggle":   nil,
+	"internal/unixsock":  nil,
+	"internal/version":   nil,
+	// Tests only: no production code may lean on them.
+	"internal/conventions": nil,
+
+	"tlsconf":  {"config", "stats"},
+	"upstream": {"config", "stats"},
+	"workers": {"config", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+		"workers/http1", "workers/steering"},
+	// The wire codecs and the socket-steering program: leaves.
+	"workers/http1":    nil,
+	"workers/steering": nil,
+
+	"hotrestart":                           {"internal/ratelog", "internal/unixsock"},
+	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/unixsock", "internal/version"},
+	"hotrestart/supervisor/supervisortest": {"config"},
+
+	// One generation's main goroutine builds everything from the config.
+	"server": {"config", "hotrestart", "internal/ratelog", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
+	// Flag parsing and verb dispatch: it may reach every verb's package.
+	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
+
+	// End-to-end tests and their tools run the binary; they import no
+	// package of the proxy but the few they read or reuse.
+	"integration":          nil,
+	"integration/harness":  {"shm"},
+	"integration/loadgen":  nil,
+	"scripts/benchbackend": nil,
+	"scripts/idleconns":    nil,
+	"scripts/smugglecheck": {"internal/smuggle"},
+	"scripts/tcpbulk":      nil,
+	"scripts/tlsload":      {"config", "integration/loadgen"},
 }
 
-// TestLayers fails when a package imports one above it: config and shm are
-// leaves, stats sees only shm, and nothing below server imports server.
+// configFree are the packages below the snapshot builder, which never
+// read a raw config.Config (DESIGN §2: "nothing below the snapshot builder
+// reads a raw config.Config"): the codecs, the steering program, the
+// plumbing, and the stats layers.
+var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
+	"internal/ratelog", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+
+// TestLayers fails when a package imports one it may not, or when a
+// package has no place in the layering.
 func TestLayers(t *testing.T) {
-	root := moduleRoot(t)
-	checked := 0
-	for folder, allowed := range layers {
-		err := filepath.WalkDir(filepath.Join(root, folder), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				if d.Name() == "testdata" {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
-			if err != nil {
-				return err
-			}
-			checked++
-			rel, _ := filepath.Rel(root, path)
-			for _, imp := range f.Imports {
-				p, _ := strconv.Unquote(imp.Path.Value)
-				if !strings.HasPrefix(p, module) {
-					continue
-				}
-				p = strings.TrimPrefix(p, module)
-				if p == folder || strings.HasPrefix(p, folder+"/") {
-					continue // itself and its own sub-packages
-				}
-				ok := false
-				for _, a := range allowed {
-					if p == a || strings.HasPrefix(p, a+"/") || (strings.HasSuffix(a, "/") && strings.HasPrefix(p, a)) {
-						ok = true
-					}
-				}
-				if !ok {
-					t.Errorf("%s imports %s: %s may import only %v (DESIGN §2: lower layers never import higher ones)", rel, p, folder, allowed)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+	problems, checked := checkLayers(moduleRoot(t), layers, configFree)
+	for _, p := range problems {
+		t.Error(p)
 	}
 	if checked < 20 {
 		t.Fatalf("only %d files checked: the walk is broken", checked)
 	}
+}
+
+// TestLayersOfSubPackages: the check itself, on a made-up module — a
+// sub-package does not inherit its parent's allowance, a package without
+// an entry fails, and a config-free package may not import config even if
+// its entry allows it by mistake.
+func TestLayersOfSubPackages(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, imports string) {
+		t.Helper()
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		src := "package p\n\nimport (\n" + imports + ")\n"
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("workers/w.go", "\t_ \""+module+"upstream\"\n\t_ \""+module+"workers/http1\"\n")
+	write("workers/http1/h.go", "\t_ \""+module+"upstream\"\n")
+	write("workers/http1/h_test.go", "\t_ \""+module+"server\"\n") // tests may
+	write("upstream/u.go", "\t_ \"fmt\"\n")
+	write("newpkg/n.go", "\t_ \"fmt\"\n")
+	write("workers/steering/s.go", "\t_ \""+module+"config\"\n")
+	table := map[string][]string{
+		"gone":             nil,
+		"workers":          {"upstream", "workers/http1"},
+		"workers/http1":    nil,
+		"workers/steering": {"config"},
+		"upstream":         nil,
+	}
+	problems, _ := checkLayers(root, table, []string{"workers/steering"})
+	want := []string{
+		"workers/http1/h.go imports upstream",
+		"newpkg has no entry",
+		"workers/steering/s.go imports config",
+		"has gone, which is no package",
+	}
+	if len(problems) != len(want) {
+		t.Errorf("got %d problems, want %d:\n%s", len(problems), len(want), strings.Join(problems, "\n"))
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, w) }) {
+			t.Errorf("no problem says %q:\n%s", w, strings.Join(problems, "\n"))
+		}
+	}
+}
+
+// checkLayers walks every Go package under root and returns what breaks
+// table (see layers) or configFree, and how many files it read.
+func checkLayers(root string, table map[string][]string, configFree []string) (problems []string, checked int) {
+	seen := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		allowed, ok := table[pkg]
+		if !ok {
+			if !seen[pkg] {
+				problems = append(problems, fmt.Sprintf("package %s has no entry in the layering table (internal/conventions): say what it may import", pkg))
+			}
+			seen[pkg] = true
+			return nil
+		}
+		seen[pkg] = true
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if !strings.HasPrefix(p, module) {
+				continue
+			}
+			p = strings.TrimPrefix(p, module)
+			if p == "config" && slices.Contains(configFree, pkg) {
+				problems = append(problems, fmt.Sprintf("%s imports config: %s is below the snapshot builder and reads no raw config (DESIGN §2)", filepath.ToSlash(rel), pkg))
+				continue
+			}
+			if strings.HasPrefix(p, pkg+"/") || slices.Contains(allowed, p) {
+				continue
+			}
+			problems = append(problems, fmt.Sprintf("%s imports %s: %s may import only %v (DESIGN §2: lower layers never import higher ones)", filepath.ToSlash(rel), p, pkg, allowed))
+		}
+		return nil
+	})
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	for pkg := range table {
+		if !seen[pkg] {
+			problems = append(problems, fmt.Sprintf("the layering table has %s, which is no package (remove it, or fix its name)", pkg))
+		}
+	}
+	sort.Strings(problems)
+	return problems, checked
 }
