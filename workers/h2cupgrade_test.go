@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -148,6 +149,26 @@ func TestH2CUpgradeNotForwardedTLS(t *testing.T) {
 	be := newH2CUpgradeBackend(t)
 	m := startTLSManager(t, hostileConfig(be.addr, withTLS), 1)
 	testH2CUpgradeRefused(t, be, dialTLS(t, addr(t, m, "web"), "a.example.com"))
+}
+
+// TestH2CUpgradeCurl: curl --http2 on http:// asks for an h2c upgrade
+// and, refused it, takes the HTTP/1.1 answer: the decision to serve such
+// a request as HTTP/1.1 rather than answer 4xx keeps this client working.
+func TestH2CUpgradeCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl not installed: TestH2CUpgradeNotForwarded covers the upgrade with a raw client")
+	}
+	be := newH2CUpgradeBackend(t)
+	m := startManager(t, hostileConfig(be.addr), 1)
+	out, err := exec.Command(curl, "-sS", "--http2", "--max-time", "10", "-w", " %{http_version} %{http_code}",
+		"http://"+addr(t, m, "web")+"/public").CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl --http2: %v: %s", err, out)
+	}
+	if got := string(out); got != "HTTP/1.1 /public 1.1 200" {
+		t.Errorf("curl --http2 got %q, want the backend's HTTP/1.1 answer (\"HTTP/1.1 /public 1.1 200\")", got)
+	}
 }
 
 func TestAppendUpgrade(t *testing.T) {
