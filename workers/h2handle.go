@@ -79,7 +79,7 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res.status = h2Answer(w, st, http.StatusMethodNotAllowed, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
 		return
 	}
-	if err := checkH2Request(r); err != nil {
+	if err := checkH2Request(r, cc.cfg.limits); err != nil {
 		res.status = h2Answer(w, st, err.Status, err.Reason)
 		res.sent = int64(len(err.Reason) + 1)
 		return
@@ -123,10 +123,11 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // :path, "*" for a method other
 // than OPTIONS, a method that is not a token ("GET /x HTTP/1.1"), an
 // :authority that is not host[:port] ("a,b", "secret.test;x",
-// "secret.test.."), and a request with neither :authority nor Host.
+// "secret.test.."), a request with neither :authority nor Host, and a
+// :method and :path longer than the HTTP/1.1 request line may be (414).
 // CONNECT is refused before this.
-func checkH2Request(r *http.Request) *http1.Error {
-	err := http1.CheckRequestParts(stringBytes(r.Method), stringBytes(r.RequestURI), stringBytes(r.Host))
+func checkH2Request(r *http.Request, lim http1.Limits) *http1.Error {
+	err := http1.CheckRequestParts(stringBytes(r.Method), stringBytes(r.RequestURI), stringBytes(r.Host), lim)
 	if err == nil {
 		return nil
 	}

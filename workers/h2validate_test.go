@@ -81,6 +81,9 @@ func hostileCases() []hostileCase {
 		reset(get("NUL in :path", "/a\x00b", 400, "/a\x00b")),
 		reset(get("relative :path", "bad/x", 400, "bad/x")),
 		get("asterisk :path for GET", "*", 400, "*"),
+		get(":path longer than a request line may be", "/"+strings.Repeat("a", 8200), 414, "/"+strings.Repeat("a", 8200)),
+		{name: ":path as long as a request line may be", method: "GET", scheme: "http", authority: "a.example", path: "/" + strings.Repeat("a", 8192-15),
+			h1: "GET /" + strings.Repeat("a", 8192-15) + " HTTP/1.1\r\nHost: a.example\r\n\r\n", status: 200, line: "GET /" + strings.Repeat("a", 8192-15) + " HTTP/1.1"},
 		reset(hostileCase{name: "missing :path", method: "GET", scheme: "http", authority: "a.example", path: omit,
 			h1: "GET HTTP/1.1\r\nHost: a.example\r\n\r\n", status: 400}),
 		reset(hostileCase{name: "missing :method", method: omit, scheme: "http", authority: "a.example", path: "/",
@@ -231,9 +234,9 @@ func runHostileCases(t *testing.T, cb *captureBackend, dial1, dial2 func(testing
 				lines := newRequestLines(after, len(before))
 				switch {
 				case hc.status == 200 && (len(lines) != 1 || lines[0] != hc.line):
-					t.Errorf("%s: the backend got request lines %q, want exactly %q", proto, lines, hc.line)
+					t.Errorf("%s: the backend got request lines %.300q, want exactly %.300q", proto, lines, hc.line)
 				case hc.status != 200 && len(after) != len(before):
-					t.Errorf("%s: a refused request reached the backend: %q", proto, after[len(before):])
+					t.Errorf("%s: a refused request reached the backend: %.300q", proto, after[len(before):])
 				}
 			}
 			if hc.h1 != "" {

@@ -14,16 +14,21 @@ package http1
 // request target may hold, with valid percent-encoding in its path; host
 // a valid host[:port], never empty (RFC 9113 §8.3.1: an http or https
 // request has an :authority or a Host). CONNECT is the caller's: it has
-// no path. It returns nil or the *Error Parse answers the same fault with
-// (400), and does not allocate.
-func CheckRequestParts(method, target, host []byte) error {
-	if code := checkRequestParts(method, target, host); code != errNone {
+// no path. A method and target longer together than the request line
+// lim.MaxRequestLine allows are a 414, as over HTTP/1.1: the upstream's
+// request line would be that long. It returns nil or the *Error Parse
+// answers the same fault with (400, 414), and does not allocate.
+func CheckRequestParts(method, target, host []byte, lim Limits) error {
+	if code := checkRequestParts(method, target, host, lim.withDefaults()); code != errNone {
 		return code.request()
 	}
 	return nil
 }
 
-func checkRequestParts(method, target, host []byte) errCode {
+func checkRequestParts(method, target, host []byte, lim Limits) errCode {
+	if len(method)+1+len(target)+len(" HTTP/1.1") > lim.MaxRequestLine {
+		return errRequestLineTooLong
+	}
 	if !isToken(method) {
 		return errBadMethod
 	}

@@ -38,12 +38,14 @@ func TestCheckRequestPartsAgreesWithParse(t *testing.T) {
 		{"GET", "/", "[::1]:8080"},
 		{"GET", "/", "[::g]"},
 		{"GET", "/", "a:99x"},
+		{"GET", "/" + strings.Repeat("a", DefaultMaxRequestLine-15), "a"},
+		{"GET", "/" + strings.Repeat("a", DefaultMaxRequestLine-14), "a"},
 	}
 	for _, tc := range cases {
 		line := tc.method + " " + tc.target + " HTTP/1.1"
 		var r Request
 		perr := r.Parse([]byte(head(line, "Host: "+tc.host)), Limits{})
-		cerr := CheckRequestParts([]byte(tc.method), []byte(tc.target), []byte(tc.host))
+		cerr := CheckRequestParts([]byte(tc.method), []byte(tc.target), []byte(tc.host), Limits{})
 		if strings.Contains(tc.method, " ") || tc.target == "/a b" {
 			// The request line cannot carry these (a space ends a
 			// word): the parser refuses
@@ -76,7 +78,7 @@ func TestCheckRequestPartsRefuses(t *testing.T) {
 		{"no authority", "GET", "/", "", ":authority"},
 		{"authority a list", "GET", "/", "a,b", "Host"},
 	} {
-		err := CheckRequestParts([]byte(tc.method), []byte(tc.target), []byte(tc.host))
+		err := CheckRequestParts([]byte(tc.method), []byte(tc.target), []byte(tc.host), Limits{})
 		var e *Error
 		if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Reason, tc.reason) {
 			t.Errorf("%s: %v, want a 400 naming %q", tc.name, err, tc.reason)
