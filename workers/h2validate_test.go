@@ -90,6 +90,12 @@ func hostileCases() []hostileCase {
 			h1: " / HTTP/1.1\r\nHost: a.example\r\n\r\n", status: 400}),
 		reset(hostileCase{name: ":scheme ftp", method: "GET", scheme: "ftp", authority: "a.example", path: "/",
 			h1: "GET ftp://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", status: 400}),
+		reset(hostileCase{name: "DEL in a field value", method: "GET", scheme: "http", authority: "a.example", path: "/",
+			fields: []string{"x-a", "a\x7fb"}, h1: "GET / HTTP/1.1\r\nHost: a.example\r\nX-A: a\x7fb\r\n\r\n", status: 400}),
+		reset(hostileCase{name: "CR LF in a field value", method: "GET", scheme: "http", authority: "a.example", path: "/",
+			fields: []string{"x-a", "a\r\nX-Injected: 1"}, h1: "GET / HTTP/1.1\r\nHost: a.example\r\nX-A: a\rX-Injected: 1\r\n\r\n", status: 400}),
+		{name: "HTAB in a field value (allowed, as over HTTP/1.1)", method: "GET", scheme: "http", authority: "a.example", path: "/ok",
+			fields: []string{"x-a", "a\tb"}, h1: "GET /ok HTTP/1.1\r\nHost: a.example\r\nX-A: a\tb\r\n\r\n", status: 200, line: "GET /ok HTTP/1.1"},
 		reset(hostileCase{name: "upper-case field name", method: "GET", scheme: "http", authority: "a.example", path: "/",
 			fields: []string{"X-Upper", "1"}, status: 400}),
 		// :authority, and Host beside it.
