@@ -2,7 +2,8 @@
 # Sends the request-smuggling cases of internal/smuggle over raw sockets to
 # hotproxy, nginx and HAProxy, each configured as a reverse proxy in front
 # of the same capture backend, and prints per case what each proxy
-# answered and what reached the backend (issue 8, items 1-4).
+# answered and what reached the backend (issue 8, items 1-4); then the
+# HTTP/2 cases (issue 20, item 4) to each one's cleartext HTTP/2 listener.
 #
 #   scripts/smuggle-check.sh            # hotproxy, nginx and haproxy
 #   PROXIES=hotproxy scripts/smuggle-check.sh
@@ -42,6 +43,9 @@ go build -o "$work/" ./scripts/smugglecheck
 port_of() { # PROXY -> its listening port
 	case $1 in hotproxy) echo $((port_base + 1)) ;; nginx) echo $((port_base + 2)) ;; haproxy) echo $((port_base + 3)) ;; esac
 }
+h2_port_of() { # PROXY -> its cleartext HTTP/2 (prior knowledge) port
+	case $1 in hotproxy) echo $((port_base + 1)) ;; nginx) echo $((port_base + 5)) ;; haproxy) echo $((port_base + 6)) ;; esac
+}
 
 cat >"$work/hotproxy.toml" <<TOML
 [admin]
@@ -54,6 +58,7 @@ path = "$work/hotproxy.stats"
 name = "web"
 address = "127.0.0.1:$(port_of hotproxy)"
 protocol = "http"
+http2_cleartext = true
   [[listeners.routes]]
   prefix = "/"
   cluster = "capture"
@@ -81,6 +86,7 @@ http {
     upstream capture { server 127.0.0.1:$backend_port; keepalive 8; }
     server {
         listen 127.0.0.1:$(port_of nginx);
+        listen 127.0.0.1:$(h2_port_of nginx) http2;
         location / {
             proxy_pass http://capture;
             proxy_http_version 1.1;
@@ -99,6 +105,7 @@ defaults
     http-reuse always
 frontend web
     bind 127.0.0.1:$(port_of haproxy)
+    bind 127.0.0.1:$(h2_port_of haproxy) proto h2
     default_backend capture
 backend capture
     server capture 127.0.0.1:$backend_port
@@ -120,7 +127,7 @@ for p in $proxies; do
 	fi
 	strict=()
 	[ "$p" = hotproxy ] && strict=(-strict)
-	if ! "$work/smugglecheck" -name "$p" -proxy "127.0.0.1:$(port_of "$p")" -backend "127.0.0.1:$backend_port" "${strict[@]}"; then
+	if ! "$work/smugglecheck" -name "$p" -proxy "127.0.0.1:$(port_of "$p")" -backend "127.0.0.1:$backend_port" -h2 "127.0.0.1:$(h2_port_of "$p")" "${strict[@]}"; then
 		status=1
 	fi
 	echo

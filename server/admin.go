@@ -187,7 +187,6 @@ func (g crossSiteGuard) checkHost(r *http.Request) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	host = strings.TrimSuffix(host, ".")
 	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		return ""
 	}
@@ -195,6 +194,14 @@ func (g crossSiteGuard) checkHost(r *http.Request) string {
 	// sends one.
 	if host == "" || strings.EqualFold(host, "localhost") {
 		return ""
+	}
+	if strings.HasSuffix(host, ".") {
+		// "localhost." and "127.0.0.1." are absolute names, not the
+		// loopback name and address: the resolver does not find them in
+		// /etc/hosts and asks DNS, which a hostile network answers (the
+		// data path's routes take one trailing dot as the same name; this
+		// is an allowlist).
+		return fmt.Sprintf("Host %q: the admin API listens on loopback and answers only to an IP address or localhost, without a trailing dot (a name with one is looked up in DNS, which a page rebinding its own name controls); use http://127.0.0.1:PORT, or set [admin] allow_remote = true", r.Host)
 	}
 	return fmt.Sprintf("Host %q: the admin API listens on loopback and answers only to an IP address or localhost (a name that resolves to 127.0.0.1 may be a web page rebinding its own name); use http://127.0.0.1:PORT, or set [admin] allow_remote = true", r.Host)
 }

@@ -74,6 +74,12 @@ func TestAdminRefusesCrossSiteMutations(t *testing.T) {
 		{adminRequest{name: "DNS rebinding: same origin by a name", method: "POST", path: "/quitquitquit", host: "rebind.evil.example:9901",
 			headers: map[string]string{"Origin": "http://rebind.evil.example:9901", "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}, body: "{}"}, 403, "rebinding"},
 		{adminRequest{name: "DNS rebinding: reading the config", method: "GET", path: "/config_dump", host: "rebind.evil.example:9901"}, 403, "allow_remote"},
+		// An absolute name is resolved through DNS, where plain localhost
+		// comes from /etc/hosts: not the loopback name.
+		{adminRequest{name: "Host localhost. (trailing dot)", method: "POST", path: "/healthcheck/fail", host: "localhost.:9901"}, 403, "trailing dot"},
+		{adminRequest{name: "Host localhost. without port", method: "GET", path: "/config_dump", host: "localhost."}, 403, "trailing dot"},
+		{adminRequest{name: "Host 127.0.0.1. (trailing dot)", method: "GET", path: "/config_dump", host: "127.0.0.1.:9901"}, 403, "trailing dot"},
+		{adminRequest{name: "Host localhost..", method: "GET", path: "/config_dump", host: "localhost.."}, 403, "allow_remote"},
 		{adminRequest{name: "GET a mutating endpoint (an <img> tag)", method: "GET", path: "/healthcheck/fail"}, 405, ""},
 		{adminRequest{name: "GET quitquitquit (a link)", method: "GET", path: "/quitquitquit"}, 405, ""},
 	}

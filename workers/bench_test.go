@@ -190,6 +190,21 @@ func BenchmarkH1ProxyKeepAlive(b *testing.B) {
 	benchRaw(b, a, req, respLen)
 }
 
+// BenchmarkH1ProxyForwardingFields: the same with the fields the head
+// writer now judges (issue 20): a client X-Request-Id kept, forged
+// forwarding fields in both spellings dropped, an h2c upgrade taken out.
+// Still 0 allocs/op.
+func BenchmarkH1ProxyForwardingFields(b *testing.B) {
+	be := rawKeepAliveBackend(b, benchResponse)
+	m := startManager(b, proxyConfig(be, func(l *config.Listener) { l.TrustForwardedFor = boolp(false) }), 1)
+	a := addr(b, m, "web")
+	req := "GET /bench HTTP/1.1\r\nHost: bench.example\r\nUser-Agent: bench\r\nAccept: */*\r\n" +
+		"X-Request-Id: 4f1c2a9e-8d3b-4c5e-9f70-1a2b3c4d5e6f\r\nX-Forwarded-For: 1.2.3.4\r\nX_Forwarded_For: 1.2.3.4\r\n" +
+		"X-Real-IP: 1.2.3.4\r\nForwarded: for=1.2.3.4\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+	respLen := probeLen(b, a, req)
+	benchRaw(b, a, req, respLen)
+}
+
 // BenchmarkH1ProxyPostSmallBody: the same with a small request body.
 func BenchmarkH1ProxyPostSmallBody(b *testing.B) {
 	be := rawKeepAliveBackend(b, benchResponse)

@@ -111,6 +111,30 @@ func TestSmugglingRefused(t *testing.T) {
 	}
 }
 
+// TestSmugglingRefusedHTTP2: the HTTP/2 cases of internal/smuggle (issue
+// 20, item 4), over h2c: each answered 400 or its stream reset, nothing
+// forwarded.
+func TestSmugglingRefusedHTTP2(t *testing.T) {
+	b, err := smuggle.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	m := startManager(t, proxyConfig(b.Addr(), h2cListener), 1)
+	a := addr(t, m, "web")
+	for _, c := range smuggle.H2Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			r, err := smuggle.RunH2(a, b, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Strict() {
+				t.Errorf("not refused strictly: answer %q (want %s), backend received %q", r.Answer, c.Status, r.Reached)
+			}
+		})
+	}
+}
+
 // A proxy never invents a Content-Type.
 func TestNoContentTypeSniffing(t *testing.T) {
 	be := rawBackend(t, func(c net.Conn) {

@@ -187,6 +187,10 @@ func appendInt(b []byte, v int64) []byte { return strconv.AppendInt(b, v, 10) }
 // not keep it.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
+// stringBytes views s as bytes without copying, for reads that do not
+// keep it; the bytes must never be written.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // appendRequestID appends 32 random hex digits. Not a secret: math/rand
 // is enough and does not lock.
 func appendRequestID(b []byte) []byte {

@@ -35,6 +35,7 @@ type exchange struct {
 	// kept apart from head, which the body pump may overwrite.
 	method     []byte
 	idempotent bool // the request may be sent twice (RFC 9110 §9.2.2)
+	upgrade    bool // the upstream was offered an upgrade (appendUpgrade): only then may it answer 101
 
 	// The request body still to come from the client after the head
 	// write; bodyLeft < 0 for chunked.
@@ -64,6 +65,7 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	*x = exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
 	x.method = methodOther
+	x.upgrade = forwardsUpgrade(req.Upgrade.Bytes(x.head))
 	switch string(req.Method.Bytes(x.head)) {
 	case "HEAD":
 		x.method, x.idempotent = methodHEAD, true
@@ -128,7 +130,8 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		b = append(b, upstreamHost...)
 	}
 	b = append(b, "\r\n"...)
-	hasID := false
+	ids := 0
+	var id []byte
 	for i := range req.NFields {
 		f := &req.Fields[i]
 		if f.Hop {
@@ -138,18 +141,13 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		if len(name) == 4 && http1.EqualFold(name, "host") {
 			continue
 		}
-		if isProxyAuth(name) {
-			continue // meant for this hop: the client's credentials for a proxy
-		}
-		if len(name) > 2 && (name[0]|0x20) == 'x' && name[1] == '-' {
-			switch {
-			case http1.EqualFold(name, "x-forwarded-for"),
-				http1.EqualFold(name, "x-forwarded-host"),
-				http1.EqualFold(name, "x-forwarded-proto"):
-				continue // set below
-			case http1.EqualFold(name, "x-request-id"):
-				hasID = true
-			}
+		switch upstreamFieldOf(bytesString(name), cc.cfg.trustXFF) {
+		case fieldDrop, fieldForwardedFor:
+			continue // the proxy's own below, or never
+		case fieldRequestID:
+			ids++
+			id = f.Value.Bytes(head)
+			continue
 		}
 		b = append(b, name...)
 		b = append(b, ": "...)
@@ -177,16 +175,10 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		b = append(b, req.Host.Bytes(head)...)
 		b = append(b, "\r\n"...)
 	}
-	if !hasID {
-		b = append(b, "X-Request-Id: "...)
-		b = appendRequestID(b)
-		b = append(b, "\r\n"...)
-	}
-	if req.Upgrade.Len() > 0 {
-		b = append(b, "Connection: upgrade\r\nUpgrade: "...)
-		b = append(b, req.Upgrade.Bytes(head)...)
-		b = append(b, "\r\n"...)
-	}
+	b = append(b, "X-Request-Id: "...)
+	b = appendUpstreamRequestID(b, ids, id)
+	b = append(b, "\r\n"...)
+	b = appendUpgrade(b, req.Upgrade.Bytes(head))
 	switch req.Framing {
 	case http1.FramingLength:
 		b = append(b, "Content-Length: "...)
@@ -196,6 +188,76 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// appendUpgrade appends "Connection: upgrade" and the Upgrade field for
+// the protocols of a client's Upgrade value that the proxy passes on:
+// all but HTTP/2 (h2c, and h2, which only TLS's ALPN may choose), as
+// Envoy does. A tunnel after a 101 carries whatever the client sends past
+// routing: WebSocket frames are no requests, but an HTTP/2 connection's
+// streams are, each of them to any path. The request is then served as
+// plain HTTP/1.1 (RFC 9110 §7.8: a server may ignore an Upgrade; curl
+// --http2 sends h2c and takes an HTTP/1.1 answer). Nothing when no
+// protocol is left.
+func appendUpgrade(b, upgrade []byte) []byte {
+	if !forwardsUpgrade(upgrade) {
+		return b
+	}
+	b = append(b, "Connection: upgrade\r\nUpgrade: "...)
+	first := true
+	forEachProtocol(upgrade, func(p, name []byte) {
+		if isHTTP2Protocol(name) {
+			return
+		}
+		if !first {
+			b = append(b, ", "...)
+		}
+		b = append(b, p...)
+		first = false
+	})
+	return append(b, "\r\n"...)
+}
+
+// forwardsUpgrade reports whether an Upgrade value names a protocol the
+// proxy passes on (appendUpgrade).
+func forwardsUpgrade(upgrade []byte) bool {
+	found := false
+	forEachProtocol(upgrade, func(_, name []byte) { found = found || !isHTTP2Protocol(name) })
+	return found
+}
+
+// namesHTTP2 reports whether an Upgrade value names h2c or h2.
+func namesHTTP2(upgrade []byte) bool {
+	found := false
+	forEachProtocol(upgrade, func(_, name []byte) { found = found || isHTTP2Protocol(name) })
+	return found
+}
+
+func isHTTP2Protocol(name []byte) bool {
+	return http1.EqualFold(name, "h2c") || http1.EqualFold(name, "h2")
+}
+
+// forEachProtocol calls fn with each protocol of an Upgrade value (the
+// parser has checked its syntax: a list of protocol-name["/"version]) and
+// its name.
+func forEachProtocol(upgrade []byte, fn func(protocol, name []byte)) {
+	for len(upgrade) > 0 {
+		p := upgrade
+		if i := bytes.IndexByte(upgrade, ','); i >= 0 {
+			p, upgrade = upgrade[:i], upgrade[i+1:]
+		} else {
+			upgrade = nil
+		}
+		p = bytes.Trim(p, " \t")
+		if len(p) == 0 {
+			continue
+		}
+		name := p
+		if i := bytes.IndexByte(p, '/'); i >= 0 {
+			name = p[:i]
+		}
+		fn(p, name)
+	}
 }
 
 // isProxyAuth: Proxy-Authorization and Proxy-Authenticate concern one hop

@@ -64,8 +64,14 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	req := &ex.req
 	status := resp.Status
 	if status == 101 {
-		if req.Upgrade.Len() == 0 || !x.bodyDone {
+		if !x.upgrade || !x.bodyDone {
 			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
+		}
+		if namesHTTP2(upgradeOf(&resp.Fields, resp.NFields, x.ub[x.ur:x.ur+resp.HeadLen])) {
+			// Only h2c or h2 can have been taken out of the request's
+			// Upgrade (appendUpgrade): an upstream that switches to one
+			// anyway would open HTTP/2 past routing.
+			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to HTTP/2, which was not asked for"})
 		}
 		cc.status = 101 // for the access log; not a counted class
 		// The tunnel gives the connection's state back to its pool:
@@ -297,6 +303,18 @@ func (x *exchange) copyUntilClose(head []byte) error {
 	}
 }
 
+// upgradeOf is the value of a response head's first Upgrade field, or
+// nil.
+func upgradeOf(fields *[http1.MaxHeaders]http1.Field, n int, head []byte) []byte {
+	for i := range n {
+		f := &fields[i]
+		if http1.EqualFold(f.Name.Bytes(head), "upgrade") {
+			return f.Value.Bytes(head)
+		}
+	}
+	return nil
+}
+
 // tunnel relays bytes both ways after a 101 (WebSocket and other
 // upgrades), until both directions end or the connection is closed by a
 // drain. The connection's buffers go back to their pools first: a tunnel
@@ -308,13 +326,7 @@ func (x *exchange) tunnel() {
 	x.ur += resp.HeadLen
 	h := cc.appendResponseHead(cc.ex.wbuf[:0], head, true, -1)
 	h = append(h[:len(h)-2], "Connection: upgrade\r\nUpgrade: "...)
-	for i := range resp.NFields {
-		f := &resp.Fields[i]
-		if http1.EqualFold(f.Name.Bytes(head), "upgrade") {
-			h = append(h, f.Value.Bytes(head)...)
-			break
-		}
-	}
+	h = append(h, upgradeOf(&resp.Fields, resp.NFields, head)...)
 	h = append(h, "\r\n\r\n"...)
 	cc.ex.wbuf = h
 	err := cc.writeHeadAnd(h, x.ub[x.ur:x.uw])

@@ -79,6 +79,11 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res.status = h2Answer(w, st, http.StatusMethodNotAllowed, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
 		return
 	}
+	if err := checkH2Request(r, cc.cfg.limits); err != nil {
+		res.status = h2Answer(w, st, err.Status, err.Reason)
+		res.sent = int64(len(err.Reason) + 1)
+		return
+	}
 	if lv != nil {
 		hr.path = http1.CleanPath(hr.path[:0], []byte(r.RequestURI))
 		rt = lv.match(r.Host, bytesString(hr.path), cc.sni)
@@ -100,6 +105,33 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.proxyHTTP1(w, r, lv, rt, wc, hr, start, &res)
 		}
 	}
+}
+
+// checkH2Request holds an HTTP/2 request's :method, :path and :authority
+// (or Host) to the rules of the HTTP/1.1 parser (http1.CheckRequestParts),
+// so that a request gets the same answer, 400, whichever protocol carried
+// it, and nothing reaches an HTTP/1.1 upstream's request line that would
+// change its words. x/net's server has already reset the stream
+// (PROTOCOL_ERROR, before any handler) for what RFC 9113 calls malformed:
+// a control byte (CR, LF, NUL, DEL) in any field, an upper-case or
+// non-token field name, a missing :method or :path, a :path that starts
+// with neither '/' nor is "*" or that url.ParseRequestURI refuses (HTAB,
+// a bad percent-encoding in the path), a :scheme other than http and https,
+// userinfo in :authority, a Host that differs from :authority, several
+// Host fields, and connection-specific fields (a 400 of its own). What it
+// lets through and is refused here: a space, '\', '#' or non-ASCII byte in
+// :path, "*" for a method other
+// than OPTIONS, a method that is not a token ("GET /x HTTP/1.1"), an
+// :authority that is not host[:port] ("a,b", "secret.test;x",
+// "secret.test.."), a request with neither :authority nor Host, and a
+// :method and :path longer than the HTTP/1.1 request line may be (414).
+// CONNECT is refused before this.
+func checkH2Request(r *http.Request, lim http1.Limits) *http1.Error {
+	err := http1.CheckRequestParts(stringBytes(r.Method), stringBytes(r.RequestURI), stringBytes(r.Host), lim)
+	if err == nil {
+		return nil
+	}
+	return err.(*http1.Error)
 }
 
 // h2Answer sends one of the proxy's own plain-text responses.

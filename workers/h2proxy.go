@@ -108,15 +108,23 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 		b = append(b, upstreamHost...)
 	}
 	b = append(b, "\r\n"...)
-	hasID := false
+	ids := 0
+	var id string
 	for name, values := range r.Header {
 		switch name {
 		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te",
-			"Trailer", "Host", "Content-Length", "Proxy-Authorization", "Proxy-Authenticate",
-			"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+			"Trailer", "Host", "Content-Length":
 			continue
-		case "X-Request-Id":
-			hasID = true
+		}
+		switch upstreamFieldOf(name, cc.cfg.trustXFF) {
+		case fieldDrop, fieldForwardedFor:
+			continue // the proxy's own below, or never
+		case fieldRequestID:
+			ids += len(values)
+			if len(values) > 0 {
+				id = values[len(values)-1]
+			}
+			continue
 		}
 		for _, v := range values {
 			b = append(b, name...)
@@ -135,7 +143,9 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 		}
 	}
 	b = append(b, cc.clientIP...)
-	if r.TLS != nil {
+	// The connection's scheme, not :scheme: an absolute-form target's
+	// scheme over HTTP/1.1 is not believed either.
+	if cc.tls != nil {
 		b = append(b, "\r\nX-Forwarded-Proto: https\r\n"...)
 	} else {
 		b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
@@ -145,11 +155,9 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 		b = append(b, r.Host...)
 		b = append(b, "\r\n"...)
 	}
-	if !hasID {
-		b = append(b, "X-Request-Id: "...)
-		b = appendRequestID(b)
-		b = append(b, "\r\n"...)
-	}
+	b = append(b, "X-Request-Id: "...)
+	b = appendUpstreamRequestID(b, ids, stringBytes(id))
+	b = append(b, "\r\n"...)
 	switch {
 	case hasBody && r.ContentLength > 0:
 		b = append(b, "Content-Length: "...)

@@ -124,19 +124,28 @@ func idempotentMethod(m string) bool {
 // copyH2UpstreamHeader is appendH2UpstreamHead's field list for an HTTP/2
 // upstream request: "TE: trailers" is the one TE HTTP/2 allows.
 func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
+	ids := 0
+	var id string
 	for k, vs := range r.Header {
-		switch k {
-		case "Te":
+		if k == "Te" {
 			for _, v := range vs {
 				if v == "trailers" {
 					dst["Te"] = []string{"trailers"}
 				}
 			}
 			continue
-		case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Proxy-Authorization":
-			continue
 		}
 		if h2HopByHop(k) {
+			continue
+		}
+		switch upstreamFieldOf(k, cc.cfg.trustXFF) {
+		case fieldDrop, fieldForwardedFor:
+			continue // the proxy's own below, or never
+		case fieldRequestID:
+			ids += len(vs)
+			if len(vs) > 0 {
+				id = vs[len(vs)-1]
+			}
 			continue
 		}
 		dst[k] = vs
@@ -146,7 +155,7 @@ func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
 		xff = joinXFF(prior, xff)
 	}
 	dst["X-Forwarded-For"] = []string{xff}
-	if r.TLS != nil {
+	if cc.tls != nil { // the connection's scheme, not :scheme
 		dst["X-Forwarded-Proto"] = []string{"https"}
 	} else {
 		dst["X-Forwarded-Proto"] = []string{"http"}
@@ -154,7 +163,9 @@ func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
 	if r.Host != "" {
 		dst["X-Forwarded-Host"] = []string{r.Host}
 	}
-	if _, ok := dst["X-Request-Id"]; !ok {
+	if ids == 1 && validRequestID(stringBytes(id)) {
+		dst["X-Request-Id"] = []string{id}
+	} else {
 		dst["X-Request-Id"] = []string{string(appendRequestID(nil))}
 	}
 }

@@ -175,20 +175,23 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 		Header:     make(http.Header, req.NFields+4),
 		Host:       string(req.Host.Bytes(head)),
 	}
-	hasID := false
+	ids := 0
+	var id []byte
 	for i := range req.NFields {
 		f := &req.Fields[i]
 		name := f.Name.Bytes(head)
-		if f.Hop || isProxyAuth(name) || http1.EqualFold(name, "host") {
+		if f.Hop || http1.EqualFold(name, "host") {
+			continue
+		}
+		switch upstreamFieldOf(bytesString(name), cc.cfg.trustXFF) {
+		case fieldDrop, fieldForwardedFor:
+			continue // the proxy's own below, or never
+		case fieldRequestID:
+			ids++
+			id = f.Value.Bytes(head)
 			continue
 		}
 		k := http.CanonicalHeaderKey(string(name))
-		switch k {
-		case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
-			continue
-		case "X-Request-Id":
-			hasID = true
-		}
 		out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
 	}
 	xff := string(cc.clientIP)
@@ -205,13 +208,15 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 		}
 	}
 	out.Header["X-Forwarded-For"] = []string{xff}
-	out.Header["X-Forwarded-Proto"] = []string{"http"}
+	if cc.tls != nil {
+		out.Header["X-Forwarded-Proto"] = []string{"https"}
+	} else {
+		out.Header["X-Forwarded-Proto"] = []string{"http"}
+	}
 	if out.Host != "" {
 		out.Header["X-Forwarded-Host"] = []string{out.Host}
 	}
-	if !hasID {
-		out.Header["X-Request-Id"] = []string{string(appendRequestID(nil))}
-	}
+	out.Header["X-Request-Id"] = []string{string(appendUpstreamRequestID(nil, ids, id))}
 	return out, nil
 }
 

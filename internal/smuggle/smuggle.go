@@ -1,7 +1,9 @@
 // Package smuggle is a request-smuggling check for any HTTP/1.1 proxy: the
 // framing cases a proxy and a backend could disagree on (RFC 9112 §6.3),
 // sent over raw sockets to a proxy in front of a raw capture backend, with
-// what the proxy answered and what reached the backend. The workers tests
+// what the proxy answered and what reached the backend; and HTTP/2
+// requests whose pseudo-headers a proxy could turn into another HTTP/1.1
+// request line (h2.go), sent with a raw framer. The workers tests
 // hold hotproxy to it; scripts/smuggle-check.sh runs it against hotproxy,
 // nginx and HAProxy alike.
 package smuggle

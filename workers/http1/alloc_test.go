@@ -108,6 +108,16 @@ func TestNoAllocations(t *testing.T) {
 			}
 		}},
 		{"CleanPath", func() { dst = CleanPath(dst[:0], target) }},
+		{"CheckRequestParts", func() {
+			if CheckRequestParts([]byte("GET"), target, []byte("a.example:80"), Limits{}) != nil {
+				t.Fatal("valid parts refused")
+			}
+		}},
+		{"CheckRequestParts rejecting", func() {
+			if CheckRequestParts([]byte("GET"), dst, []byte("a..b"), Limits{}) == nil {
+				t.Fatal("empty label accepted")
+			}
+		}},
 		{"EqualFold", func() { _ = EqualFold(get[:3], "get") }},
 	}
 	for _, c := range checks {

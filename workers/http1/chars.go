@@ -90,7 +90,8 @@ func unhex(c byte) byte {
 }
 
 // validAuthority reports whether b is host[:port] with a host name of
-// reg-name characters (no percent-encoding, no userinfo), an IPv4 address
+// reg-name characters in labels that are not empty (no percent-encoding,
+// no userinfo; one trailing dot allowed), an IPv4 address
 // (which is also a reg-name) or a bracketed IPv6 address, and a port of 1-5
 // digits. needPort requires the port (CONNECT's authority-form).
 func validAuthority(b []byte, needPort bool) bool {
@@ -113,6 +114,12 @@ func validAuthority(b []byte, needPort bool) bool {
 	} else {
 		i := 0
 		for i < len(b) && isRegName[b[i]] {
+			// No empty label: "a..b" and ".a" are no names a
+			// resolver or a route knows, and a single trailing dot
+			// ("a.", the absolute form of "a") is the only one.
+			if b[i] == '.' && (i == 0 || b[i-1] == '.') {
+				return false
+			}
 			i++
 		}
 		if i == 0 {

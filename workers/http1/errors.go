@@ -45,6 +45,7 @@ const (
 	errSeveralUpgrades
 	errBadTrailerField
 	errConnectWithBody
+	errNoAuthority
 	numErrCodes
 )
 
@@ -89,6 +90,7 @@ var errText = [numErrCodes]struct {
 	errSeveralUpgrades:          {400, "several Upgrade fields"},
 	errBadTrailerField:          {400, "Trailer names a field not allowed in a trailer or is not a list of field names"},
 	errConnectWithBody:          {400, "CONNECT with a body"},
+	errNoAuthority:              {400, "missing :authority and Host"},
 }
 
 // requestErrors and responseErrors hold one *Error per code: the status a

@@ -135,23 +135,11 @@ func (r *Request) parseRequestLine(line []byte) errCode {
 	r.Method = Span{0, int32(i)}
 	start := i + 1
 	j := start
-	inQuery := false
 	for j < len(line) && line[j] != ' ' {
-		c := line[j]
-		if !isTargetChar[c] {
-			if c == '\r' {
-				return errBareCR
-			}
-			return errBadTarget
-		}
-		// A bad percent-encoding in the path is refused: it is what
-		// routes match, and decoders disagree on it. In the query it is
-		// passed on, as net/http and nginx do ("?off=10%" is common).
-		if c == '%' && !inQuery && (j+2 >= len(line) || !isHex[line[j+1]] || !isHex[line[j+2]]) {
-			return errBadPercent
-		}
-		inQuery = inQuery || c == '?'
 		j++
+	}
+	if code := checkTarget(line[start:j]); code != errNone {
+		return code
 	}
 	if j == start || j == len(line) {
 		return errBadRequestLine
@@ -163,6 +151,28 @@ func (r *Request) parseRequestLine(line []byte) errCode {
 	}
 	r.Minor = minor
 	return r.checkTargetForm(line)
+}
+
+// checkTarget checks the bytes of a request target: visible ASCII but
+// '#' and '\' (isTargetChar), and valid percent-encoding in the path.
+func checkTarget(target []byte) errCode {
+	inQuery := false
+	for j, c := range target {
+		if !isTargetChar[c] {
+			if c == '\r' {
+				return errBareCR
+			}
+			return errBadTarget
+		}
+		// A bad percent-encoding in the path is refused: it is what
+		// routes match, and decoders disagree on it. In the query it is
+		// passed on, as net/http and nginx do ("?off=10%" is common).
+		if c == '%' && !inQuery && (j+2 >= len(target) || !isHex[target[j+1]] || !isHex[target[j+2]]) {
+			return errBadPercent
+		}
+		inQuery = inQuery || c == '?'
+	}
+	return errNone
 }
 
 // parseVersion parses "HTTP/1.0" or "HTTP/1.1"; another major version is
