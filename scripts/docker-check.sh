@@ -16,14 +16,14 @@ if [[ -z $engine ]]; then
 	done
 fi
 if [[ -z $engine ]]; then
-	echo "docker-check: SKIP: no usable container engine (docker or podman, with its daemon/socket) on this machine; the Dockerfile was not built"
+	echo "docker-check: SKIP: no usable container engine (docker or podman, with its daemon/socket) on this machine; the image was not built"
 	exit 0
 fi
 
 tag=hotproxy:ci-check
 name=hotproxy-ci-check-$$
 echo "docker-check: building $tag with $engine"
-"$engine" build --build-arg VERSION="$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -t "$tag" .
+IMAGE=$tag ENGINE=$engine scripts/image.sh
 trap '"$engine" rm -f "$name" >/dev/null 2>&1 || true' EXIT
 # Port 0 on the host: the engine picks a free one.
 "$engine" run -d --name "$name" -p 127.0.0.1::8080 "$tag" >/dev/null
