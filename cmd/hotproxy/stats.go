@@ -47,7 +47,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 			"Exit status: 0 printed (or the expectation holds); 1 the region cannot be\n"+
 			"read (missing, truncated, foreign, another layout version), or the\n"+
 			"expectation does not hold; 2 a bad command line.", stderr)
-	baseID := fs.Int("base-id", 0, "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats)")
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats); default $HOTPROXY_BASE_ID if set, else 0")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
 	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path (the default region of --base-id if it sets none)")
 	fs.StringVar(cfgPath, "config", "", "same as -c")

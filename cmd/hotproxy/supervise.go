@@ -26,7 +26,7 @@ func superviseCmd(args []string, stderr io.Writer) int {
 			"protocol when NOTIFY_SOCKET is set, and is safe as PID 1.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
-	baseID := fs.Int("base-id", 0, "base `id`: names the restart sockets, the stats region and the control socket")
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id`: names the restart sockets, the stats region and the control socket; default $HOTPROXY_BASE_ID if set, else 0")
 	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use; \"-\": none)")
 	genBinary := fs.String("generation-binary", "", "`path` of the binary each generation runs (default: this executable's path,\nre-read at each start so that a replaced binary is picked up)")
 	takeOver := fs.Bool("take-over", false, "start the first generation as the successor of a running generation of this\nbase-id that another supervisor started (e.g. in another container of the pod);\ncold start when none runs")
@@ -101,7 +101,7 @@ func controlFlags(fs interface {
 	Duration(name string, value time.Duration, usage string) *time.Duration
 }) func() (string, error) {
 	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id)")
-	baseID := fs.Int("base-id", 0, "base `id` of the supervisor")
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the supervisor; default $HOTPROXY_BASE_ID if set, else 0")
 	return func() (string, error) {
 		if *path != "" {
 			return *path, nil
