@@ -76,7 +76,7 @@ func TestConfigWatcherConfigMapSwap(t *testing.T) {
 		t.Fatal("no reload within 5s of a ConfigMap-style update")
 	}
 	d.update("[server]\ndrain_time = \"2s\"\n") // same content, new directory
-	os.Remove(filepath.Join(d.dir, "..data"))  // and gone for a while
+	os.Remove(filepath.Join(d.dir, "..data"))   // and gone for a while
 	select {
 	case <-reloads:
 		t.Fatal("a reload for the same content, or for a file that could not be read")
