@@ -18,7 +18,9 @@ import (
 // new directory, and a ..data symlink renamed over the old one), bind
 // mounted at /etc/hotproxy, and the supervisor runs with --watch-config.
 // An update becomes a reload, and the new config serves; an update that
-// breaks the config is refused, and the old one serves on.
+// breaks the config is refused, and the old one serves on. The container
+// runs as the manifest's securityContext says (read-only root file system,
+// every capability dropped).
 func TestDockerConfigMapReload(t *testing.T) {
 	e := requireEngine(t)
 	v1, _ := e.images(t)
@@ -69,7 +71,10 @@ protocol = "http"
 		t.Fatal(err)
 	}
 	base := nextBaseID()
+	// The manifest's securityContext too: read-only root, no
+	// capabilities, no privilege escalation, /run/hotproxy a volume.
 	ct := e.run(t, "configmap", "--network", "host", "-e", "HOTPROXY_BASE_ID="+strconv.Itoa(base),
+		"--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--tmpfs", "/run/hotproxy:uid=10001,gid=10001",
 		"-v", dir+":/etc/hotproxy:ro", v1, "--watch-config", "200ms")
 	ct.waitServing(base, 0, 60*time.Second)
 	answer := func() string {
