@@ -62,21 +62,29 @@ start)
 	exit 1
 	;;
 stop)
-	[[ -f $dir/docker.pid ]] || { echo "engine: no $dir/docker.pid: nothing to stop" >&2; exit 0; }
-	pid=$(cat "$dir/docker.pid")
-	# dockerd stops its containers and the containerd it started; if it
-	# has to be killed, that containerd is stopped by its own pid file.
-	ctrd=$(cat "$dir/exec/containerd/containerd.pid" 2>/dev/null || true)
-	kill -TERM "$pid" 2>/dev/null || true
-	if ! wait_gone "$pid" 300; then
-		echo "engine: dockerd (pid $pid) still runs 30s after SIGTERM: SIGKILL" >&2
-		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone "$pid" 50 || true
+	[[ -d $dir ]] || { echo "engine: no $dir: nothing to stop" >&2; exit 0; }
+	# dockerd removes its pid file when it exits: none is nothing to stop.
+	if [[ -f $dir/docker.pid ]]; then
+		pid=$(cat "$dir/docker.pid")
+		# dockerd stops its containers and the containerd it started; if it
+		# has to be killed, that containerd is stopped by its own pid file.
+		ctrd=$(cat "$dir/exec/containerd/containerd.pid" 2>/dev/null || true)
+		kill -TERM "$pid" 2>/dev/null || true
+		if ! wait_gone "$pid" 300; then
+			echo "engine: dockerd (pid $pid) still runs 30s after SIGTERM: SIGKILL" >&2
+			kill -KILL "$pid" 2>/dev/null || true
+			wait_gone "$pid" 50 || true
+		fi
+		if [[ -n $ctrd ]] && kill -0 "$ctrd" 2>/dev/null; then
+			kill -TERM "$ctrd" 2>/dev/null || true
+			wait_gone "$ctrd" 100 || kill -KILL "$ctrd" 2>/dev/null || true
+		fi
 	fi
-	if [[ -n $ctrd ]] && kill -0 "$ctrd" 2>/dev/null; then
-		kill -TERM "$ctrd" 2>/dev/null || true
-		wait_gone "$ctrd" 100 || kill -KILL "$ctrd" 2>/dev/null || true
-	fi
+	# dockerd pins the network namespace of containers on its default
+	# network (none here, as --bridge=none) with a bind mount it leaves
+	# behind: unmounting a namespace pin frees nothing that runs.
+	awk -v d="$dir/" '$3 == "nsfs" && index($2, d) == 1 { print $2 }' /proc/self/mounts |
+		while IFS= read -r m; do umount "$m" || true; done
 	# Container mounts live under data/; dockerd unmounted them when it
 	# stopped cleanly. What is still mounted is left, not forced.
 	if grep -q " $dir/" /proc/self/mounts; then
