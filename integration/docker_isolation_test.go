@@ -18,7 +18,9 @@ import (
 // container, of another uid, joins the first one's network namespace (where
 // its restart socket is) with `supervise --take-over`: it does not get the
 // listening sockets, it exits non-zero, and the first container serves on
-// with the same generation.
+// with the same generation. Last, two proxies in one network namespace
+// (two of one pod): the same base-id is refused with what to do, and each
+// with its own base-id serves.
 func TestDockerIndependentContainers(t *testing.T) {
 	e := requireEngine(t)
 	v1, _ := e.images(t)
@@ -77,5 +79,37 @@ func TestDockerIndependentContainers(t *testing.T) {
 	}
 	if body := inNetns(t, aPID, "http://127.0.0.1:8080/"); !strings.Contains(body, "epoch 1 pid "+strconv.Itoa(servingA.PID)) {
 		t.Errorf("%s answered %q after the foreign container, want epoch 1 pid %d", a.name, body, servingA.PID)
+	}
+
+	// A second, independent proxy in A's network namespace (two proxies
+	// of one pod), on other ports: with the same base-id its restart
+	// socket is taken, and it stops at once saying so, A untouched; with
+	// its own base-id both serve.
+	other := writeContainerConfig(t, `[admin]
+address = "127.0.0.1:9902"
+
+[[listeners]]
+name = "other"
+address = "127.0.0.1:8081"
+protocol = "http"
+
+  [[listeners.routes]]
+  prefix = "/"
+  direct_response = { status = 200, body = "other epoch %EPOCH%\n" }
+`)
+	same := e.run(t, "same-base", "--network", "container:"+a.name, "-v", other, v1)
+	if code := same.wait(60 * time.Second); code == 0 {
+		t.Errorf("a second proxy with base-id 0 in %s's network namespace exited 0; want it refused", a.name)
+	}
+	if logs := e.do(30*time.Second, "logs", same.name); !strings.Contains(logs.Stdout+logs.Stderr, "another --base-id") {
+		t.Errorf("the second proxy with the same base-id does not say to choose another base-id:\n%s%s", logs.Stdout, logs.Stderr)
+	}
+	own := e.run(t, "own-base", "--network", "container:"+a.name, "-e", "HOTPROXY_BASE_ID=1", "-v", other, v1)
+	own.waitServing(1, 0, 60*time.Second)
+	if body := inNetns(t, aPID, "http://127.0.0.1:8081/"); body != "other epoch 0\n" {
+		t.Errorf("the second proxy (base-id 1) answered %q", body)
+	}
+	if g, _ := a.waitServing(0, servingA.Epoch, 10*time.Second).Serving(); g.PID != servingA.PID {
+		t.Errorf("%s's serving generation changed to %+v next to a second proxy", a.name, g)
 	}
 }
