@@ -39,6 +39,9 @@ Usage:
 With no -c, serve, supervise and validate use the embedded default config:
 an HTTP listener on 127.0.0.1:10000 that answers directly, and the admin API
 on 127.0.0.1:9901.
+
+HOTPROXY_BASE_ID, when set, is every verb's default --base-id (set it once on
+a container: docker exec and the image's health check inherit it).
 `
 
 // exitUsage is the exit status for a command line that cannot be run.
