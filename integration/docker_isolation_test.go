@@ -22,6 +22,7 @@ import (
 // (two of one pod): the same base-id is refused with what to do, and each
 // with its own base-id serves.
 func TestDockerIndependentContainers(t *testing.T) {
+	requireRoot(t, "nsenter into a container's network namespace")
 	e := requireEngine(t)
 	v1, _ := e.images(t)
 	a := e.run(t, "indep-a", "--network", "none", v1)

@@ -24,6 +24,7 @@ import (
 // restarted and serves; `docker stop` drains and exits 0 within
 // parent_shutdown_time + 5 s.
 func TestDockerSupervisorPID1(t *testing.T) {
+	requireRoot(t, "SIGKILL to a generation of the container's uid")
 	e := requireEngine(t)
 	v1, _ := e.images(t)
 	backend := harness.StartHTTPBackend(t, "b1")
