@@ -362,3 +362,68 @@ func inNetns(t *testing.T, pid int, url string) string {
 	}
 	return string(out)
 }
+
+// pauseSource is a pod's pause container: it holds its namespaces and
+// does nothing until told to stop.
+const pauseSource = `package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	<-c
+}
+`
+
+var pauseImage struct {
+	once sync.Once
+	tag  string
+	err  error
+}
+
+// pauseImage builds (once) an image FROM scratch holding a static pause
+// program: a pod's pause container, with no registry to pull one from.
+func (e *dockerEngine) pauseImage(t *testing.T) string {
+	t.Helper()
+	pauseImage.once.Do(func() {
+		dir, err := os.MkdirTemp("", "hotproxy-pause-")
+		if err != nil {
+			pauseImage.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		src := filepath.Join(dir, "pause.go")
+		if err := os.WriteFile(src, []byte(pauseSource), 0o644); err != nil {
+			pauseImage.err = err
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\nCOPY pause /pause\nENTRYPOINT [\"/pause\"]\n"), 0o644); err != nil {
+			pauseImage.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), harness.DefaultBuildTimeout)
+		defer cancel()
+		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "pause"), src)
+		build.Dir = dir
+		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+		if out, err := build.CombinedOutput(); err != nil {
+			pauseImage.err = fmt.Errorf("go build pause.go: %v\n%s", err, out)
+			return
+		}
+		tag := testImageRepo + ":pause"
+		if res := e.do(2*time.Minute, "build", "-t", tag, dir); res.Code != 0 {
+			pauseImage.err = fmt.Errorf("build %s: %v", tag, res)
+			return
+		}
+		pauseImage.tag = tag
+	})
+	if pauseImage.err != nil {
+		t.Fatalf("the pause image: %v", pauseImage.err)
+	}
+	return pauseImage.tag
+}

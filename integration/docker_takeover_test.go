@@ -20,21 +20,26 @@ import (
 // connection-per-request modes, not one request fails, and the request
 // counter carries on across the containers (every request counted once).
 //
-// Two ways of sharing the region: the IPC namespace (`--ipc container:A`,
-// A being `--ipc shareable`), one upgrade; and a tmpfs volume mounted at
-// /dev/shm in every container, which also makes the way back work (B to a
-// new A, joining B): Docker gives a container that joins another's IPC
-// namespace the /dev/shm of the container that owns it, and that one is
-// gone after the first upgrade.
+// Three ways of sharing: the IPC namespace (`--ipc container:A`, A being
+// `--ipc shareable`), one upgrade; a tmpfs volume mounted at /dev/shm in
+// every container, which also makes the way back work (B to a new A,
+// joining B): Docker gives a container that joins another's IPC namespace
+// the /dev/shm of the container that owns it, and that one is gone after
+// the first upgrade; and a pod: a pause container owns the network and IPC
+// namespaces, and A, B and the new A join it (Kubernetes, the Compose
+// recipe of docs/containers.md).
 func TestDockerTakeOverBetweenContainers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// upgrades is how many hand-overs: A to B, then B to a new A.
 		upgrades int
-		volume   bool
+		// sharing: how the containers share the network namespace and
+		// the region.
+		sharing string
 	}{
-		{"ipc-namespace", 1, false},
-		{"shm-volume", 2, true},
+		{"ipc-namespace", 1, "ipc"},
+		{"shm-volume", 2, "volume"},
+		{"pod", 2, "pod"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := requireEngine(t)
@@ -45,17 +50,39 @@ func TestDockerTakeOverBetweenContainers(t *testing.T) {
 			cfg := writeContainerConfig(t, c.TOML())
 			common := []string{"--stop-timeout", "60", "-e", "HOTPROXY_BASE_ID=" + strconv.Itoa(base), "-v", cfg}
 			var shm []string
-			if tc.volume {
+			var pod *dockerContainer
+			switch tc.sharing {
+			case "volume":
 				vol := fmt.Sprintf("hpit-%d-%d-shm", base, time.Now().UnixNano())
 				e.must(t, "volume", "create", "--driver", "local", "--opt", "type=tmpfs", "--opt", "device=tmpfs", "--opt", "o=size=64m,mode=1777", vol)
 				t.Cleanup(func() { e.do(time.Minute, "volume", "rm", "-f", vol) })
 				shm = []string{"-v", vol + ":/dev/shm"}
+			case "pod":
+				// A pod's pause container: it owns the network and IPC
+				// namespaces (and /dev/shm), and outlives every slot.
+				pod = e.run(t, "pod", "--network", "host", "--ipc", "shareable", e.pauseImage(t))
+			}
+			// joined are the arguments of a container that shares with cur.
+			joined := func(cur *dockerContainer) []string {
+				switch tc.sharing {
+				case "volume":
+					return append([]string{"--network", "container:" + cur.name}, shm...)
+				case "pod":
+					return []string{"--network", "container:" + pod.name, "--ipc", "container:" + pod.name}
+				}
+				return []string{"--network", "container:" + cur.name, "--ipc", "container:" + cur.name}
 			}
 
-			args := append(append([]string{"--network", "host"}, common...), shm...)
-			if !tc.volume {
-				args = append(args, "--ipc", "shareable")
+			var args []string
+			switch tc.sharing {
+			case "volume":
+				args = append([]string{"--network", "host"}, shm...)
+			case "pod":
+				args = joined(nil)
+			default:
+				args = []string{"--network", "host", "--ipc", "shareable"}
 			}
+			args = append(args, common...)
 			cur := e.run(t, "a", append(args, v1, "--take-over")...)
 			cur.waitServing(base, 0, 60*time.Second)
 
@@ -82,12 +109,7 @@ func TestDockerTakeOverBetweenContainers(t *testing.T) {
 
 			images := []string{v2, v1}
 			for up := 1; up <= tc.upgrades; up++ {
-				args := append([]string{"--network", "container:" + cur.name}, common...)
-				if tc.volume {
-					args = append(args, shm...)
-				} else {
-					args = append(args, "--ipc", "container:"+cur.name)
-				}
+				args := append(joined(cur), common...)
 				role := []string{"b", "a2"}[up-1]
 				start := time.Now()
 				next := e.run(t, role, append(args, images[up-1], "--take-over")...)
