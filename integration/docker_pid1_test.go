@@ -21,8 +21,8 @@ import (
 // `docker kill -s HUP` and `docker exec ... hotproxy reload`, fail not one
 // request; no zombie is left and the supervisor has exactly its live
 // generations as children; a crashed (SIGKILLed) serving generation is
-// restarted and serves; `docker stop` drains and exits 0 within
-// parent_shutdown_time + 5 s.
+// restarted and serves; `docker stop` drains (a response in flight
+// completes) and exits 0 within parent_shutdown_time + 5 s.
 func TestDockerSupervisorPID1(t *testing.T) {
 	requireRoot(t, "SIGKILL to a generation of the container's uid")
 	e := requireEngine(t)
@@ -123,8 +123,9 @@ func TestDockerSupervisorPID1(t *testing.T) {
 		t.Errorf("after the crash the supervisor has zombies %v", zombies)
 	}
 
-	// docker stop with an idle keep-alive connection open: the drain
-	// closes it, and the container exits 0 in time.
+	// docker stop with a response in flight and an idle keep-alive
+	// connection open: the response completes (the drain waits for it),
+	// the idle connection is closed, and the container exits 0 in time.
 	idle, err := net.Dial("tcp", c.Listeners[0].Address)
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +133,28 @@ func TestDockerSupervisorPID1(t *testing.T) {
 	defer idle.Close()
 	if _, err := fmt.Fprintf(idle, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
+	}
+	const dripBytes = 20000
+	inFlight := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		resp, err := newClient(30*time.Second).Get(url + "drip?n=" + strconv.Itoa(dripBytes) + "&ms=1500")
+		close(started)
+		if err != nil {
+			inFlight <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			inFlight <- fmt.Errorf("status %d", resp.StatusCode)
+			return
+		}
+		inFlight <- harness.CheckPattern(resp.Body, dripBytes)
+	}()
+	select {
+	case <-started: // the response head is here: the request is in flight
+	case <-time.After(10 * time.Second):
+		t.Fatal("the /drip request got no response head within 10s")
 	}
 	start := time.Now()
 	e.must(t, "stop", ct.name)
@@ -143,5 +166,8 @@ func TestDockerSupervisorPID1(t *testing.T) {
 	}
 	if limit := parentShutdown + 5*time.Second; took > limit {
 		t.Errorf("docker stop took %v, want at most parent_shutdown_time + 5s = %v", took, limit)
+	}
+	if err := <-inFlight; err != nil {
+		t.Errorf("the response in flight at docker stop did not complete: %v", err)
 	}
 }
