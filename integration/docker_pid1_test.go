@@ -138,7 +138,7 @@ func TestDockerSupervisorPID1(t *testing.T) {
 	inFlight := make(chan error, 1)
 	started := make(chan struct{})
 	go func() {
-		resp, err := newClient(30*time.Second).Get(url + "drip?n=" + strconv.Itoa(dripBytes) + "&ms=1500")
+		resp, err := newClient(30 * time.Second).Get(url + "drip?n=" + strconv.Itoa(dripBytes) + "&ms=1500")
 		close(started)
 		if err != nil {
 			inFlight <- err
