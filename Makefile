@@ -19,7 +19,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 FUZZTIME ?= 20000x
 FUZZ_TARGETS = ./config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest ./workers/http1:FuzzRequestVsNetHTTP ./workers/http1:FuzzResponseVsNetHTTP ./workers/http1:FuzzChunkedVsNetHTTP
 
-.PHONY: all build run test check unit integration fuzz bench clean
+.PHONY: all build run test check unit integration fuzz bench clean image
 
 all: build
 
@@ -30,6 +30,13 @@ build:
 # the supervisor) hot-restarts them, Ctrl-C drains and stops them.
 run: build
 	./$(BIN) supervise
+
+# The container image, FROM scratch: a static binary, a passwd entry, the
+# build machine's CA bundle and docker/hotproxy.toml; nothing is pulled.
+# `make image IMAGE=hotproxy:v2` tags it otherwise (default
+# hotproxy:$(VERSION)); docs/containers.md.
+image:
+	VERSION=$(VERSION) $(if $(IMAGE),IMAGE=$(IMAGE)) scripts/image.sh
 
 test: check unit integration fuzz
 

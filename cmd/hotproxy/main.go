@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/hotproxy/hotproxy/config"
@@ -38,6 +39,9 @@ Usage:
 With no -c, serve, supervise and validate use the embedded default config:
 an HTTP listener on 127.0.0.1:10000 that answers directly, and the admin API
 on 127.0.0.1:9901.
+
+HOTPROXY_BASE_ID, when set, is every verb's default --base-id (set it once on
+a container: docker exec and the image's health check inherit it).
 `
 
 // exitUsage is the exit status for a command line that cannot be run.
@@ -104,6 +108,24 @@ func verbOf(fs *flag.FlagSet) string {
 // --help print the verb's whole usage; a mistake prints one line that says
 // what is wrong and where the flags are described, not the whole usage,
 // which would bury the line that matters.
+// envBaseID is the default of every verb's --base-id: set once on a
+// container (`docker run -e HOTPROXY_BASE_ID=3`), it reaches the
+// supervisor, `docker exec ... hotproxy status|reload|stats` and the
+// image's HEALTHCHECK alike, which an argument to the entrypoint does not.
+const envBaseID = "HOTPROXY_BASE_ID"
+
+// defaultBaseID is $HOTPROXY_BASE_ID, or 0 when it is unset or empty (or not a
+// base-id: parse refuses that with a message).
+func defaultBaseID() int {
+	id, _ := parseBaseID(os.Getenv(envBaseID))
+	return id
+}
+
+func parseBaseID(s string) (int, bool) {
+	id, err := strconv.Atoi(s)
+	return id, err == nil && id >= 0
+}
+
 func parse(fs *flag.FlagSet, args []string) int {
 	usage, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
@@ -112,6 +134,12 @@ func parse(fs *flag.FlagSet, args []string) int {
 	fs.Usage = usage
 	fs.SetOutput(out)
 	verb := verbOf(fs)
+	if v := os.Getenv(envBaseID); v != "" && fs.Lookup("base-id") != nil {
+		if _, ok := parseBaseID(v); !ok {
+			fmt.Fprintf(out, "hotproxy %s: %s=%q: want a whole number, 0 or more (the default of --base-id)\n", verb, envBaseID, v)
+			return exitUsage
+		}
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		usage()
@@ -145,7 +173,7 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn, error (overrides [log] level)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (overrides [log] format)")
-	baseID := fs.Int("base-id", 0, "`id` of this hotproxy instance: tells apart the restart sockets and stats regions (default /dev/shm/hotproxy.<id>.stats, see [stats] path) of instances on one machine")
+	baseID := fs.Int("base-id", defaultBaseID(), "`id` of this hotproxy instance: tells apart the restart sockets and stats regions (default /dev/shm/hotproxy.<id>.stats, see [stats] path) of instances on one machine; default $HOTPROXY_BASE_ID if set, else 0")
 	epoch := fs.Int("restart-epoch", 0, "hot-restart `epoch`: 0 starts cold; N > 0 takes over from the running generation of epoch N-1")
 	allowCold := fs.Bool("allow-cold-start", false, "with --restart-epoch N > 0: start cold when no generation of epoch N-1 is running")
 	restartParent := fs.String("restart-parent", "", "with --restart-epoch N > 0: the generation to take over from, `PID[:START]` (START: its start time, /proc/PID/stat field 22), "+

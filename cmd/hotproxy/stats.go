@@ -41,9 +41,13 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 			"The region file is --path if given; otherwise the [stats] path of the\n"+
 			"config given with -c, if it sets one; otherwise\n"+
 			"/dev/shm/hotproxy.<base-id>.stats.\n\n"+
-			"Exit status: 0 printed; 1 the region cannot be read (missing, truncated,\n"+
-			"foreign, another layout version); 2 a bad command line.", stderr)
-	baseID := fs.Int("base-id", 0, "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats)")
+			"With --expect NAME=VALUE it prints nothing and exits 0 only if the stat\n"+
+			"has that value (as the text format prints it): a health check, e.g.\n"+
+			"--expect server.live=1, that needs no shell.\n\n"+
+			"Exit status: 0 printed (or the expectation holds); 1 the region cannot be\n"+
+			"read (missing, truncated, foreign, another layout version), or the\n"+
+			"expectation does not hold; 2 a bad command line.", stderr)
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats); default $HOTPROXY_BASE_ID if set, else 0")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
 	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path (the default region of --base-id if it sets none)")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
@@ -55,6 +59,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	all := fs.Bool("all", false, "also the retired stats: of listeners and clusters that no live generation has any more (an older config's), marked (retired); hidden by default")
 	retiredOnly := fs.Bool("retired", false, "only the retired stats (see --all): what older configs' listeners and clusters counted")
 	prune := fs.Bool("prune", false, "remove the regions that no process uses, instead of printing stats: every /dev/shm/hotproxy.<id>.stats (or in --dir), or only the one of --path or --base-id; a region a live generation holds (its owner lock) is never removed, nor a file that is not a region")
+	expect := fs.String("expect", "", "`NAME=VALUE`: print nothing, exit 0 if the stat NAME reads VALUE and 1 (saying what it read) if not; e.g. server.live=1 for a health check")
 	pruneDir := fs.String("dir", "", "with --prune: the `directory` whose hotproxy.<id>.stats files to prune (default /dev/shm)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
@@ -66,7 +71,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	if *prune {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, f := range []string{"watch", "format", "filter", "usedonly", "owners", "all", "retired"} {
+		for _, f := range []string{"watch", "format", "filter", "usedonly", "owners", "all", "retired", "expect"} {
 			if set[f] {
 				fmt.Fprintf(stderr, "hotproxy stats: --prune removes unused regions and prints no stats; it does not combine with --%s\n", f)
 				return exitUsage
@@ -137,6 +142,9 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
+	}
+	if *expect != "" {
+		return expectStat(src, *expect, *watch > 0 || *format != statsFormatText || *filter != "", stderr)
 	}
 	if *watch > 0 {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -26,14 +26,19 @@ func superviseCmd(args []string, stderr io.Writer) int {
 			"protocol when NOTIFY_SOCKET is set, and is safe as PID 1.", stderr)
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
-	baseID := fs.Int("base-id", 0, "base `id`: names the restart sockets, the stats region and the control socket")
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id`: names the restart sockets, the stats region and the control socket; default $HOTPROXY_BASE_ID if set, else 0")
 	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use; \"-\": none)")
 	genBinary := fs.String("generation-binary", "", "`path` of the binary each generation runs (default: this executable's path,\nre-read at each start so that a replaced binary is picked up)")
 	takeOver := fs.Bool("take-over", false, "start the first generation as the successor of a running generation of this\nbase-id that another supervisor started (e.g. in another container of the pod);\ncold start when none runs")
+	watchConfig := fs.Duration("watch-config", 0, "reload when the content of -c's file changes, checked every `interval` (e.g. 2s):\na Kubernetes ConfigMap volume, an edited file; once per change, a config that\nfails is not retried until it changes again. 0: only on SIGHUP or `hotproxy reload`")
 	logLevel := fs.String("log-level", "", "log `level` of the supervisor and its generations (overrides [log] level)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (overrides [log] format)")
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
+	}
+	if *watchConfig != 0 && (*cfgPath == "" || *watchConfig < supervisor.MinWatchConfig) {
+		fmt.Fprintf(stderr, "hotproxy supervise: --watch-config %v: needs -c FILE (the embedded default never changes) and an interval of at least %v\n", *watchConfig, supervisor.MinWatchConfig)
+		return exitUsage
 	}
 
 	level, format := config.DefaultLogLevel, config.DefaultLogFormat
@@ -76,6 +81,7 @@ func superviseCmd(args []string, stderr io.Writer) int {
 		ControlSocket: *ctlPath,
 		ReapOrphans:   true,
 		TakeOver:      *takeOver,
+		WatchConfig:   *watchConfig,
 		Logger:        log,
 		LogFile:       reopener,
 	})
@@ -101,7 +107,7 @@ func controlFlags(fs interface {
 	Duration(name string, value time.Duration, usage string) *time.Duration
 }) func() (string, error) {
 	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id)")
-	baseID := fs.Int("base-id", 0, "base `id` of the supervisor")
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the supervisor; default $HOTPROXY_BASE_ID if set, else 0")
 	return func() (string, error) {
 		if *path != "" {
 			return *path, nil

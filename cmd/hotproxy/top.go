@@ -40,7 +40,7 @@ func topCmd(args []string, stdin *os.File, stdout io.Writer, stderr io.Writer) i
 			"Esc clears it.\n\n"+
 			"When stdout is not a terminal, frames are written as plain text, each\n"+
 			"followed by a form feed line, with no escape codes (--frames bounds them).", stderr)
-	baseID := fs.Int("base-id", 0, "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats)")
+	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats); default $HOTPROXY_BASE_ID if set, else 0")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
 	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path")
 	fs.StringVar(cfgPath, "config", "", "same as -c")

@@ -107,6 +107,10 @@ type Options struct {
 	// the pod, sharing the network and IPC namespaces), found from its
 	// restart socket; with none running, it starts cold.
 	TakeOver bool
+	// WatchConfig, if set, checks ConfigPath this often and reloads when
+	// its content has changed (a Kubernetes ConfigMap volume, an edited
+	// file), as a SIGHUP would. 0: never; at least MinWatchConfig.
+	WatchConfig time.Duration
 	// ReadyMargin and StopMargin: see the defaults.
 	ReadyMargin time.Duration
 	StopMargin  time.Duration

@@ -141,6 +141,19 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.sigs = sigs
 	defer signal.Stop(sigs)
+	if s.opts.WatchConfig > 0 && s.opts.ConfigPath != "" {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		w := &configWatcher{path: s.opts.ConfigPath, interval: max(s.opts.WatchConfig, MinWatchConfig), log: s.log}
+		// Into the signal channel: a change is a SIGHUP, handled by the
+		// same code (coalesced the same way too).
+		go w.run(watchCtx, func() {
+			select {
+			case sigs <- unix.SIGHUP:
+			case <-watchCtx.Done():
+			}
+		})
+	}
 
 	resumed, err := s.resume()
 	if err != nil {
