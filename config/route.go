@@ -69,5 +69,5 @@ type Route struct {
 type DirectResponse struct {
 	Status      int    `toml:"status" json:"status" bound:"200..599" note:"a final HTTP status; there is no default"`
 	Body        string `toml:"body" json:"body"`
-	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty"`
+	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty" default:"text/plain; charset=utf-8"`
 }

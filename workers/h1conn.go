@@ -20,24 +20,15 @@ import (
 // from the worker's pool (upstream.Conn). net/http stays off this path: it
 // costs three goroutines, ~90 allocations and five reads per exchange.
 
-// h1Settings are an HTTP listener's connection settings, fixed when the
-// Manager is built (the socket outlives snapshots; routes do not).
+// h1Settings are an HTTP listener's connection settings, compiled with
+// the snapshot (listenerSnap.h1) and fixed when the Manager is built (the
+// socket outlives snapshots; routes do not).
 type h1Settings struct {
 	limits        http1.Limits
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
 	writeTimeout  time.Duration // 0: none
 	trustXFF      bool
-}
-
-func newH1Settings(l *config.Listener) *h1Settings {
-	return &h1Settings{
-		limits:        http1.Limits{MaxHeadBytes: l.MaxHeaderBytes},
-		headerTimeout: l.HeaderTimeout.D(),
-		idleTimeout:   l.IdleTimeout.D(),
-		writeTimeout:  l.WriteTimeout.D(),
-		trustXFF:      l.TrustsForwardedFor(),
-	}
 }
 
 // Buffers. A connection holds a read buffer only while a request is in
@@ -67,12 +58,12 @@ type clientConn struct {
 	sni       string
 	handshook bool // the TLS handshake completed
 
-	m   *Manager
-	wk  *worker
-	li  int
-	st  *listenerStats
-	set *connSet
-	cfg *h1Settings
+	m        *Manager
+	wk       *worker
+	li       int
+	st       *listenerStats
+	set      *connSet
+	settings *h1Settings // the listener's, compiled with the snapshot
 	// slots is the connection slot accept took (connlimit.go); Close
 	// gives it back, once.
 	slots *connSlots
@@ -113,7 +104,7 @@ type clientConn struct {
 var _ io.Closer = (*clientConn)(nil)
 
 func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
-	cc := &clientConn{c: c, tcp: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, cfg: m.listeners[a.li].h1, slots: a.slots}
+	cc := &clientConn{c: c, tcp: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, settings: m.listeners[a.li].h1, slots: a.slots}
 	if lt := m.listeners[a.li].tls; lt != nil {
 		cc.tls = tls.Server(c, lt.config)
 		cc.c = cc.tls
@@ -197,7 +188,7 @@ func (cc *clientConn) serve() {
 func (cc *clientConn) waitReadable() bool {
 	cc.idleSince.Store(max(monotime(), 1))
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.cfg.idleTimeout)
+	cc.setReadDeadline(cc.settings.idleTimeout)
 	cc.waited = false
 	err := cc.raw.Read(cc.readableFn)
 	// EOF or an error shows itself to the read that follows.
@@ -237,7 +228,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 }
 
 func (cc *clientConn) setWriteDeadline() {
-	d := cc.cfg.writeTimeout
+	d := cc.settings.writeTimeout
 	if d <= 0 {
 		return
 	}
@@ -305,7 +296,7 @@ func (cc *clientConn) readHead() bool {
 	for {
 		err := http1.ErrIncomplete
 		if parse {
-			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.cfg.limits)
+			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.limits)
 		}
 		if err == nil {
 			return true
@@ -321,7 +312,7 @@ func (cc *clientConn) readHead() bool {
 		// Incomplete: make room and read more, within the header timeout
 		// from the first byte of this head.
 		if first {
-			cc.setReadDeadline(cc.cfg.headerTimeout)
+			cc.setReadDeadline(cc.settings.headerTimeout)
 			first = false
 		}
 		if cc.w == len(cc.rbuf) {
@@ -351,14 +342,14 @@ func (cc *clientConn) readHead() bool {
 func crosses(a, b, limit int) bool { return a < limit && b >= limit }
 
 func (cc *clientConn) maxRequestLine() int {
-	if n := cc.cfg.limits.MaxRequestLine; n > 0 {
+	if n := cc.settings.limits.MaxRequestLine; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxRequestLine
 }
 
 func (cc *clientConn) maxHeadBytes() int {
-	if n := cc.cfg.limits.MaxHeadBytes; n > 0 {
+	if n := cc.settings.limits.MaxHeadBytes; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxHeadBytes

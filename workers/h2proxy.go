@@ -126,7 +126,7 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 		}
 	}
 	b = append(b, "X-Forwarded-For: "...)
-	if cc.cfg.trustXFF {
+	if cc.settings.trustXFF {
 		for _, v := range r.Header["X-Forwarded-For"] {
 			if v != "" {
 				b = append(b, v...)
@@ -173,10 +173,7 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, start time.Time) error {
 	cc := x.h.cc
 	ctx := x.r.Context()
-	timeout := rt.timeout
-	if timeout == 0 {
-		timeout = lv.requestTimeout
-	}
+	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
 	deadline := start.Add(timeout)
 	pol := &rt.retry
 	left := 0
