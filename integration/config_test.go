@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -256,5 +257,40 @@ func TestVersion(t *testing.T) {
 	t.Log(strings.TrimSpace(r.Stdout))
 	if r := harness.Run(t, "nosuchverb"); r.Code == 0 {
 		t.Errorf("unknown verb: exit 0")
+	}
+}
+
+// TestValidateAndServeAgreeOnBadConfigs runs validate and serve on every
+// config of config's bad-config table (TestBadConfigs, which writes them
+// out when HOTPROXY_DUMP_BAD_CONFIGS names a directory): both refuse each,
+// with the same message.
+func TestValidateAndServeAgreeOnBadConfigs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestBadConfigs$", "./config")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "HOTPROXY_DUMP_BAD_CONFIGS="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go test ./config -run TestBadConfigs: %v\n%s", err, out)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if len(files) < 50 {
+		t.Fatalf("only %d bad configs written: the dump is broken", len(files))
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
+			r := harness.Run(t, "validate", "-c", path)
+			if r.Code == 0 {
+				data, _ := os.ReadFile(path)
+				t.Fatalf("validate: exit 0 for a bad config:\n%s", data)
+			}
+			p := harness.LaunchFile(t, path, harness.LaunchOptions{Args: []string{"--base-id", strconv.Itoa(harness.UniqueBaseID())}})
+			code, err := p.Wait(15 * time.Second)
+			if err != nil || code == 0 {
+				t.Fatalf("serve: exit %d, %v\n%s", code, err, p.Output())
+			}
+			sameRefusal(t, r.Stderr, p.Stderr())
+		})
 	}
 }
