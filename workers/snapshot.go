@@ -409,7 +409,7 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 
 // compileRetry turns a validated route's retry keys into its policy.
 func compileRetry(rs *config.Route) retryPolicy {
-	p := retryPolicy{num: rs.NumRetries, perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
+	p := retryPolicy{perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
 	for _, c := range rs.RetryOn {
 		switch c {
 		case config.RetryConnectFailure:
@@ -422,8 +422,8 @@ func compileRetry(rs *config.Route) retryPolicy {
 			p.on |= retryGatewayError
 		}
 	}
-	if p.on == 0 {
-		p.num = 0
+	if rs.NumRetries != nil && p.on != 0 {
+		p.num = *rs.NumRetries
 	}
 	return p
 }
