@@ -157,7 +157,7 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, "X-Forwarded-For: "...)
-	if cc.settings.trustXFF {
+	if cc.cfg.trustXFF {
 		for i := range req.NFields {
 			f := &req.Fields[i]
 			if http1.EqualFold(f.Name.Bytes(head), "x-forwarded-for") && f.Value.Len() > 0 {

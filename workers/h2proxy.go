@@ -126,7 +126,7 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 		}
 	}
 	b = append(b, "X-Forwarded-For: "...)
-	if cc.settings.trustXFF {
+	if cc.cfg.trustXFF {
 		for _, v := range r.Header["X-Forwarded-For"] {
 			if v != "" {
 				b = append(b, v...)

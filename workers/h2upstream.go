@@ -142,7 +142,7 @@ func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
 		dst[k] = vs
 	}
 	xff := string(cc.clientIP)
-	if prior := r.Header["X-Forwarded-For"]; cc.settings.trustXFF && len(prior) > 0 {
+	if prior := r.Header["X-Forwarded-For"]; cc.cfg.trustXFF && len(prior) > 0 {
 		xff = joinXFF(prior, xff)
 	}
 	dst["X-Forwarded-For"] = []string{xff}

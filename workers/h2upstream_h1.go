@@ -192,7 +192,7 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 		out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
 	}
 	xff := string(cc.clientIP)
-	if cc.settings.trustXFF {
+	if cc.cfg.trustXFF {
 		var prior []string
 		for i := range req.NFields {
 			f := &req.Fields[i]
@@ -325,7 +325,7 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 		}
 		// Deadline first, then the flag: stop sets the flag and then a
 		// deadline in the past (as waitPump does for the pump).
-		cc.setReadDeadline(cc.settings.idleTimeout)
+		cc.setReadDeadline(cc.cfg.idleTimeout)
 		if b.halt.Load() {
 			return 0, errBodyStopped
 		}
