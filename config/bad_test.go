@@ -1,6 +1,9 @@
 package config
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -158,11 +161,19 @@ func TestBadConfigs(t *testing.T) {
 		{"max_idle negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nmax_idle_per_endpoint = -3\n", []string{`clusters[0] ("c").max_idle_per_endpoint`, "-3"}, 0},
 	}
 	seen := map[string]bool{}
-	for _, tt := range tests {
+	dump := os.Getenv(dumpBadConfigsEnv)
+	for i, tt := range tests {
 		if seen[tt.name] {
 			t.Fatalf("two rows named %q", tt.name)
 		}
 		seen[tt.name] = true
+		if dump != "" {
+			// For integration's TestValidateAndServeAgreeOnBadConfigs,
+			// which runs both verbs on every row.
+			if err := os.WriteFile(filepath.Join(dump, fmt.Sprintf("%03d.toml", i)), []byte(tt.toml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Parse([]byte(tt.toml), "bad.toml")
 			if err == nil {
@@ -191,6 +202,10 @@ func TestBadConfigs(t *testing.T) {
 		})
 	}
 }
+
+// dumpBadConfigsEnv names a directory TestBadConfigs writes each of its
+// configs to, as NNN.toml.
+const dumpBadConfigsEnv = "HOTPROXY_DUMP_BAD_CONFIGS"
 
 func containsAll(s string, subs []string) bool {
 	for _, sub := range subs {

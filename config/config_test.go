@@ -76,7 +76,7 @@ func TestIssueConfig(t *testing.T) {
 			{
 				Name: "web", Address: "127.0.0.1:8080", Protocol: ProtocolHTTP,
 				Routes: []Route{
-					{Prefix: "/healthz", DirectResponse: &DirectResponse{Status: 200, Body: "ok"}},
+					{Prefix: "/healthz", DirectResponse: &DirectResponse{Status: 200, Body: "ok", ContentType: "text/plain; charset=utf-8"}},
 					{Prefix: "/", Cluster: "backend"},
 				},
 				IdleTimeout:       Duration(DefaultHTTPIdleTimeout),

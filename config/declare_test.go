@@ -72,6 +72,21 @@ func TestDefaultConstantsAreTheDeclaredOnes(t *testing.T) {
 // a key left out, like a file does (SetDefaults turned
 // max_idle_per_endpoint = 0 into 64).
 func TestExplicitZeroInCode(t *testing.T) {
+	t.Run("num_retries", func(t *testing.T) {
+		c := &Config{
+			Listeners: []Listener{{Name: "h", Address: ":8080", Protocol: ProtocolHTTP, Routes: []Route{
+				{Prefix: "/a", Cluster: "c", RetryOn: []string{Retry5xx}, NumRetries: new(0)},
+				{Prefix: "/", Cluster: "c", RetryOn: []string{Retry5xx}}}}},
+			Clusters: []Cluster{{Name: "c", Endpoints: []string{"a:1"}}},
+		}
+		c.SetDefaults()
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if r := c.Listeners[0].Routes; *r[0].NumRetries != 0 || *r[1].NumRetries != DefaultNumRetries {
+			t.Errorf("num_retries: explicit 0 became %d, left out became %d (want 0 and %d)", *r[0].NumRetries, *r[1].NumRetries, DefaultNumRetries)
+		}
+	})
 	zero := func() *int { return new(0) }
 	built := &Config{
 		Listeners: []Listener{{Name: "h", Address: ":8080", Protocol: ProtocolHTTP, Routes: []Route{{Prefix: "/", Cluster: "c"}}}},

@@ -47,8 +47,8 @@ type Route struct {
 	// request whose body is already buffered whole is retried.
 	RetryOn []string `toml:"retry_on,omitempty" json:"retry_on,omitempty"`
 	// NumRetries bounds the retries of one request (default
-	// DefaultNumRetries when retry_on is set).
-	NumRetries int `toml:"num_retries,omitzero" json:"num_retries,omitempty" bound:"0..10" note:"retries of one request; default %v with retry_on"`
+	// DefaultNumRetries when retry_on is set; an explicit 0 stays 0).
+	NumRetries *int `toml:"num_retries,omitzero" json:"num_retries,omitempty" bound:"0..10" note:"retries of one request; default %v with retry_on"`
 	// PerTryTimeout bounds each attempt up to the response head; 0:
 	// only Timeout.
 	PerTryTimeout Duration `toml:"per_try_timeout,omitzero" json:"per_try_timeout,omitempty" bound:"10ms..24h"`
@@ -69,5 +69,5 @@ type Route struct {
 type DirectResponse struct {
 	Status      int    `toml:"status" json:"status" bound:"200..599" note:"a final HTTP status; there is no default"`
 	Body        string `toml:"body" json:"body"`
-	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty"`
+	ContentType string `toml:"content_type,omitempty" json:"content_type,omitempty" default:"text/plain; charset=utf-8"`
 }

@@ -15,7 +15,7 @@ import (
 // left out: the listener's request_timeout bounds the request, and each
 // try has no bound of its own.
 func (v *validator) retries(key string, r *Route, requestTimeout Duration) {
-	retrySet := len(r.RetryOn) > 0 || r.NumRetries != 0 || r.PerTryTimeout != 0 || r.RetryNonIdempotent || r.Timeout != 0
+	retrySet := len(r.RetryOn) > 0 || r.NumRetries != nil || r.PerTryTimeout != 0 || r.RetryNonIdempotent || r.Timeout != 0
 	if r.Cluster == "" && retrySet {
 		v.ps.add(key, "timeout and retry keys apply to a route with a cluster, not to a direct_response; remove them")
 		return
@@ -32,8 +32,8 @@ func (v *validator) retries(key string, r *Route, requestTimeout Duration) {
 			v.ps.add(fmt.Sprintf("%s.retry_on[%d]", key, i), "%s", msg)
 		}
 	}
-	if v.inBounds(key+".num_retries") && r.NumRetries > 0 && len(r.RetryOn) == 0 {
-		v.ps.add(key+".num_retries", "%d: does nothing without retry_on; add retry_on = [\"connect-failure\", \"5xx\"] or remove num_retries", r.NumRetries)
+	if v.inBounds(key+".num_retries") && r.NumRetries != nil && *r.NumRetries > 0 && len(r.RetryOn) == 0 {
+		v.ps.add(key+".num_retries", "%d: does nothing without retry_on; add retry_on = [\"connect-failure\", \"5xx\"] or remove num_retries", *r.NumRetries)
 	}
 	timeout := r.Timeout
 	if timeout == 0 {

@@ -56,8 +56,8 @@ func TestRoutingKeysRefused(t *testing.T) {
 func TestRoutingDefaults(t *testing.T) {
 	c := mustParse(t, httpWith(`{ prefix = "/", cluster = "c", retry_on = ["5xx"] }`)+
 		"[[listeners.access_log]]\npath = \"/tmp/a.log\"\n", "r.toml")
-	if r := c.Listeners[0].Routes[0]; r.NumRetries != DefaultNumRetries {
-		t.Errorf("num_retries = %d, want %d", r.NumRetries, DefaultNumRetries)
+	if r := c.Listeners[0].Routes[0]; r.NumRetries == nil || *r.NumRetries != DefaultNumRetries {
+		t.Errorf("num_retries = %v, want %d", r.NumRetries, DefaultNumRetries)
 	}
 	if a := c.Listeners[0].AccessLog[0]; a.Format != DefaultAccessLogFormat || a.QueueSize != DefaultAccessLogQueue {
 		t.Errorf("access_log defaults: %+v", a)

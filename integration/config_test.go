@@ -2,7 +2,9 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +100,14 @@ func TestBadConfigRejected(t *testing.T) {
 			// validation: its message names the cluster and the
 			// endpoint in words, not by key path.
 		}, []string{`"backend"`, "nosuch.onion:80"}},
+		// Failures of the build after the config checks: serve and
+		// validate run the same one (server.Prepare).
+		{"access log in a missing directory", func(s string) string {
+			return strings.Replace(s, `protocol = "http"`, "protocol = \"http\"\naccess_log = [{ path = \"/nonexistent-dir-of-hotproxy/access.log\" }]", 1)
+		}, []string{"access_log 0", "/nonexistent-dir-of-hotproxy", "create it first"}},
+		{"certificate file missing", func(s string) string {
+			return strings.Replace(s, `protocol = "http"`, "protocol = \"http\"\ntls = { certificates = [{ cert = \"/nonexistent-dir-of-hotproxy/a.pem\", key = \"/nonexistent-dir-of-hotproxy/a.key\" }] }", 1)
+		}, []string{"/nonexistent-dir-of-hotproxy/a.pem"}},
 	}
 	// The base config is valid: the table tests what it thinks it tests.
 	t.Run("valid base", func(t *testing.T) {
@@ -119,7 +129,7 @@ func TestBadConfigRejected(t *testing.T) {
 				wantContains(t, "validate's stderr", r.Stderr, append([]string{path}, tc.want...)...)
 			}
 
-			p := harness.Launch(t, cfg)
+			p := harness.LaunchFile(t, path, harness.LaunchOptions{Args: []string{"--base-id", strconv.Itoa(harness.UniqueBaseID())}})
 			code, err := p.Wait(15 * time.Second)
 			if err != nil {
 				t.Fatalf("serve did not exit for a bad config: %v\n%s", err, p.Output())
@@ -129,6 +139,59 @@ func TestBadConfigRejected(t *testing.T) {
 			} else {
 				wantContains(t, "serve's stderr", p.Stderr(), append([]string{p.ConfigPath}, tc.want...)...)
 			}
+			sameRefusal(t, r.Stderr, p.Stderr())
+		})
+	}
+}
+
+// sameRefusal checks that serve refused a config with the message
+// validate gave for it (each after its verb: "hotproxy validate: ",
+// "hotproxy serve: "), whole: a config that validates starts, and one
+// that fails at start fails validate, in the same words.
+func sameRefusal(t *testing.T, validateStderr, serveStderr string) {
+	t.Helper()
+	v, ok := strings.CutPrefix(strings.TrimSpace(validateStderr), "hotproxy validate: ")
+	if !ok {
+		t.Errorf("validate's stderr does not start with \"hotproxy validate: \":\n%s", validateStderr)
+		return
+	}
+	i := strings.Index(serveStderr, "hotproxy serve: ")
+	if i < 0 {
+		t.Errorf("serve's stderr has no \"hotproxy serve: \" line:\n%s", serveStderr)
+		return
+	}
+	if sv := strings.TrimSpace(serveStderr[i+len("hotproxy serve: "):]); sv != v {
+		t.Errorf("serve and validate refuse the config in other words:\nvalidate: %s\nserve:    %s", v, sv)
+	}
+}
+
+// TestValidateAndServeAgreeOnGoldenConfigs runs validate and serve on every
+// bad config of config's golden tests (config/testdata/*.toml): both
+// refuse it, with the same message.
+func TestValidateAndServeAgreeOnGoldenConfigs(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("..", "config", "testdata", "*.toml"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("golden configs: %v %v", files, err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := harness.WriteConfig(t, string(data))
+			r := harness.Run(t, "validate", "-c", path)
+			if r.Code == 0 {
+				t.Fatalf("validate: exit 0 for %s", file)
+			}
+			p := harness.LaunchFile(t, path, harness.LaunchOptions{Args: []string{"--base-id", strconv.Itoa(harness.UniqueBaseID())}})
+			code, err := p.Wait(15 * time.Second)
+			if err != nil || code == 0 {
+				t.Fatalf("serve: exit %d, %v for %s\n%s", code, err, file, p.Output())
+			}
+			sameRefusal(t, r.Stderr, p.Stderr())
 		})
 	}
 }
@@ -194,5 +257,40 @@ func TestVersion(t *testing.T) {
 	t.Log(strings.TrimSpace(r.Stdout))
 	if r := harness.Run(t, "nosuchverb"); r.Code == 0 {
 		t.Errorf("unknown verb: exit 0")
+	}
+}
+
+// TestValidateAndServeAgreeOnBadConfigs runs validate and serve on every
+// config of config's bad-config table (TestBadConfigs, which writes them
+// out when HOTPROXY_DUMP_BAD_CONFIGS names a directory): both refuse each,
+// with the same message.
+func TestValidateAndServeAgreeOnBadConfigs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestBadConfigs$", "./config")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "HOTPROXY_DUMP_BAD_CONFIGS="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go test ./config -run TestBadConfigs: %v\n%s", err, out)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if len(files) < 50 {
+		t.Fatalf("only %d bad configs written: the dump is broken", len(files))
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
+			r := harness.Run(t, "validate", "-c", path)
+			if r.Code == 0 {
+				data, _ := os.ReadFile(path)
+				t.Fatalf("validate: exit 0 for a bad config:\n%s", data)
+			}
+			p := harness.LaunchFile(t, path, harness.LaunchOptions{Args: []string{"--base-id", strconv.Itoa(harness.UniqueBaseID())}})
+			code, err := p.Wait(15 * time.Second)
+			if err != nil || code == 0 {
+				t.Fatalf("serve: exit %d, %v\n%s", code, err, p.Output())
+			}
+			sameRefusal(t, r.Stderr, p.Stderr())
+		})
 	}
 }

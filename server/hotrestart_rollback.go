@@ -38,7 +38,6 @@ func (s *Server) rollback() error {
 		return errors.New("the sockets were not kept")
 	}
 	m, err := workers.New(workers.Options{
-		Config:      s.cfg,
 		Concurrency: s.concurrency,
 		Logger:      s.log,
 		Inherited:   s.hr.kept,

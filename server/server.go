@@ -193,16 +193,13 @@ func New(opts Options) (*Server, error) {
 		Hostname: hostname,
 	}
 
-	snap, err := workers.BuildSnapshot(cfg, s.identity)
+	prep, err := Prepare(cfg, s.identity)
 	if err != nil {
 		s.stopReopen()
-		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
+		return nil, err
 	}
-	s.snapshot = snap
-	if s.tls, err = tlsconf.Build(cfg); err != nil {
-		s.stopReopen()
-		return nil, fmt.Errorf("%s: %w", cfg.Source, err)
-	}
+	snap := prep.Snapshot
+	s.snapshot, s.tls = snap, prep.TLS
 	s.startHealthChecks()
 
 	// The hand-over comes first (DESIGN §4): the previous generation
@@ -238,7 +235,6 @@ func New(opts Options) (*Server, error) {
 		return fail(err)
 	}
 	s.workers, err = workers.New(workers.Options{
-		Config:      cfg,
 		Concurrency: s.concurrency,
 		Logger:      log,
 		Inherited:   inherited,

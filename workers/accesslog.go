@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -64,18 +63,18 @@ func (cc *clientConn) finishRecord(rt *route, start time.Time) {
 // openAccessLogs opens listener l's access logs (each with its writer
 // goroutine). Every generation opens the same files: see accesslog's
 // package comment for why their lines neither mix nor go missing.
-func (m *Manager) openAccessLogs(ml *mlistener, l *config.Listener, epoch int) error {
-	for _, spec := range l.AccessLog {
+func (m *Manager) openAccessLogs(ml *mlistener, specs []accessLogSpec, epoch int) error {
+	for _, spec := range specs {
 		al, err := accesslog.New(accesslog.Options{
-			Path:      spec.Path,
-			Format:    spec.Format,
-			QueueSize: spec.QueueSize,
-			Listener:  l.Name,
+			Path:      spec.path,
+			Format:    spec.format,
+			QueueSize: spec.queueSize,
+			Listener:  ml.name,
 			Epoch:     epoch,
 			Logger:    m.log.Named("accesslog"),
 		})
 		if err != nil {
-			return fmt.Errorf("listener %q: %w", l.Name, err)
+			return fmt.Errorf("listener %q: %w", ml.name, err)
 		}
 		ml.accessLogs = append(ml.accessLogs, al)
 	}
@@ -99,14 +98,14 @@ func (m *Manager) ReopenAccessLogs() {
 // snapshot is built (and by hotproxy validate), before any socket is
 // touched: its directory must exist. The file itself is opened by New,
 // which creates it.
-func checkAccessLog(spec *config.AccessLog) error {
-	dir := filepath.Dir(spec.Path)
+func checkAccessLog(path string) error {
+	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	switch {
 	case err != nil:
-		return fmt.Errorf("path %q: directory: %w (create it first)", spec.Path, err)
+		return fmt.Errorf("path %q: directory: %w (create it first)", path, err)
 	case !fi.IsDir():
-		return fmt.Errorf("path %q: %q is not a directory", spec.Path, dir)
+		return fmt.Errorf("path %q: %q is not a directory", path, dir)
 	}
 	return nil
 }

@@ -298,7 +298,7 @@ func BenchmarkH1ProxyAccessLogMaglevRetry(b *testing.B) {
 	be := rawKeepAliveBackend(b, benchResponse)
 	cfg := proxyConfig(be, func(l *config.Listener) {
 		l.AccessLog = []config.AccessLog{{Path: filepath.Join(b.TempDir(), "access.log"), Format: config.AccessLogJSON}}
-		l.Routes[0].RetryOn, l.Routes[0].NumRetries = []string{config.Retry5xx, config.RetryConnectFailure}, 2
+		l.Routes[0].RetryOn, l.Routes[0].NumRetries = []string{config.Retry5xx, config.RetryConnectFailure}, new(2)
 		l.Routes[0].PerTryTimeout = config.Duration(5 * time.Second)
 	})
 	cfg.Clusters[0].LBPolicy, cfg.Clusters[0].HashOn = config.LBMaglev, "header:x-user"

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
 )
 
@@ -79,18 +78,19 @@ type paddedCount struct {
 	_ [56]byte
 }
 
-// newConnBudget sizes the budget of cfg's listeners: server.max_connections,
-// or the bound derived from the open-file limit.
-func newConnBudget(cfg *config.Config, log hclog.Logger) *connBudget {
+// newConnBudget sizes the budget of listeners listeners: maxConnections
+// (server.max_connections), or when 0 the bound derived from the
+// open-file limit.
+func newConnBudget(listeners, maxConnections int, log hclog.Logger) *connBudget {
 	b := &connBudget{
-		open:             make([]paddedCount, len(cfg.Listeners)),
+		open:             make([]paddedCount, listeners),
 		outOfDescriptors: ratelog.Limiter{Log: log},
 		acceptErrors:     ratelog.Limiter{Log: log},
 	}
 	limit, limitErr := openFileLimit()
 	switch {
-	case cfg.Server.MaxConnections > 0:
-		b.max = int64(cfg.Server.MaxConnections)
+	case maxConnections > 0:
+		b.max = int64(maxConnections)
 		b.maxKey = fmt.Sprintf("server.max_connections = %d", b.max)
 		if limitErr == nil && b.max > derivedMaxConnections(limit) {
 			log.Warn("server.max_connections exceeds what the open-file limit allows; at the limit, accepts and upstream connects fail",
@@ -199,13 +199,13 @@ type connSlots struct {
 	refusals ratelog.Limiter
 }
 
-func newConnSlots(b *connBudget, idx int, l *config.Listener, log hclog.Logger) *connSlots {
+func newConnSlots(b *connBudget, idx int, ls *listenerSnap, log hclog.Logger) *connSlots {
 	return &connSlots{
 		budget:   b,
 		idx:      idx,
-		max:      int64(l.MaxConnections),
-		name:     l.Name,
-		maxKey:   fmt.Sprintf("listeners %q max_connections = %d", l.Name, l.MaxConnections),
+		max:      int64(ls.maxConnections),
+		name:     ls.name,
+		maxKey:   fmt.Sprintf("listeners %q max_connections = %d", ls.name, ls.maxConnections),
 		refusals: ratelog.Limiter{Log: log},
 	}
 }

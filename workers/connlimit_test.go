@@ -203,7 +203,7 @@ func TestShedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	b := newConnBudget(&config.Config{}, testLogger())
+	b := newConnBudget(0, 0, testLogger())
 	defer b.close()
 	if b.spare.Load() == nil {
 		t.Fatal("no spare descriptor")
@@ -235,15 +235,9 @@ func TestShedOne(t *testing.T) {
 // on accept and given back on close, on every core at once, with a
 // listener bound and the server-wide bound over three listeners.
 func BenchmarkConnSlots(b *testing.B) {
-	l := httpListener("web", okRoute)
-	l.MaxConnections = 1 << 30
-	cfg := &config.Config{
-		Server:    config.Server{MaxConnections: 1 << 30},
-		Listeners: []config.Listener{l, httpListener("b", okRoute), httpListener("c", okRoute)},
-	}
-	budget := newConnBudget(cfg, testLogger())
+	budget := newConnBudget(3, 1<<30, testLogger())
 	defer budget.close()
-	s := newConnSlots(budget, 0, &cfg.Listeners[0], testLogger())
+	s := newConnSlots(budget, 0, &listenerSnap{name: "web", maxConnections: 1 << 30}, testLogger())
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -174,7 +174,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Options{Config: cfg, Concurrency: 2}, snap)
+	m, err := New(Options{Concurrency: 2}, snap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -613,7 +613,7 @@ max_idle_per_endpoint = %d
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := New(Options{Config: cfg, Concurrency: 1, Logger: testLogger()}, snap)
+		m, err := New(Options{Concurrency: 1, Logger: testLogger()}, snap)
 		if err != nil {
 			t.Fatal(err)
 		}

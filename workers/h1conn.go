@@ -20,24 +20,15 @@ import (
 // from the worker's pool (upstream.Conn). net/http stays off this path: it
 // costs three goroutines, ~90 allocations and five reads per exchange.
 
-// h1Settings are an HTTP listener's connection settings, fixed when the
-// Manager is built (the socket outlives snapshots; routes do not).
+// h1Settings are an HTTP listener's connection settings, compiled with
+// the snapshot (listenerSnap.h1) and fixed when the Manager is built (the
+// socket outlives snapshots; routes do not).
 type h1Settings struct {
 	limits        http1.Limits
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
 	writeTimeout  time.Duration // 0: none
 	trustXFF      bool
-}
-
-func newH1Settings(l *config.Listener) *h1Settings {
-	return &h1Settings{
-		limits:        http1.Limits{MaxHeadBytes: l.MaxHeaderBytes},
-		headerTimeout: l.HeaderTimeout.D(),
-		idleTimeout:   l.IdleTimeout.D(),
-		writeTimeout:  l.WriteTimeout.D(),
-		trustXFF:      l.TrustsForwardedFor(),
-	}
 }
 
 // Buffers. A connection holds a read buffer only while a request is in
@@ -72,7 +63,7 @@ type clientConn struct {
 	li  int
 	st  *listenerStats
 	set *connSet
-	cfg *h1Settings
+	cfg *h1Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
 	// slots is the connection slot accept took (connlimit.go); Close
 	// gives it back, once.
 	slots *connSlots

@@ -23,10 +23,7 @@ import (
 // it repeats is read no further and its connection closed.
 func (x *exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []byte) error {
 	cc := x.cc
-	timeout := rt.timeout
-	if timeout == 0 {
-		timeout = lv.requestTimeout
-	}
+	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
 	deadline := x.start.Add(timeout)
 	pol := &rt.retry
 	left := 0

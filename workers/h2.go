@@ -66,11 +66,11 @@ func (h *h2State) build(m *Manager) {
 		if ml.h1 == nil {
 			continue
 		}
-		l := &m.cfg.Listeners[i]
+		p := ml.h2
 		base := &http.Server{
 			// SETTINGS_MAX_HEADER_LIST_SIZE, and the bound on a
 			// request's decoded header block.
-			MaxHeaderBytes: l.MaxHeaderBytes,
+			MaxHeaderBytes: p.maxHeaderBytes,
 			ConnState:      h2ConnState,
 			// x/net logs each client's protocol errors: debug lines
 			// of ours, not the standard logger's stderr.
@@ -82,13 +82,13 @@ func (h *h2State) build(m *Manager) {
 		srv := &http2.Server{
 			// An idle connection (no stream open) gets a GOAWAY and
 			// closes after idle_timeout, as an idle HTTP/1.1 one closes.
-			IdleTimeout: l.IdleTimeout.D(),
+			IdleTimeout: p.idleTimeout,
 			// 0: x/net's default of 250 concurrent streams per
 			// connection.
 			MaxConcurrentStreams: 0,
 			// A client that stops reading is cut off after
 			// write_timeout without progress, as in HTTP/1.1.
-			WriteByteTimeout: l.WriteTimeout.D(),
+			WriteByteTimeout: p.writeTimeout,
 		}
 		if err := http2.ConfigureServer(base, srv); err != nil {
 			// Only a TLSConfig with a cipher list lacking HTTP/2's
@@ -145,7 +145,7 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 // preface is served as HTTP/2 (and true says it is over). Anywhere else
 // the preface keeps its HTTP/1.1 answer (505).
 func (cc *clientConn) servedAsHTTP2() bool {
-	if !cc.m.cfg.Listeners[cc.li].HTTP2Cleartext || !bytes.HasPrefix(cc.rbuf[cc.r:cc.w], []byte(http2PrefaceLine)) {
+	if !cc.m.listeners[cc.li].http2Cleartext || !bytes.HasPrefix(cc.rbuf[cc.r:cc.w], []byte(http2PrefaceLine)) {
 		return false
 	}
 	cc.m.serveHTTP2(cc)

@@ -669,7 +669,7 @@ func TestH2CAccessLog(t *testing.T) {
 func TestH2CRetries(t *testing.T) {
 	t.Run("5xx", func(t *testing.T) {
 		var bad, good atomic.Int64
-		cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, 1 },
+		cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, new(1) },
 			namedBackend(t, "bad", 503, &bad), namedBackend(t, "good", 200, &good))
 		h2cListener(&cfg.Listeners[0])
 		m := startManager(t, cfg, 1)

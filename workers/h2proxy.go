@@ -181,10 +181,7 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, start time.Time) error {
 	cc := x.h.cc
 	ctx := x.r.Context()
-	timeout := rt.timeout
-	if timeout == 0 {
-		timeout = lv.requestTimeout
-	}
+	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
 	deadline := start.Add(timeout)
 	pol := &rt.retry
 	left := 0

@@ -35,8 +35,8 @@ func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h
 		return v.(*h2Upstream)
 	}
 	var u *h2Upstream
-	if cs := snap.cfg.Cluster(wc.Name()); cs != nil && cs.HTTP2 {
-		u = newH2Upstream(wc, cs)
+	if spec, ok := snap.h2Upstreams[wc.Name()]; ok {
+		u = newH2Upstream(wc, spec)
 		// Close ends every connection, busy or not: the transport's
 		// own goroutines end with them.
 		context.AfterFunc(m.ctx, u.closeAll)

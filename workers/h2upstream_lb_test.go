@@ -170,7 +170,7 @@ func TestH2UpstreamHashOnHeader(t *testing.T) {
 // HTTP/1.1 client, buffered whole, is sent again with its body.
 func TestH2UpstreamRetry5xx(t *testing.T) {
 	bad, good := newCountedH2C(t, "bad", 503), newCountedH2C(t, "good", 200)
-	cfg := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, 1 }, bad.addr, good.addr)
+	cfg := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, new(1) }, bad.addr, good.addr)
 	m := startManager(t, cfg, 1)
 	for i, b := range h2AndH1Get(t, m, 5, "/") {
 		if b != "good " {
@@ -206,7 +206,7 @@ func TestH2UpstreamRetry5xx(t *testing.T) {
 // num_retries more times with retry_on connect-failure, then 503.
 func TestH2UpstreamConnectFailure(t *testing.T) {
 	alive := newCountedH2C(t, "alive", 200)
-	cfg := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, 2 },
+	cfg := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, new(2) },
 		deadPort(t), alive.addr)
 	m := startManager(t, cfg, 1)
 	h2AndH1Get(t, m, 4, "/")
@@ -214,7 +214,7 @@ func TestH2UpstreamConnectFailure(t *testing.T) {
 		t.Fatal("the dead endpoint was never tried: the test proves nothing")
 	}
 
-	dead := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, 2 }, deadPort(t))
+	dead := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, new(2) }, deadPort(t))
 	m2 := startManager(t, dead, 1)
 	resp, _ := h2Do(t, h2cClient(t), newReq(t, "GET", "http://"+addr(t, m2, "web")+"/", nil))
 	if resp.StatusCode != 503 {
@@ -282,7 +282,7 @@ func TestH2UpstreamPerTryTimeout(t *testing.T) {
 	t.Cleanup(slow.Close)
 	good := newCountedH2C(t, "good", 200)
 	cfg := h2ClusterConfig(func(r *config.Route) {
-		r.RetryOn, r.NumRetries, r.PerTryTimeout = []string{"reset"}, 1, dur(200*time.Millisecond)
+		r.RetryOn, r.NumRetries, r.PerTryTimeout = []string{"reset"}, new(1), dur(200*time.Millisecond)
 	}, hostOf(slow.URL), good.addr)
 	m := startManager(t, cfg, 1)
 	for i, b := range h2AndH1Get(t, m, 2, "/") {

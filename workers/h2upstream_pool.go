@@ -54,7 +54,7 @@ type h2Dial struct {
 
 var _ http2.ClientConnPool = (*h2Upstream)(nil)
 
-func newH2Upstream(wc *upstream.WorkerCluster, cs *config.Cluster) *h2Upstream {
+func newH2Upstream(wc *upstream.WorkerCluster, spec h2UpstreamSpec) *h2Upstream {
 	u := &h2Upstream{
 		wc:              wc,
 		scheme:          "http",
@@ -62,7 +62,7 @@ func newH2Upstream(wc *upstream.WorkerCluster, cs *config.Cluster) *h2Upstream {
 		endpointOf:      make(map[*http2.ClientConn]h2Where),
 		dialing:         make(map[int]*h2Dial),
 	}
-	if cs.TLS != nil {
+	if spec.tls {
 		u.scheme = "https"
 	}
 	u.t = &http2.Transport{
@@ -72,7 +72,7 @@ func newH2Upstream(wc *upstream.WorkerCluster, cs *config.Cluster) *h2Upstream {
 		DisableCompression: true,
 		// A connection idle this long closes itself (and leaves the
 		// pool through MarkDead).
-		IdleConnTimeout: cs.IdleTimeout.D(),
+		IdleConnTimeout: spec.idleTimeout,
 		ConnPool:        u,
 	}
 	return u

@@ -46,10 +46,7 @@ type h2Reply struct {
 // try's wait.
 func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req *h2TryRequest) (h2Reply, error) {
 	var reply h2Reply
-	timeout := rt.timeout
-	if timeout == 0 {
-		timeout = lv.requestTimeout
-	}
+	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
 	deadline := start.Add(timeout)
 	pol := &rt.retry
 	left := 0

@@ -51,7 +51,7 @@ func startManager(tb testing.TB, cfg *config.Config, n int) *Manager {
 	if err != nil {
 		tb.Fatalf("BuildSnapshotN: %v", err)
 	}
-	m, err := New(Options{Config: cfg, Concurrency: n, Logger: testLogger()}, snap)
+	m, err := New(Options{Concurrency: n, Logger: testLogger()}, snap)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}

@@ -106,7 +106,7 @@ func TestInheritedSockets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m2, err := New(Options{Config: cfg2, Concurrency: 2, Inherited: files, Logger: testLogger()}, snap)
+			m2, err := New(Options{Concurrency: 2, Inherited: files, Logger: testLogger()}, snap)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,18 @@ func TestBindErrors(t *testing.T) {
 		l2 := cfg.Listeners[0]
 		l2.Name = "web2"
 		cfg.Listeners = append(cfg.Listeners, l2)
-		_, err := newManagerErr(cfg)
+		// config refuses two listeners on one address; New must still
+		// clean up when the second bind fails (an address taken between
+		// validate and serve), so the snapshot is compiled unchecked.
+		cfg.SetDefaults()
+		snap, err := compileSnapshot(cfg, Identity{}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(Options{Concurrency: 2}, snap)
+		if m != nil {
+			m.Close()
+		}
 		if err == nil || !strings.Contains(err.Error(), `listener "web2"`) {
 			t.Fatalf("err = %v", err)
 		}
@@ -212,7 +223,7 @@ func newManagerErr(cfg *config.Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := New(Options{Config: cfg, Concurrency: 2}, snap)
+	m, err := New(Options{Concurrency: 2}, snap)
 	if m != nil {
 		m.Close()
 	}

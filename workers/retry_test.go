@@ -45,7 +45,7 @@ func retryConfig(route func(*config.Route), endpoints ...string) *config.Config 
 // the 503 never reaches the client.
 func TestRetry5xxToAnotherHost(t *testing.T) {
 	var bad, good atomic.Int64
-	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, 1 },
+	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, new(1) },
 		namedBackend(t, "bad", 503, &bad), namedBackend(t, "good", 200, &good))
 	m := startManager(t, cfg, 1)
 	c := newClient(t)
@@ -70,7 +70,7 @@ func TestRetry5xxToAnotherHost(t *testing.T) {
 // 500, which the client gets as it came.
 func TestRetryGatewayErrorLeaves500(t *testing.T) {
 	var hits atomic.Int64
-	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"gateway-error"}, 2 },
+	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"gateway-error"}, new(2) },
 		namedBackend(t, "oops", 500, &hits))
 	m := startManager(t, cfg, 1)
 	resp, body := get(t, newClient(t), "http://"+addr(t, m, "web")+"/")
@@ -83,7 +83,7 @@ func TestRetryGatewayErrorLeaves500(t *testing.T) {
 // 503 is forwarded, after 1 + num_retries tries.
 func TestRetriesExhaustedForwardsLast(t *testing.T) {
 	var hits atomic.Int64
-	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, 2 },
+	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, new(2) },
 		namedBackend(t, "down", 503, &hits))
 	m := startManager(t, cfg, 1)
 	resp, body := get(t, newClient(t), "http://"+addr(t, m, "web")+"/")
@@ -119,7 +119,7 @@ func TestPOSTNotRetriedAfterSent(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/retry_non_idempotent=%v", tt.method, tt.nonIdempotent), func(t *testing.T) {
 			var got atomic.Int64
 			cfg := retryConfig(func(r *config.Route) {
-				r.RetryOn, r.NumRetries, r.RetryNonIdempotent = []string{"reset"}, 1, tt.nonIdempotent
+				r.RetryOn, r.NumRetries, r.RetryNonIdempotent = []string{"reset"}, new(1), tt.nonIdempotent
 			}, resettingBackend(t, &got), resettingBackend(t, &got))
 			m := startManager(t, cfg, 1)
 			resp := rawRequest(t, addr(t, m, "web"), tt.method+" / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
@@ -145,7 +145,7 @@ func TestPerTryTimeout(t *testing.T) {
 		<-stall
 	})
 	cfg := retryConfig(func(r *config.Route) {
-		r.RetryOn, r.NumRetries = []string{"gateway-error"}, 1
+		r.RetryOn, r.NumRetries = []string{"gateway-error"}, new(1)
 		r.PerTryTimeout, r.Timeout = dur(150*time.Millisecond), dur(10*time.Second)
 	}, slow, namedBackend(t, "fast", 200, nil))
 	m := startManager(t, cfg, 1)
@@ -169,7 +169,7 @@ func TestPerTryTimeout(t *testing.T) {
 // next endpoint, and with retry_on connect-failure a cluster whose every
 // endpoint refuses is tried num_retries more times.
 func TestConnectFailureGoesToAnotherHost(t *testing.T) {
-	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, 2 },
+	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, new(2) },
 		deadPort(t), namedBackend(t, "alive", 200, nil))
 	m := startManager(t, cfg, 1)
 	c := newClient(t)
@@ -182,7 +182,7 @@ func TestConnectFailureGoesToAnotherHost(t *testing.T) {
 		t.Fatal("the dead endpoint was never tried: the test proves nothing")
 	}
 
-	dead := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, 2 }, deadPort(t))
+	dead := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"connect-failure"}, new(2) }, deadPort(t))
 	m2 := startManager(t, dead, 1)
 	if resp, _ := get(t, c, "http://"+addr(t, m2, "web")+"/"); resp.StatusCode != 503 {
 		t.Fatalf("all dead: %d, want 503", resp.StatusCode)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/upstream"
+	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // Concurrency resolves the number of workers for cfg: server.concurrency
@@ -23,16 +24,35 @@ func Concurrency(cfg *config.Config) int {
 	return runtime.NumCPU()
 }
 
-// Snapshot is everything a worker needs to serve, built by the main thread
-// from a validated config and never changed afterwards. Connections keep
-// the snapshot they started with.
+// Snapshot is the compiled form of a config: everything the workers read
+// (listener settings, TLS, connection budgets, access logs, steering,
+// HTTP/2 server parameters, per-route resolved timeouts and retry policy,
+// cluster protocol), built once by BuildSnapshotN from a validated
+// config.Config and never changed afterwards. It is the only thing the
+// workers receive: no raw config below it, no validation or default after
+// it. Connections keep the snapshot they started with.
 type Snapshot struct {
-	cfg       *config.Config
 	id        Identity
 	listeners map[string]*listenerSnap // by listener name
-	clusters  map[string]*upstream.Cluster
+	// order is the listeners' names as the config lists them: the
+	// Manager's listener indices.
+	order    []string
+	clusters map[string]*upstream.Cluster
+	// h2Upstreams are how the clusters that speak HTTP/2 are spoken to,
+	// by name; a cluster not in it speaks HTTP/1.1.
+	h2Upstreams map[string]h2UpstreamSpec
 	// views[w] is worker w's view of every cluster, by name.
 	views []map[string]*upstream.WorkerCluster
+
+	// The process-wide socket settings, fixed when the Manager is built.
+	reusePort      bool // one SO_REUSEPORT socket per worker and listener
+	maxConnections int  // server.max_connections; 0: from the open-file limit
+}
+
+// h2UpstreamSpec is a cluster's HTTP/2 transport, compiled.
+type h2UpstreamSpec struct {
+	tls         bool          // https, ALPN h2; else cleartext prior knowledge
+	idleTimeout time.Duration // a pooled connection idle this long closes
 }
 
 // Clusters returns the snapshot's clusters, sorted by name: the main side
@@ -50,18 +70,27 @@ func (s *Snapshot) Clusters() []*upstream.Cluster {
 // Workers is the number of workers the snapshot has views for.
 func (s *Snapshot) Workers() int { return len(s.views) }
 
-// Config is the config the snapshot was built from.
-func (s *Snapshot) Config() *config.Config { return s.cfg }
-
 // listenerSnap is one compiled listener, shared by all workers (immutable).
 type listenerSnap struct {
-	name           string
-	protocol       string
-	cluster        string     // tcp; "" for a passthrough listener without a default cluster
-	tcpHashOn      hashSource // tcp: its cluster's hash_on (only source_ip applies)
-	routes         []*route
-	idleTimeout    time.Duration
-	requestTimeout time.Duration
+	name        string
+	protocol    string
+	cluster     string     // tcp; "" for a passthrough listener without a default cluster
+	tcpHashOn   hashSource // tcp: its cluster's hash_on (only source_ip applies)
+	routes      []*route
+	idleTimeout time.Duration
+
+	// What the Manager builds the listener's sockets and connections
+	// from (fixed when it is built: a socket outlives snapshots).
+	address        string
+	balance        string // least_conn, hash or kernel
+	maxConnections int    // 0: only the server-wide bound
+	h1             *h1Settings
+	h2             h2ServerParams
+	http2Cleartext bool
+	// tlsHandshakeTimeout > 0: the listener terminates TLS; its config
+	// comes from Options.ServerTLS.
+	tlsHandshakeTimeout time.Duration
+	accessLogs          []accessLogSpec
 
 	// TLS passthrough (tcp, sni_routes; sni.go): the routes, and how long
 	// a client may take to send its ClientHello.
@@ -98,8 +127,9 @@ type route struct {
 	// not set).
 	serverName hostPattern
 
-	// For a cluster: the route's timeout (0: the listener's
-	// request_timeout), its retry policy, and what its cluster hashes.
+	// For a cluster: the route's timeout (resolved: its own, or the
+	// listener's request_timeout), its retry policy, and what its
+	// cluster hashes.
 	timeout time.Duration
 	retry   retryPolicy
 	hashOn  hashSource
@@ -139,6 +169,19 @@ const (
 	hashSourceIP
 )
 
+// h2ServerParams are an http listener's HTTP/2 server settings.
+type h2ServerParams struct {
+	maxHeaderBytes int
+	idleTimeout    time.Duration
+	writeTimeout   time.Duration
+}
+
+// accessLogSpec is one access log of a listener, compiled.
+type accessLogSpec struct {
+	path, format string
+	queueSize    int
+}
+
 // directResponse is a direct_response with placeholders already replaced
 // and its headers prebuilt.
 type directResponse struct {
@@ -150,19 +193,19 @@ type directResponse struct {
 	contentLength []string
 }
 
-// BuildSnapshot compiles routes and builds clusters from cfg (already
-// validated by config.Load). It touches no socket: this is the fail-fast
-// build step. An error names the listener, route or cluster at fault.
-//
-// The snapshot has a view for each of Concurrency(cfg) workers; use
-// BuildSnapshotN when the worker count is resolved another way.
+// BuildSnapshot compiles cfg for Concurrency(cfg) workers; see
+// BuildSnapshotN.
 func BuildSnapshot(cfg *config.Config, id Identity) (*Snapshot, error) {
 	return BuildSnapshotN(cfg, id, Concurrency(cfg))
 }
 
-// BuildSnapshotN is BuildSnapshot for exactly workers workers: every
-// cluster is built once with upstream.NewCluster, then viewed with
-// ForWorker(w) for w in [0, workers).
+// BuildSnapshotN is the one door into the data path: it checks cfg with
+// config's own rules (Validate: a config built in code is held to what a
+// file is), then compiles it for exactly workers workers, building every
+// cluster once with upstream.NewCluster and viewing it with ForWorker(w)
+// for w in [0, workers). It touches no socket: this is the fail-fast
+// build step that serve and validate both run. An error names the key,
+// the listener or the cluster at fault.
 func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("workers: nil config")
@@ -170,22 +213,33 @@ func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, er
 	if workers < 1 {
 		return nil, fmt.Errorf("server: concurrency %d: need at least one worker", workers)
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return compileSnapshot(cfg, id, workers)
+}
+
+// compileSnapshot compiles a validated cfg: it re-checks nothing that
+// Validate checks, and fills in no default.
+func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, error) {
 	s := &Snapshot{
-		cfg:       cfg,
-		id:        id,
-		listeners: make(map[string]*listenerSnap, len(cfg.Listeners)),
-		clusters:  make(map[string]*upstream.Cluster, len(cfg.Clusters)),
+		id:             id,
+		listeners:      make(map[string]*listenerSnap, len(cfg.Listeners)),
+		clusters:       make(map[string]*upstream.Cluster, len(cfg.Clusters)),
+		h2Upstreams:    map[string]h2UpstreamSpec{},
+		reusePort:      cfg.Server.ReusePortEnabled(),
+		maxConnections: cfg.Server.MaxConnections,
 	}
 	for _, cs := range cfg.Clusters {
-		if _, dup := s.clusters[cs.Name]; dup {
-			return nil, fmt.Errorf("cluster %q: defined twice", cs.Name)
-		}
 		c, err := upstream.NewCluster(cs)
 		if err != nil {
 			// upstream's errors already start with `cluster "name":`.
 			return nil, err
 		}
 		s.clusters[cs.Name] = c
+		if cs.HTTP2 {
+			s.h2Upstreams[cs.Name] = h2UpstreamSpec{tls: cs.TLS != nil, idleTimeout: cs.IdleTimeout.D()}
+		}
 	}
 	replacer := strings.NewReplacer(
 		"%VERSION%", id.Version,
@@ -195,14 +249,12 @@ func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, er
 	)
 	for i := range cfg.Listeners {
 		l := &cfg.Listeners[i]
-		if _, dup := s.listeners[l.Name]; dup {
-			return nil, fmt.Errorf("listener %q: defined twice", l.Name)
-		}
-		ls, err := s.compileListener(l, replacer)
+		ls, err := s.compileListener(cfg, l, replacer)
 		if err != nil {
 			return nil, fmt.Errorf("listener %q: %w", l.Name, err)
 		}
 		s.listeners[l.Name] = ls
+		s.order = append(s.order, l.Name)
 	}
 	s.views = make([]map[string]*upstream.WorkerCluster, workers)
 	for w := range s.views {
@@ -215,53 +267,79 @@ func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, er
 	return s, nil
 }
 
-func (s *Snapshot) compileListener(l *config.Listener, rep *strings.Replacer) (*listenerSnap, error) {
+func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *strings.Replacer) (*listenerSnap, error) {
 	ls := &listenerSnap{
 		name:           l.Name,
 		protocol:       l.Protocol,
 		idleTimeout:    l.IdleTimeout.D(),
-		requestTimeout: l.RequestTimeout.D(),
+		address:        l.Address,
+		balance:        l.Balance,
+		maxConnections: l.MaxConnections,
+		http2Cleartext: l.HTTP2Cleartext,
+	}
+	if l.TLS != nil {
+		ls.tlsHandshakeTimeout = l.TLS.HandshakeTimeout.D()
 	}
 	switch l.Protocol {
 	case config.ProtocolTCP:
-		if l.Cluster == "" && len(l.SNIRoutes) == 0 {
-			return nil, fmt.Errorf("protocol %q needs a cluster (or sni_routes)", l.Protocol)
-		}
-		if l.Cluster != "" && s.clusters[l.Cluster] == nil {
-			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", l.Cluster, l.Cluster)
-		}
-		if len(l.Routes) > 0 {
-			return nil, fmt.Errorf("protocol %q takes no routes (routes are for %q listeners)", l.Protocol, config.ProtocolHTTP)
-		}
 		ls.cluster = l.Cluster
-		if cs := s.cfg.Cluster(l.Cluster); cs != nil {
+		if cs := cfg.Cluster(l.Cluster); cs != nil {
 			ls.tcpHashOn = compileHashOn(cs.HashOn)
 		}
 		if len(l.SNIRoutes) > 0 {
-			if l.TLS != nil {
-				return nil, fmt.Errorf("sni_routes pass TLS through and [listeners.tls] terminates it: a listener does one or the other")
-			}
-			if err := s.compileSNIRoutes(ls, l); err != nil {
+			if err := s.compileSNIRoutes(cfg, ls, l); err != nil {
 				return nil, err
 			}
 		}
 	case config.ProtocolHTTP:
+		ls.h1 = &h1Settings{
+			limits:        http1.Limits{MaxHeadBytes: l.MaxHeaderBytes},
+			headerTimeout: l.HeaderTimeout.D(),
+			idleTimeout:   l.IdleTimeout.D(),
+			writeTimeout:  l.WriteTimeout.D(),
+			trustXFF:      l.TrustsForwardedFor(),
+		}
+		ls.h2 = h2ServerParams{maxHeaderBytes: l.MaxHeaderBytes, idleTimeout: l.IdleTimeout.D(), writeTimeout: l.WriteTimeout.D()}
 		for j := range l.AccessLog {
-			if err := checkAccessLog(&l.AccessLog[j]); err != nil {
+			a := &l.AccessLog[j]
+			if err := checkAccessLog(a.Path); err != nil {
 				return nil, fmt.Errorf("access_log %d: %w", j, err)
 			}
+			ls.accessLogs = append(ls.accessLogs, accessLogSpec{path: a.Path, format: a.Format, queueSize: a.QueueSize})
 		}
 		for j := range l.Routes {
-			r, err := s.compileRoute(j, &l.Routes[j], rep)
+			r, err := compileRoute(cfg, j, l, &l.Routes[j], rep)
 			if err != nil {
 				return nil, fmt.Errorf("route %d: %w", j, err)
 			}
 			ls.routes = append(ls.routes, r)
 		}
-	default:
-		return nil, fmt.Errorf("protocol %q is not one of %q, %q", l.Protocol, config.ProtocolHTTP, config.ProtocolTCP)
 	}
 	return ls, nil
+}
+
+func (s *Snapshot) compileSNIRoutes(cfg *config.Config, ls *listenerSnap, l *config.Listener) error {
+	for j, sr := range l.SNIRoutes {
+		r := sniRoute{cluster: sr.Cluster}
+		for n, name := range sr.ServerNames {
+			p, err := compileHostPattern(fmt.Sprintf("sni_routes[%d].server_names[%d]", j, n), name)
+			if err != nil {
+				return err
+			}
+			r.serverNames = append(r.serverNames, p)
+		}
+		if cs := cfg.Cluster(sr.Cluster); cs != nil {
+			r.hashOn = compileHashOn(cs.HashOn)
+		}
+		ls.sniRoutes = append(ls.sniRoutes, r)
+	}
+	// The ClientHello comes right after the connect; the listener's
+	// idle_timeout, when shorter, bounds the wait too.
+	ls.helloTimeout = config.DefaultHandshakeTimeout
+	if d := l.IdleTimeout.D(); d > 0 && d < ls.helloTimeout {
+		ls.helloTimeout = d
+	}
+	return nil
 }
 
 // compileHostPattern compiles a host or server name as routes write it:
@@ -283,7 +361,7 @@ func compileHostPattern(key, value string) (hostPattern, error) {
 	return hostPattern{kind: hostExact, name: host}, nil
 }
 
-func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) (*route, error) {
+func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Route, rep *strings.Replacer) (*route, error) {
 	r := &route{index: i}
 	hp, err := compileHostPattern("host", rs.Host)
 	if err != nil {
@@ -296,65 +374,42 @@ func (s *Snapshot) compileRoute(i int, rs *config.Route, rep *strings.Replacer) 
 		if r.serverName, err = compileHostPattern("server_name", rs.ServerName); err != nil {
 			return nil, err
 		}
-		if r.serverName.kind == hostAny {
-			return nil, fmt.Errorf("server_name %q: name a host (\"a.example.com\") or a wildcard (\"*.example.com\"), or leave server_name out", rs.ServerName)
-		}
 	}
-	switch {
-	case rs.Path != "" && rs.Prefix != "":
-		return nil, fmt.Errorf("both path %q and prefix %q are set (choose one)", rs.Path, rs.Prefix)
-	case rs.Path != "":
+	if rs.Path != "" {
 		r.path = rs.Path
-	case rs.Prefix != "":
+	} else {
 		r.path, r.prefix = rs.Prefix, true
-	default:
-		return nil, fmt.Errorf("needs a path or a prefix (prefix = \"/\" matches everything)")
 	}
-	switch {
-	case rs.Cluster != "" && rs.DirectResponse != nil:
-		return nil, fmt.Errorf("both cluster %q and direct_response are set (choose one)", rs.Cluster)
-	case rs.Cluster != "":
-		if s.clusters[rs.Cluster] == nil {
-			return nil, fmt.Errorf("cluster %q is not defined (add a [[clusters]] entry named %q)", rs.Cluster, rs.Cluster)
-		}
+	if rs.Cluster != "" {
 		r.cluster = rs.Cluster
 		r.connect = rs.Connect
 		r.timeout = rs.Timeout.D()
+		if r.timeout == 0 {
+			r.timeout = l.RequestTimeout.D()
+		}
 		r.retry = compileRetry(rs)
-		if cs := s.cfg.Cluster(rs.Cluster); cs != nil {
+		if cs := cfg.Cluster(rs.Cluster); cs != nil {
 			r.hashOn = compileHashOn(cs.HashOn)
 			r.http2 = cs.HTTP2
 		}
-	case rs.DirectResponse != nil:
-		d := rs.DirectResponse
-		if d.Status < 200 || d.Status > 599 {
-			return nil, fmt.Errorf("direct_response: status %d is not a final HTTP status (200 to 599)", d.Status)
-		}
-		if (d.Status == http.StatusNoContent || d.Status == http.StatusNotModified) && d.Body != "" {
-			return nil, fmt.Errorf("direct_response: status %d has no body (remove body)", d.Status)
-		}
-		ct := d.ContentType
-		if ct == "" {
-			ct = "text/plain; charset=utf-8"
-		}
-		body := rep.Replace(d.Body)
-		r.direct = &directResponse{
-			status:      d.Status,
-			body:        []byte(body),
-			contentType: []string{ct},
-		}
-		if d.Status != http.StatusNoContent && d.Status != http.StatusNotModified {
-			r.direct.contentLength = []string{strconv.Itoa(len(body))}
-		}
-	default:
-		return nil, fmt.Errorf("needs a cluster or a direct_response")
+		return r, nil
+	}
+	d := rs.DirectResponse
+	body := rep.Replace(d.Body)
+	r.direct = &directResponse{
+		status:      d.Status,
+		body:        []byte(body),
+		contentType: []string{d.ContentType},
+	}
+	if d.Status != http.StatusNoContent && d.Status != http.StatusNotModified {
+		r.direct.contentLength = []string{strconv.Itoa(len(body))}
 	}
 	return r, nil
 }
 
 // compileRetry turns a validated route's retry keys into its policy.
 func compileRetry(rs *config.Route) retryPolicy {
-	p := retryPolicy{num: rs.NumRetries, perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
+	p := retryPolicy{perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
 	for _, c := range rs.RetryOn {
 		switch c {
 		case config.RetryConnectFailure:
@@ -367,8 +422,8 @@ func compileRetry(rs *config.Route) retryPolicy {
 			p.on |= retryGatewayError
 		}
 	}
-	if p.on == 0 {
-		p.num = 0
+	if rs.NumRetries != nil && p.on != 0 {
+		p.num = *rs.NumRetries
 	}
 	return p
 }

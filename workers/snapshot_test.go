@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hotproxy/hotproxy/config"
 )
@@ -79,6 +80,8 @@ func TestStripPort(t *testing.T) {
 	}
 }
 
+// TestBuildSnapshotErrors: the builder holds a config built in code to
+// config's rules, in config's words (it re-checked them in its own).
 func TestBuildSnapshotErrors(t *testing.T) {
 	good := cluster("backend", "127.0.0.1:1")
 	for _, tc := range []struct {
@@ -88,32 +91,32 @@ func TestBuildSnapshotErrors(t *testing.T) {
 	}{
 		{"unknown cluster", config.Config{
 			Listeners: []config.Listener{httpListener("web", toCluster("/", "nope"))},
-		}, `listener "web": route 0: cluster "nope" is not defined`},
+		}, `listeners[0] ("web").routes[0].cluster: "nope": no such cluster`},
 		{"no action", config.Config{
 			Listeners: []config.Listener{httpListener("web", direct2("/", 200), config.Route{Prefix: "/x"})},
-		}, `listener "web": route 1: needs a cluster or a direct_response`},
+		}, `listeners[0] ("web").routes[1]: needs an action`},
 		{"path and prefix", config.Config{
 			Listeners: []config.Listener{httpListener("web", config.Route{Path: "/a", Prefix: "/", DirectResponse: direct("")})},
-		}, `listener "web": route 0: both path "/a" and prefix "/"`},
+		}, `listeners[0] ("web").routes[0]: has both prefix ("/") and path ("/a")`},
 		{"bad wildcard", config.Config{
 			Listeners: []config.Listener{httpListener("web", config.Route{Host: "api.*.com", Prefix: "/", DirectResponse: direct("")})},
-		}, `listener "web": route 0: host "api.*.com"`},
+		}, `listeners[0] ("web").routes[0].host: "api.*.com"`},
 		{"tcp without cluster", config.Config{
 			Listeners: []config.Listener{tcpListener("db", "")},
-		}, `listener "db": protocol "tcp" needs a cluster`},
+		}, `listeners[0] ("db").cluster: missing`},
 		{"tcp unknown cluster", config.Config{
 			Clusters:  []config.Cluster{good},
 			Listeners: []config.Listener{tcpListener("db", "pg")},
-		}, `listener "db": cluster "pg" is not defined`},
+		}, `listeners[0] ("db").cluster: "pg": no such cluster`},
 		{"bad status", config.Config{
 			Listeners: []config.Listener{httpListener("web", direct2("/", 42))},
-		}, `listener "web": route 0: direct_response: status 42`},
+		}, `listeners[0] ("web").routes[0].direct_response.status: 42: must be between 200 and 599`},
 		{"cluster without endpoints", config.Config{
 			Clusters: []config.Cluster{{Name: "empty"}},
-		}, `cluster "empty"`},
+		}, `clusters[0] ("empty").endpoints: a cluster needs at least one endpoint`},
 		{"cluster twice", config.Config{
 			Clusters: []config.Cluster{good, good},
-		}, `cluster "backend": defined twice`},
+		}, `clusters[1] ("backend").name: "backend": duplicate name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.SetDefaults()
@@ -142,7 +145,7 @@ func TestBuildSnapshotConcurrency(t *testing.T) {
 	if snap.Workers() != 3 || len(snap.views[2]) != 1 || snap.views[0]["b"] == snap.views[1]["b"] {
 		t.Fatalf("want 3 distinct worker views, got %d", snap.Workers())
 	}
-	if _, err := New(Options{Config: cfg, Concurrency: 4}, snap); err == nil {
+	if _, err := New(Options{Concurrency: 4}, snap); err == nil {
 		t.Fatal("New accepted a snapshot built for fewer workers")
 	}
 }
@@ -159,7 +162,7 @@ func TestDirectResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Options{Config: cfg, Concurrency: 1}, snap)
+	m, err := New(Options{Concurrency: 1}, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,5 +223,58 @@ func TestSnapshotOfExample(t *testing.T) {
 	}
 	if r := snap.listeners["web-tls"].routes[0]; r.serverName != (hostPattern{kind: hostWildcard, name: ".example.org"}) {
 		t.Fatalf("web-tls route 0: server_name compiled to %+v", r.serverName)
+	}
+}
+
+// TestCompiledRouteTimeout: a route's timeout is resolved when the
+// snapshot is compiled (its own, or its listener's request_timeout), not
+// at use time by each of the three exchange loops.
+func TestCompiledRouteTimeout(t *testing.T) {
+	l := httpListener("web",
+		config.Route{Prefix: "/own", Cluster: "b", Timeout: config.Duration(3 * time.Second)},
+		config.Route{Prefix: "/", Cluster: "b"})
+	l.RequestTimeout = config.Duration(7 * time.Second)
+	cfg := &config.Config{Listeners: []config.Listener{l}, Clusters: []config.Cluster{cluster("b", "127.0.0.1:1")}}
+	cfg.SetDefaults()
+	snap, err := BuildSnapshotN(cfg, Identity{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := snap.listeners["web"].routes
+	if got := routes[0].timeout; got != 3*time.Second {
+		t.Errorf("route with timeout = 3s: compiled %v", got)
+	}
+	if got := routes[1].timeout; got != 7*time.Second {
+		t.Errorf("route without timeout on a listener with request_timeout = 7s: compiled %v, want 7s", got)
+	}
+}
+
+// TestSnapshotIsTheOnlyDoor: the Manager is built from the snapshot alone;
+// a config changed after the snapshot was compiled changes nothing.
+func TestSnapshotIsTheOnlyDoor(t *testing.T) {
+	cfg := directConfig("compiled")
+	cfg.Listeners[0].HTTP2Cleartext = true
+	cfg.SetDefaults()
+	snap, err := BuildSnapshotN(cfg, Identity{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a worker reading the raw config after start-up would see.
+	cfg.Listeners[0].HTTP2Cleartext = false
+	cfg.Listeners[0].MaxHeaderBytes = 1
+	m, err := New(Options{Concurrency: 1, Logger: testLogger()}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Start()
+	if !m.listeners[0].http2Cleartext || m.listeners[0].h1.limits.MaxHeadBytes != config.DefaultMaxHeaderBytes {
+		t.Fatalf("the manager took http2_cleartext %v, max_header_bytes %d from the changed config",
+			m.listeners[0].http2Cleartext, m.listeners[0].h1.limits.MaxHeadBytes)
+	}
+	// Served for real: h2c with prior knowledge still works.
+	resp, body := get(t, h2cClient(t), "http://"+addr(t, m, "web")+"/")
+	if resp.ProtoMajor != 2 || body != "compiled" {
+		t.Fatalf("h2c: HTTP/%d %q, want HTTP/2 \"compiled\"", resp.ProtoMajor, body)
 	}
 }

@@ -3,12 +3,10 @@ package workers
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"time"
 
-	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -28,39 +26,6 @@ const statSNINoRoute = "sni.no_route"
 // one full TLS record (16 KiB); a ClientHello with post-quantum key shares
 // is about 2 KiB.
 const maxClientHello = 16 << 10
-
-func (s *Snapshot) compileSNIRoutes(ls *listenerSnap, l *config.Listener) error {
-	for j, sr := range l.SNIRoutes {
-		if s.clusters[sr.Cluster] == nil {
-			return fmt.Errorf("sni_routes[%d]: cluster %q is not defined (add a [[clusters]] entry named %q)", j, sr.Cluster, sr.Cluster)
-		}
-		if len(sr.ServerNames) == 0 {
-			return fmt.Errorf("sni_routes[%d]: server_names is empty (name the SNI it takes, like server_names = [\"db.example.com\"])", j)
-		}
-		r := sniRoute{cluster: sr.Cluster}
-		for n, name := range sr.ServerNames {
-			p, err := compileHostPattern(fmt.Sprintf("sni_routes[%d].server_names[%d]", j, n), name)
-			if err != nil {
-				return err
-			}
-			if p.kind == hostAny {
-				return fmt.Errorf("sni_routes[%d].server_names[%d] %q: name a host or \"*.example.com\"; connections no route names go to the listener's cluster", j, n, name)
-			}
-			r.serverNames = append(r.serverNames, p)
-		}
-		if cs := s.cfg.Cluster(sr.Cluster); cs != nil {
-			r.hashOn = compileHashOn(cs.HashOn)
-		}
-		ls.sniRoutes = append(ls.sniRoutes, r)
-	}
-	// The ClientHello comes right after the connect; the listener's
-	// idle_timeout, when shorter, bounds the wait too.
-	ls.helloTimeout = config.DefaultHandshakeTimeout
-	if d := l.IdleTimeout.D(); d > 0 && d < ls.helloTimeout {
-		ls.helloTimeout = d
-	}
-	return nil
-}
 
 // matchSNI returns the index of the first sni_route naming sni, or -1.
 func (ls *listenerSnap) matchSNI(sni string) int {

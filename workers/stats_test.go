@@ -103,7 +103,7 @@ func TestStatsStoreLanes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := New(Options{Config: cfg, Concurrency: 2, Stats: st}, snap); err == nil {
+	if m, err := New(Options{Concurrency: 2, Stats: st}, snap); err == nil {
 		m.Close()
 		t.Fatal("New accepted a store with 2 lanes for 2 workers")
 	}

@@ -32,9 +32,9 @@ const (
 	protectEmptying = "queue emptying: a stopping generation accepts what is queued before it closes (up to 1s)"
 )
 
-// steerMode maps a listener's balance to the program's mode; ok is false
-// for kernel (no program). A config not built by config.Load may leave
-// Balance empty: that is kernel, today's plain SO_REUSEPORT.
+// steerMode maps a listener's balance (validated and defaulted before the
+// snapshot was compiled) to the program's mode; ok is false for kernel (no
+// program), today's plain SO_REUSEPORT.
 func steerMode(balance string) (steering.Mode, bool) {
 	switch balance {
 	case config.BalanceLeastConn:

@@ -108,7 +108,7 @@ func TestLowerConcurrencyLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m1, err := New(Options{Config: cfg1, Concurrency: 4, Logger: testLogger()}, snap1)
+	m1, err := New(Options{Concurrency: 4, Logger: testLogger()}, snap1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestLowerConcurrencyLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, err := New(Options{Config: cfg2, Concurrency: 1, Inherited: files, Logger: testLogger()}, snap2)
+	m2, err := New(Options{Concurrency: 1, Inherited: files, Logger: testLogger()}, snap2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func noCapChild() int {
 		fmt.Fprintln(os.Stderr, "snapshot:", err)
 		return 2
 	}
-	m, err := New(Options{Config: cfg, Concurrency: 2, Logger: log}, snap)
+	m, err := New(Options{Concurrency: 2, Logger: log}, snap)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "New:", err)
 		return 2
@@ -311,7 +311,7 @@ func TestRollbackReattaches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := New(Options{Config: cfg, Concurrency: 2, Inherited: files, Logger: testLogger()}, snap)
+		m, err := New(Options{Concurrency: 2, Inherited: files, Logger: testLogger()}, snap)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,19 +27,15 @@ type listenerTLS struct {
 
 // newListenerTLS checks that the caller built a TLS config for every
 // listener that terminates TLS, before any socket is touched.
-func newListenerTLS(l *config.Listener, built map[string]*tls.Config) (*listenerTLS, error) {
-	if l.TLS == nil {
+func newListenerTLS(ls *listenerSnap, built map[string]*tls.Config) (*listenerTLS, error) {
+	if ls.tlsHandshakeTimeout == 0 {
 		return nil, nil
 	}
-	cfg := built[l.Name]
+	cfg := built[ls.name]
 	if cfg == nil {
-		return nil, fmt.Errorf("listener %q: [listeners.tls] is set but no TLS server config was built for it (workers.Options.ServerTLS has no entry %q; the server builds one per TLS listener with package tlsconf)", l.Name, l.Name)
+		return nil, fmt.Errorf("listener %q: [listeners.tls] is set but no TLS server config was built for it (workers.Options.ServerTLS has no entry %q; the server builds one per TLS listener with package tlsconf)", ls.name, ls.name)
 	}
-	timeout := l.TLS.HandshakeTimeout.D()
-	if timeout <= 0 {
-		timeout = config.DefaultHandshakeTimeout
-	}
-	return &listenerTLS{config: cfg, handshakeTimeout: timeout}, nil
+	return &listenerTLS{config: cfg, handshakeTimeout: ls.tlsHandshakeTimeout}, nil
 }
 
 // TLS stat names, in the listener's scope (listener.<name>.): per-connection

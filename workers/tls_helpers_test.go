@@ -78,7 +78,7 @@ func startTLSManager(tb testing.TB, cfg *config.Config, n int) *Manager {
 			serverTLS[l.Name] = serverTLSFor(tb, l)
 		}
 	}
-	m, err := New(Options{Config: cfg, Concurrency: n, Logger: testLogger(), ServerTLS: serverTLS}, snap)
+	m, err := New(Options{Concurrency: n, Logger: testLogger(), ServerTLS: serverTLS}, snap)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}

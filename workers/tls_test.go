@@ -123,7 +123,9 @@ func TestRouteServerNameNeedsSNI(t *testing.T) {
 		config.Route{Prefix: "/", ServerName: "*.example.org", DirectResponse: &config.DirectResponse{Status: 200, Body: "org"}},
 	)}}
 	cfg.SetDefaults()
-	snap, err := BuildSnapshotN(cfg, Identity{}, 1)
+	// The matching alone: config refuses server_name on a listener
+	// without TLS, which is what would give these routes an SNI.
+	snap, err := compileSnapshot(cfg, Identity{}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +391,7 @@ func TestNewRefusesTLSListenerWithoutConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(Options{Config: cfg, Concurrency: 1}, snap)
+	_, err = New(Options{Concurrency: 1}, snap)
 	if err == nil || !strings.Contains(err.Error(), `listener "web"`) || !strings.Contains(err.Error(), "ServerTLS") {
 		t.Fatalf("New: %v, want an error naming the listener and ServerTLS", err)
 	}

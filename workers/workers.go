@@ -40,11 +40,11 @@ type SocketKey struct {
 }
 
 // Options configures a Manager. The zero value of each optional field is
-// the default.
+// the default. The listeners, their settings and the connection bounds
+// come from the Snapshot given to New: the only door into the data path.
 type Options struct {
-	Config      *config.Config // validated
-	Concurrency int            // resolved worker count (>= 1)
-	Logger      hclog.Logger   // nil: a null logger
+	Concurrency int          // resolved worker count (>= 1)
+	Logger      hclog.Logger // nil: a null logger
 	// Inherited are listening sockets handed over by a previous
 	// generation, by key. A socket found here is used instead of binding;
 	// the Manager owns the file afterwards. Sockets left unused are
@@ -71,7 +71,6 @@ type Options struct {
 // Manager owns all workers of one generation.
 type Manager struct {
 	log       hclog.Logger
-	cfg       *config.Config
 	n         int
 	listeners []*mlistener
 	workers   []*worker
@@ -128,8 +127,12 @@ type mlistener struct {
 	addr     string
 	protocol string
 	sockets  []*socket
-	h1       *h1Settings // http
-	slots    *connSlots  // the listener's connection bound, shared by its workers
+	h1       *h1Settings    // http
+	h2       h2ServerParams // http
+	// http2Cleartext: a connection that opens with the HTTP/2 preface
+	// is served as HTTP/2 (h2c with prior knowledge).
+	http2Cleartext bool
+	slots          *connSlots // the listener's connection bound, shared by its workers
 	// tls terminates TLS on the listener's connections (tls.go); nil:
 	// plaintext, or passed through untouched (sni_routes).
 	tls *listenerTLS
@@ -191,10 +194,6 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		closeInherited()
 		return nil, errors.New("workers: nil snapshot")
 	}
-	cfg := opts.Config
-	if cfg == nil {
-		cfg = snap.cfg
-	}
 	n := opts.Concurrency
 	if n < 1 {
 		n = snap.Workers()
@@ -222,9 +221,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	}
 	// TLS configs first: a listener without one fails before any socket
 	// is bound.
-	listenerTLSs := make([]*listenerTLS, len(cfg.Listeners))
-	for i := range cfg.Listeners {
-		lt, err := newListenerTLS(&cfg.Listeners[i], opts.ServerTLS)
+	listenerTLSs := make([]*listenerTLS, len(snap.order))
+	for i, name := range snap.order {
+		lt, err := newListenerTLS(snap.listeners[name], opts.ServerTLS)
 		if err != nil {
 			closeInherited()
 			return nil, fmt.Errorf("workers: %w", err)
@@ -234,7 +233,6 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
 		log:        log,
-		cfg:        cfg,
 		n:          n,
 		stats:      st,
 		ctx:        ctx,
@@ -246,18 +244,15 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		migrationsDone: make(chan struct{}),
 		drainDone:      make(chan struct{}),
 	}
-	for i := range cfg.Listeners {
-		l := &cfg.Listeners[i]
-		ml := &mlistener{idx: i, name: l.Name, addr: l.Address, protocol: l.Protocol, balance: l.Balance, tls: listenerTLSs[i]}
+	for i, name := range snap.order {
+		ls := snap.listeners[name]
+		ml := &mlistener{idx: i, name: ls.name, addr: ls.address, protocol: ls.protocol, balance: ls.balance,
+			tls: listenerTLSs[i], h1: ls.h1, h2: ls.h2, http2Cleartext: ls.http2Cleartext}
 		m.listeners = append(m.listeners, ml)
-		err := m.openAccessLogs(ml, l, snap.id.Epoch)
-		switch {
-		case err != nil:
-		case l.Protocol == config.ProtocolHTTP || l.Protocol == config.ProtocolTCP:
-			startSteering(ml, n, cfg.Server.ReusePortEnabled())
-			err = openListener(ml, n, cfg.Server.ReusePortEnabled(), inh)
-		default:
-			err = fmt.Errorf("listener %q: protocol %q is not one of %q, %q", l.Name, l.Protocol, config.ProtocolHTTP, config.ProtocolTCP)
+		err := m.openAccessLogs(ml, ls.accessLogs, snap.id.Epoch)
+		if err == nil {
+			startSteering(ml, n, snap.reusePort)
+			err = openListener(ml, n, snap.reusePort, inh)
 		}
 		if err != nil {
 			for _, ml := range m.listeners {
@@ -286,9 +281,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	for _, ml := range m.listeners {
 		logSteering(log, ml, m.queueEmptying)
 	}
-	m.budget = newConnBudget(cfg, log)
+	m.budget = newConnBudget(len(m.listeners), snap.maxConnections, log)
 	for i, ml := range m.listeners {
-		ml.slots = newConnSlots(m.budget, i, &cfg.Listeners[i], log)
+		ml.slots = newConnSlots(m.budget, i, snap.listeners[ml.name], log)
 	}
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
@@ -299,16 +294,11 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 			if ml.tls != nil {
 				wk.stats[i].tls = newTLSStats(st, ml.name, w)
 			}
-			if len(cfg.Listeners[i].SNIRoutes) > 0 {
+			if len(snap.listeners[ml.name].sniRoutes) > 0 {
 				wk.stats[i].sniNoRoute = st.Counter("listener." + ml.name + "." + statSNINoRoute).Lane(w + 1)
 			}
 		}
 		m.workers[w] = wk
-	}
-	for i, ml := range m.listeners {
-		if ml.protocol == config.ProtocolHTTP {
-			ml.h1 = newH1Settings(&cfg.Listeners[i])
-		}
 	}
 	m.Publish(snap)
 	if log.IsDebug() {

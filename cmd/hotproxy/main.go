@@ -19,7 +19,6 @@ import (
 	"github.com/hotproxy/hotproxy/internal/version"
 	"github.com/hotproxy/hotproxy/server"
 	"github.com/hotproxy/hotproxy/shm"
-	"github.com/hotproxy/hotproxy/tlsconf"
 	"github.com/hotproxy/hotproxy/workers"
 )
 
@@ -327,16 +326,10 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err == nil {
-		_, err = workers.BuildSnapshot(cfg, workers.Identity{Version: version.Version})
-		if err == nil {
-			var set *tlsconf.Set
-			if set, err = tlsconf.Build(cfg); err == nil {
-				set.Close()
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", cfg.Source, err)
-		}
+		// serve's own build, stopped before it binds anything.
+		var prep *server.Prepared
+		prep, err = server.Prepare(cfg, workers.Identity{Version: version.Version})
+		prep.Close()
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy validate: %v\n", err)

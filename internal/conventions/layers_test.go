@@ -2,6 +2,7 @@ package conventions
 
 import (
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -71,6 +72,114 @@ var layers = map[string][]string{
 // plumbing, and the stats layers.
 var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
 	"internal/ratelog", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+
+// configBuilders are the only files of their package that may read a raw
+// config (its types, Load, Parse): the snapshot builder, the one door into
+// the data path. The rest of the package may use config's constants
+// (protocol names, ALPN names), never its structs.
+var configBuilders = map[string][]string{
+	"workers": {"workers/snapshot.go"},
+}
+
+// TestNoRawConfigBelowTheBuilder: in workers, a file other than the
+// snapshot builder that names config.Config, config.Listener, ... reads a
+// raw config on the data path, a second source of truth (STYLE: "one door
+// into the data path").
+func TestNoRawConfigBelowTheBuilder(t *testing.T) {
+	root := moduleRoot(t)
+	raw := configTypes(t, root)
+	if len(raw) < 10 || !raw["Config"] || !raw["Listener"] {
+		t.Fatalf("found only %v in config: the parse is broken", raw)
+	}
+	for _, p := range rawConfigReads(t, root, configBuilders, raw) {
+		t.Error(p)
+	}
+}
+
+// TestNoRawConfigCatches: the check itself, on a made-up file.
+func TestNoRawConfigCatches(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "workers"), 0o755)
+	os.WriteFile(filepath.Join(root, "workers", "snapshot.go"), []byte("package workers\n\nimport \"github.com/hotproxy/hotproxy/config\"\n\nvar _ *config.Config\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "workers", "h2.go"), []byte("package workers\n\nimport cfg \"github.com/hotproxy/hotproxy/config\"\n\nvar _ = cfg.ProtocolHTTP\n\nfunc f(l *cfg.Listener) {}\n"), 0o644)
+	got := rawConfigReads(t, root, configBuilders, map[string]bool{"Config": true, "Listener": true})
+	if len(got) != 1 || !strings.Contains(got[0], "workers/h2.go") || !strings.Contains(got[0], "config.Listener") {
+		t.Fatalf("got %q, want one problem naming workers/h2.go and config.Listener", got)
+	}
+}
+
+// configTypes lists what a raw config read names: config's exported
+// types, and Load and Parse.
+func configTypes(tb testing.TB, root string) map[string]bool {
+	tb.Helper()
+	out := map[string]bool{"Load": true, "Parse": true}
+	files, _ := filepath.Glob(filepath.Join(root, "config", "*.go"))
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+				for _, sp := range g.Specs {
+					if ts := sp.(*ast.TypeSpec); ts.Name.IsExported() {
+						out[ts.Name.Name] = true
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// rawConfigReads returns every use of a raw config type in the packages of
+// builders outside their builder files.
+func rawConfigReads(tb testing.TB, root string, builders map[string][]string, raw map[string]bool) []string {
+	tb.Helper()
+	var problems []string
+	for pkg, allowed := range builders {
+		files, _ := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		for _, path := range files {
+			rel, _ := filepath.Rel(root, path)
+			rel = filepath.ToSlash(rel)
+			if strings.HasSuffix(path, "_test.go") || slices.Contains(allowed, rel) {
+				continue
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			name := ""
+			for _, imp := range f.Imports {
+				if p, _ := strconv.Unquote(imp.Path.Value); p == module+"config" {
+					name = "config"
+					if imp.Name != nil {
+						name = imp.Name.Name
+					}
+				}
+			}
+			if name == "" {
+				continue
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == name && raw[sel.Sel.Name] {
+					problems = append(problems, fmt.Sprintf("%s:%d: config.%s: only %v may read a raw config in %s; take the compiled field from the snapshot (DESIGN §2: nothing below the snapshot builder reads a raw config.Config)",
+						rel, fset.Position(sel.Pos()).Line, sel.Sel.Name, allowed, pkg))
+				}
+				return true
+			})
+		}
+	}
+	return problems
+}
 
 // TestLayers fails when a package imports one it may not, or when a
 // package has no place in the layering.
