@@ -321,7 +321,7 @@ func startTLSManagerALPN(tb testing.TB, cfg *config.Config, n int, protos ...str
 			serverTLS[l.Name].NextProtos = protos
 		}
 	}
-	m, err := New(Options{Config: cfg, Concurrency: n, Logger: testLogger(), ServerTLS: serverTLS}, snap)
+	m, err := New(Options{Concurrency: n, Logger: testLogger(), ServerTLS: serverTLS}, snap)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
