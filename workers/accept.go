@@ -127,6 +127,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 			cc.Close() // gives the slot back and counts the close
 			continue
 		}
+		m.httpWG.Add(1)
 		go cc.serve()
 	}
 }

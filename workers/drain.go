@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -212,6 +213,13 @@ func (m *Manager) Close() error {
 				errs = append(errs, ml.steer.Close())
 			}
 		}
+		// The HTTP connections' sockets are closed (killAll), so each
+		// goroutine ends at its next read or write and records the
+		// request it was finishing; wait for that, so that the log of a
+		// response already sent is not closed under it. One waiting on
+		// an upstream learns of the close only from the upstream, hence
+		// the bound.
+		waitAtMost(&m.httpWG, closeWaitForHTTP)
 		// Last: the queued lines of every request served are written.
 		for _, ml := range m.listeners {
 			for _, al := range ml.accessLogs {
@@ -221,4 +229,23 @@ func (m *Manager) Close() error {
 		m.closeErr = errors.Join(errs...)
 	})
 	return m.closeErr
+}
+
+// closeWaitForHTTP bounds how long Close waits for HTTP connections'
+// goroutines to finish after their sockets were closed.
+const closeWaitForHTTP = 2 * time.Second
+
+// waitAtMost waits for wg, or for d, whichever comes first.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }

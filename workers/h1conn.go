@@ -149,6 +149,7 @@ func (cc *clientConn) serve() {
 	defer func() {
 		cc.releaseState()
 		cc.closeAtEnd()
+		cc.m.httpWG.Done()
 	}()
 	if cc.tls != nil {
 		if !cc.handshake() {

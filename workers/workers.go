@@ -111,6 +111,7 @@ type Manager struct {
 	force      chan struct{} // closed: close whatever is left now
 	acceptWG   sync.WaitGroup
 	connWG     sync.WaitGroup // TCP-proxy sessions
+	httpWG     sync.WaitGroup // HTTP connections' goroutines (waited for boundedly: Close)
 
 	drainOnce sync.Once
 	drainDone chan struct{}
