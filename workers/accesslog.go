@@ -64,7 +64,13 @@ func (cc *clientConn) finishRecord(rt *route, start time.Time) {
 // openAccessLogs opens listener l's access logs (each with its writer
 // goroutine). Every generation opens the same files: see accesslog's
 // package comment for why their lines neither mix nor go missing.
+//
+// Lines lost to a failed write (a full disk) count in the listener's
+// access_log.dropped like the lines a full queue drops: the log's writer
+// adds them on lane 0 (the main goroutine's; lane words are atomic, and
+// no worker writes lane 0).
 func (m *Manager) openAccessLogs(ml *mlistener, l *config.Listener, epoch int) error {
+	lost := m.stats.Counter("listener." + l.Name + "." + statAccessLogDropped).Lane(0)
 	for _, spec := range l.AccessLog {
 		al, err := accesslog.New(accesslog.Options{
 			Path:      spec.Path,
@@ -73,6 +79,7 @@ func (m *Manager) openAccessLogs(ml *mlistener, l *config.Listener, epoch int) e
 			Listener:  l.Name,
 			Epoch:     epoch,
 			Logger:    m.log.Named("accesslog"),
+			LinesLost: lost.Add,
 		})
 		if err != nil {
 			return fmt.Errorf("listener %q: %w", l.Name, err)
