@@ -27,7 +27,7 @@ func superviseCmd(args []string, stderr io.Writer) int {
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	baseID := fs.Int("base-id", 0, "base `id`: names the restart sockets, the stats region and the control socket")
-	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use; \"-\": none)")
+	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use, in a directory of this user nobody else may write;\n\"-\": none)")
 	genBinary := fs.String("generation-binary", "", "`path` of the binary each generation runs (default: this executable's path,\nre-read at each start so that a replaced binary is picked up)")
 	takeOver := fs.Bool("take-over", false, "start the first generation as the successor of a running generation of this\nbase-id that another supervisor started (e.g. in another container of the pod);\ncold start when none runs")
 	logLevel := fs.String("log-level", "", "log `level` of the supervisor and its generations (overrides [log] level)")
@@ -100,7 +100,7 @@ func controlFlags(fs interface {
 	Int(name string, value int, usage string) *int
 	Duration(name string, value time.Duration, usage string) *time.Duration
 }) func() (string, error) {
-	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id)")
+	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id;\nrefused in a directory another user owns or may write, or served by another uid)")
 	baseID := fs.Int("base-id", 0, "base `id` of the supervisor")
 	return func() (string, error) {
 		if *path != "" {

@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/hotproxy/hotproxy/internal/safefile"
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // The control protocol: a client connects to the control socket (a
@@ -61,13 +65,34 @@ type Response struct {
 // ErrNoSupervisor wraps a failure to reach the control socket.
 var ErrNoSupervisor = errors.New("no supervisor answers")
 
+// ErrForeignSupervisor wraps a control socket the client refuses to talk
+// to: in a directory that is not private, or served by another user.
+var ErrForeignSupervisor = errors.New("refusing a control socket another user may control")
+
+// checkControlDir refuses a control socket whose directory is not private
+// to this user (safefile.CheckPrivateDir): whoever owns or may write it can
+// have replaced the socket.
+func checkControlDir(path string) error {
+	if err := safefile.CheckPrivateDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("control socket %s: %w: directory %w", path, ErrForeignSupervisor, err)
+	}
+	return nil
+}
+
 // FindControlSocket is where a supervisor of baseID that was started
 // without --control-socket listens: the first of ControlSocketCandidates
 // where a socket exists. With none, the error names every place looked at.
+// A socket found in a directory that is not private (safefile.
+// CheckPrivateDir: another user's, or open to others) is an error naming
+// it, never skipped: anyone could have put it there, and a supervisor
+// would not have listened past it.
 func FindControlSocket(baseID int) (string, error) {
 	candidates := ControlSocketCandidates(baseID)
 	for _, p := range candidates {
-		if fi, err := os.Stat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if err := checkControlDir(p); err != nil {
+				return "", err
+			}
 			return p, nil
 		}
 	}
@@ -83,17 +108,29 @@ func Call(path, op string, timeout time.Duration) (*Response, error) {
 	return CallRequest(path, Request{Op: op}, timeout)
 }
 
-// CallRequest is Call with a whole request.
+// CallRequest is Call with a whole request. It talks only through a
+// private directory (checkControlDir) and only to a listener that runs as
+// this user or root (SO_PEERCRED): anything else could be another user's
+// fake supervisor, answering what it likes.
 func CallRequest(path string, r Request, timeout time.Duration) (*Response, error) {
 	op := r.Op
 	if timeout <= 0 {
 		timeout = DefaultClientTimeout
+	}
+	if err := checkControlDir(path); err != nil {
+		return nil, err
 	}
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w: %w (is `hotproxy supervise` running with this --base-id or --control-socket?)", path, ErrNoSupervisor, err)
 	}
 	defer c.Close()
+	var stranger *unixsock.StrangerError
+	if _, err := unixsock.Authorize(c.(*net.UnixConn)); errors.As(err, &stranger) {
+		return nil, fmt.Errorf("control socket %s: %w: the listener (pid %d) runs as uid %d, neither this user (uid %d) nor root: not a supervisor to trust (remove the socket, or run as that user)", path, ErrForeignSupervisor, stranger.PID, stranger.UID, stranger.Self)
+	} else if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
 	c.SetDeadline(time.Now().Add(timeout))
 	req, _ := json.Marshal(r)
 	if _, err := c.Write(append(req, '\n')); err != nil {

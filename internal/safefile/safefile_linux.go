@@ -129,9 +129,13 @@ func MakePrivateDir(dir string) error {
 }
 
 // CheckPrivateDir refuses dir unless it is a directory (not a symbolic
-// link to one: lstat), owned by this process's effective uid, with no
-// permission bits for group or others. A directory another user owns, or
-// may write, can hold a socket or a file that user planted.
+// link to one: lstat), owned by this process's effective uid, that group
+// and others may not write. A directory another user owns, or may write,
+// can hold a socket or a file that user planted. Read and search bits for
+// others are allowed: they let nobody put anything there (the sockets in
+// it are 0600, and their peers are checked by uid), and refusing them
+// would refuse the directories of systemd's RuntimeDirectoryMode=0755 and
+// Go's t.TempDir alike. The directories MakePrivateDir creates are 0700.
 func CheckPrivateDir(dir string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
@@ -149,8 +153,8 @@ func CheckPrivateDir(dir string) error {
 	case st.Uid != euid:
 		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("belongs to uid %d, not to this user (uid %d): it may hold a socket or file that user planted", st.Uid, euid),
 			Advice: "remove it (as root: rm -r " + dir + "), or set XDG_RUNTIME_DIR, or choose another path"}
-	case perm&0o077 != 0:
-		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("has mode %04o: group or others may use it", perm),
+	case perm&0o022 != 0:
+		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("has mode %04o: group or others may write in it", perm),
 			Advice: fmt.Sprintf("chmod 0700 %s if nobody else could have put anything in it, else remove it", dir)}
 	}
 	return nil

@@ -2,6 +2,7 @@ package safefile_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,13 +118,23 @@ func TestPrivateDir(t *testing.T) {
 	if err := safefile.MakePrivateDir(dir); err != nil {
 		t.Fatalf("existing private dir: %v", err)
 	}
-	if err := os.Chmod(dir, 0o750); err != nil {
+	// Others may look, not write.
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := safefile.CheckPrivateDir(dir); !errors.Is(err, safefile.ErrUnsafe) || !strings.Contains(err.Error(), "0750") {
-		t.Errorf("0750: %v; want a refusal naming the mode", err)
+	if err := safefile.CheckPrivateDir(dir); err != nil {
+		t.Errorf("0755: %v; want it accepted: nobody else may write there", err)
 	}
-	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o750 {
+	for _, mode := range []os.FileMode{0o775, 0o757, 0o777 | os.ModeSticky} {
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%04o", mode.Perm()|map[bool]os.FileMode{true: 0o1000}[mode&os.ModeSticky != 0])
+		if err := safefile.CheckPrivateDir(dir); !errors.Is(err, safefile.ErrUnsafe) || !strings.Contains(err.Error(), want) {
+			t.Errorf("mode %s: %v; want a refusal naming the mode %s", mode, err, want)
+		}
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o777 {
 		t.Error("a refused directory was changed")
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
