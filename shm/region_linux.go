@@ -64,11 +64,15 @@ func open(o Options, want geometry) (*Region, error) {
 	}
 	r := &Region{path: o.Path, f: f, log: o.Logger.Named("shm"), index: map[uint64][]uint32{}}
 	if err := guardFault(func() error { return r.open(o, want) }); err != nil {
+		err = explainFault(err, f, len(r.mem)) // before the unmap
 		if r.unmap != nil {
 			r.unmap()
 		}
 		f.Close() // also drops any OFD lock taken
-		if isFault(err) {
+		switch {
+		case isFull(err):
+			err = fmt.Errorf("shm: region %s (creating or attaching to it): %w", r.path, err)
+		case isFault(err):
 			err = fmt.Errorf("shm: region %s: %w while attaching; %s", r.path, err, adviceForeign)
 		}
 		return nil, err
@@ -220,7 +224,7 @@ func (r *Region) Close() error {
 	} else {
 		// The file may be truncated again under us: a fault is an error.
 		if err := guardFault(func() error { r.foldLocked(r.slot); return nil }); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, explainFault(err, r.f, len(r.mem)))
 		}
 		r.claimedSlot = false
 		if err := ofdUnlock(r.f, ownerLockBase+int64(r.slot)); err != nil {
