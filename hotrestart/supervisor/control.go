@@ -83,15 +83,21 @@ func checkControlDir(path string) error {
 // without --control-socket listens: the first of ControlSocketCandidates
 // where a socket exists. With none, the error names every place looked at.
 // A socket found in a directory that is not private (safefile.
-// CheckPrivateDir: another user's, or open to others) is an error naming
-// it, never skipped: anyone could have put it there, and a supervisor
-// would not have listened past it.
+// CheckPrivateDir: another user's, or writable by others) is an error
+// naming it, never skipped: anyone could have put it there, and a
+// supervisor would not have listened past it. One in a directory of
+// root's, for a client that is not root, is skipped: root's supervisor,
+// which would not answer this user anyway.
 func FindControlSocket(baseID int) (string, error) {
 	candidates := ControlSocketCandidates(baseID)
 	for _, p := range candidates {
 		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			if err := checkControlDir(p); err != nil {
-				return "", err
+			err := safefile.CheckPrivateDir(filepath.Dir(p))
+			if safefile.OwnedByRoot(err) {
+				continue // root's (its supervisor's), not a trap: as listenDefaultControl
+			}
+			if err != nil {
+				return "", fmt.Errorf("control socket %s: %w: directory %w", p, ErrForeignSupervisor, err)
 			}
 			return p, nil
 		}

@@ -81,7 +81,7 @@ func listenDefaultControl(baseID int, log hclog.Logger) (*controlServer, error) 
 	for _, path := range ControlSocketCandidates(baseID) {
 		dir := filepath.Dir(path)
 		err := safefile.MakePrivateDir(dir)
-		if errors.Is(err, safefile.ErrUnsafe) {
+		if errors.Is(err, safefile.ErrUnsafe) && !safefile.OwnedByRoot(err) {
 			return nil, fmt.Errorf("control socket %s: directory: %w (or choose a socket with --control-socket PATH, or \"-\" for none)", path, err)
 		}
 		if err == nil {

@@ -26,6 +26,18 @@ type UnsafeError struct {
 	Path   string
 	Reason string // what is wrong, e.g. "is a symbolic link"
 	Advice string // what to do
+	// ForeignOwner is the uid that owns Path when that is what is wrong
+	// (a directory or file of another user), else -1.
+	ForeignOwner int
+}
+
+// OwnedByRoot reports whether err refuses a path only because root owns
+// it, for a process that is not root: not a trap (root could do anything
+// anyway), just not this user's, so a caller with other places to try
+// (the control socket's candidates) tries the next.
+func OwnedByRoot(err error) bool {
+	var ue *UnsafeError
+	return errors.As(err, &ue) && ue.ForeignOwner == 0
 }
 
 func (e *UnsafeError) Error() string {

@@ -73,13 +73,15 @@ func checkOwned(fd int, path string, allowFIFO bool) error {
 	switch {
 	case kind != unix.S_IFREG && !(allowFIFO && kind == unix.S_IFIFO):
 		return &UnsafeError{Path: path, Reason: fmt.Sprintf("not a regular file (%s)", fileType(st.Mode)),
-			Advice: "remove it, or choose another path"}
+			Advice: "remove it, or choose another path", ForeignOwner: -1}
 	case st.Uid != euid:
 		return &UnsafeError{Path: path, Reason: fmt.Sprintf("owned by uid %d, not by this process's uid %d: its owner could point it anywhere", st.Uid, euid),
-			Advice: fmt.Sprintf("if you trust it, chown %d %s; else remove it, or choose a path in a directory only this user may write", euid, path)}
+			Advice:       fmt.Sprintf("if you trust it, chown %d %s; else remove it, or choose a path in a directory only this user may write", euid, path),
+			ForeignOwner: int(st.Uid)}
 	case kind == unix.S_IFREG && st.Nlink != 1:
 		return &UnsafeError{Path: path, Reason: fmt.Sprintf("has %d hard links: another name for this file may be a file someone planted or one that must not be written", st.Nlink),
-			Advice: "remove the other links (find / -xdev -samefile " + path + "), or remove it and let it be created again"}
+			Advice:       "remove the other links (find / -xdev -samefile " + path + "), or remove it and let it be created again",
+			ForeignOwner: -1}
 	}
 	return nil
 }
@@ -92,7 +94,7 @@ func symlinkError(path string) error {
 	}
 	target, _ := os.Readlink(path)
 	return &UnsafeError{Path: path, Reason: fmt.Sprintf("is a symbolic link%s (to %q), which is never followed here: in a shared directory it may be another user's trap", owner, target),
-		Advice: "remove the link and point the setting at the real file, or choose a path in a directory only this user may write"}
+		Advice: "remove the link and point the setting at the real file, or choose a path in a directory only this user may write", ForeignOwner: -1}
 }
 
 func fileType(mode uint32) string {
@@ -147,15 +149,15 @@ func CheckPrivateDir(dir string) error {
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		target, _ := os.Readlink(dir)
 		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("is a symbolic link owned by uid %d (to %q), not a private directory", st.Uid, target),
-			Advice: "remove it, or point the setting at the real directory"}
+			Advice: "remove it, or point the setting at the real directory", ForeignOwner: -1}
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("is %s, not a directory", fileType(st.Mode)), Advice: "remove it"}
+		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("is %s, not a directory", fileType(st.Mode)), Advice: "remove it", ForeignOwner: -1}
 	case st.Uid != euid:
 		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("belongs to uid %d, not to this user (uid %d): it may hold a socket or file that user planted", st.Uid, euid),
-			Advice: "remove it (as root: rm -r " + dir + "), or set XDG_RUNTIME_DIR, or choose another path"}
+			Advice: "remove it (as root: rm -r " + dir + "), or set XDG_RUNTIME_DIR, or choose another path", ForeignOwner: int(st.Uid)}
 	case perm&0o022 != 0:
 		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("has mode %04o: group or others may write in it", perm),
-			Advice: fmt.Sprintf("chmod 0700 %s if nobody else could have put anything in it, else remove it", dir)}
+			Advice: fmt.Sprintf("chmod 0700 %s if nobody else could have put anything in it, else remove it", dir), ForeignOwner: -1}
 	}
 	return nil
 }
