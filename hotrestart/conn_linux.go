@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hotproxy/hotproxy/internal/safefile"
 	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
@@ -198,7 +200,17 @@ func listen(addr string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
+//
+// A path (hot_restart.socket_dir) is dialled only in a directory our
+// parent could have listened in (unixsock.Listen refuses any other): one
+// another user owns or may write holds no parent of ours, only maybe a
+// socket that user planted.
 func dial(addr string, timeout time.Duration) (*net.UnixConn, error) {
+	if !strings.HasPrefix(addr, "@") {
+		if err := safefile.CheckPrivateDir(filepath.Dir(addr)); err != nil {
+			return nil, fmt.Errorf("socket directory: %w", err)
+		}
+	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("unixpacket", addr)
 	if err != nil {
