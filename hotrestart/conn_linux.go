@@ -200,8 +200,8 @@ func listen(addr string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-//
-// A path (hot_restart.socket_dir) is dialled only in a directory our
+// dial connects to the restart socket at addr. A path
+// (hot_restart.socket_dir) is dialled only in a directory our
 // parent could have listened in (unixsock.Listen refuses any other): one
 // another user owns or may write holds no parent of ours, only maybe a
 // socket that user planted.
