@@ -15,6 +15,7 @@
 package accesslog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -107,11 +108,10 @@ type Logger struct {
 	closed   atomic.Bool
 	stopOnce sync.Once
 
-	// The writer's alone after New: the file, the lines formatted and
-	// not yet written, and how many they are.
-	f     *os.File
-	buf   []byte
-	lines uint64
+	// The writer's alone after New: the file, and the lines formatted
+	// and not yet written.
+	f   *os.File
+	buf []byte
 
 	// writeFailures logs failed writes at most once per interval: a full
 	// disk fails every write, and each would be a line in the process log
@@ -280,31 +280,32 @@ func (l *Logger) run() {
 	}
 }
 
-// add formats rec onto the writer's buffer.
-func (l *Logger) add(rec *Record) {
-	l.buf = l.format.append(l.buf, rec)
-	l.lines++
-}
+// add formats rec onto the writer's buffer, as one line.
+func (l *Logger) add(rec *Record) { l.buf = l.format.append(l.buf, rec) }
 
 // write hands the buffer (whole lines) to the kernel in one write(2) and
-// empties it. A failed write loses those lines, never retried: a partly
-// written line followed by the retried whole would garble the file. Every
-// line of it is counted as lost (even if the kernel took a part: that
-// line is cut), through LinesLost, and logged at most once per interval.
+// empties it. A failed write loses the lines the kernel did not take,
+// never retried: a partly written line followed by the retried whole
+// would garble the file. Those lines (the one cut short among them: its
+// newline was not written) are counted through LinesLost, and the failure
+// is logged at most once per interval.
 func (l *Logger) write() {
 	if len(l.buf) == 0 {
 		return
 	}
-	if _, err := l.f.Write(l.buf); err != nil {
-		l.lost.Add(l.lines)
+	if n, err := l.f.Write(l.buf); err != nil {
+		lost := uint64(bytes.Count(l.buf[n:], newline))
+		l.lost.Add(lost)
 		if l.opts.LinesLost != nil {
-			l.opts.LinesLost(l.lines)
+			l.opts.LinesLost(lost)
 		}
 		l.writeFailures.Warn("access log: write failed; lines lost (counted in access_log.dropped)", "path", l.opts.Path,
-			"lines", l.lines, "lost_total", l.lost.Load(), "error", err)
+			"lines", lost, "lost_total", l.lost.Load(), "error", err)
 	}
-	l.buf, l.lines = l.buf[:0], 0
+	l.buf = l.buf[:0]
 }
+
+var newline = []byte{'\n'}
 
 // Lost is the number of lines lost to failed writes.
 func (l *Logger) Lost() uint64 { return l.lost.Load() }

@@ -2,6 +2,7 @@ package accesslog
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -75,4 +76,43 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestPartialWriteCountsOnlyLostLines: with a little room left, the
+// kernel takes part of a write; the lines it took are in the file, the
+// rest (the one cut short among them) are counted lost: together, every
+// line, once.
+func TestPartialWriteCountsOnlyLostLines(t *testing.T) {
+	dir := safefiletest.FullTmpfs(t, 64<<10, "access.log")
+	filler := filepath.Join(dir, "filler")
+	fi, err := os.Stat(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filler, fi.Size()-8192); err != nil { // two pages free
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "access.log")
+	l, err := New(Options{Path: path, Format: "json", QueueSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200 // about 50 KB of JSON lines: far more than fits
+	for i := range n {
+		if !l.Enqueue(record(i)) {
+			t.Fatal("queue full")
+		}
+	}
+	l.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := strings.Count(string(b), "\n")
+	if whole == 0 || l.Lost() == 0 {
+		t.Fatalf("%d lines written, %d lost: want some of each (the write was not partial)", whole, l.Lost())
+	}
+	if got := uint64(whole) + l.Lost(); got != n {
+		t.Errorf("%d lines written + %d lost = %d, want %d", whole, l.Lost(), got, n)
+	}
 }
