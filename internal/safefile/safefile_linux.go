@@ -56,13 +56,11 @@ func open(path string, flags int, perm os.FileMode, allowFIFO bool) (*os.File, e
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// CheckOwnedFile checks, through its descriptor, that the file opened at
-// path is a regular file owned by this process's effective uid with one
-// link: what a file created by this process, or left by an earlier run of
-// it, is. Root is held to it too: another user's file in a shared
-// directory is a trap for root above all.
-func CheckOwnedFile(fd int, path string) error { return checkOwned(fd, path, false) }
-
+// checkOwned checks, through its descriptor, that the file opened at path
+// is a regular file owned by this process's effective uid with one link
+// (what a file created by this process, or left by an earlier run of it,
+// is), or with allowFIFO a FIFO of that uid. Root is held to it too:
+// another user's file in a shared directory is a trap for root above all.
 func checkOwned(fd int, path string, allowFIFO bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
