@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -95,6 +96,7 @@ func TestAllocOnFullTmpfsSaysENOSPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	firstLane := lane(t, r, first, 0)
 	fill(t, dir, size)
 	var allocErr error
 	for i := range 4096 {
@@ -104,9 +106,11 @@ func TestAllocOnFullTmpfsSaysENOSPC(t *testing.T) {
 		}
 	}
 	wantFull(t, "Alloc", allocErr, size)
-	if p := lane(t, r, first, 0); p == nil {
-		t.Fatal("the first record lost its lane")
+	// What the region has goes on working.
+	if id, err := r.Alloc("first", KindCounter, 0); err != nil || id != first {
+		t.Errorf("Alloc of an existing stat: %d, %v; want %d", id, err, first)
 	}
+	atomic.StoreUint64(firstLane, 7) // no fault: its page was allocated
 	// The CLI's reader maps read-only; touching a hole of a full tmpfs
 	// through a mapping needs a page too. Whatever it meets, it says so
 	// in the same words.
@@ -116,4 +120,35 @@ func TestAllocOnFullTmpfsSaysENOSPC(t *testing.T) {
 	} else {
 		statOf(t, s, "first")
 	}
+}
+
+// TestLaneOnFullTmpfsSaysENOSPC: a second generation attaches to a region
+// whose tmpfs filled up since the first one created it; its lanes are
+// pages of the sparse file nobody touched yet. Lane gives the ENOSPC
+// error (the stats package then counts in process memory) instead of a
+// word whose every update on the hot path would fault.
+func TestLaneOnFullTmpfsSaysENOSPC(t *testing.T) {
+	const size = 4 << 20
+	dir := fullTmpfs(t, size, size)
+	o := smallOptions(t)
+	o.Path = filepath.Join(dir, "hotproxy.1.stats")
+	o.MaxRecords, o.MaxLanes, o.MaxOwners, o.Lanes = 4096, 64, 4, 64
+	first := openRegion(t, o)
+	id, err := first.Alloc("c", KindCounter, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane(t, first, id, 0) // the first owner's page: allocated
+	fill(t, dir, size)
+	o.Epoch = 1
+	second, err := Open(o)
+	if err != nil {
+		t.Fatalf("Open of the second generation: %v (its owner entry shares the header's pages: it should fit)", err)
+	}
+	t.Cleanup(func() { second.Close() })
+	var laneErr error
+	for l := 0; l < o.Lanes && laneErr == nil; l++ {
+		_, laneErr = second.Lane(id, l)
+	}
+	wantFull(t, "Lane of the second generation", laneErr, size)
 }
