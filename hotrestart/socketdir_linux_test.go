@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // TestPathRestartSocketNeedsPrivateDir (issue 20, item 8, for
@@ -25,7 +27,8 @@ func TestPathRestartSocketNeedsPrivateDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := Address(1, 0, shared)
-	if _, err := listen(addr); err == nil || !strings.Contains(err.Error(), shared) {
+	// The listening side: every restart socket is bound by unixsock.Listen.
+	if _, err := unixsock.Listen("unixpacket", addr); err == nil || !strings.Contains(err.Error(), shared) {
 		t.Errorf("listen in a world-writable directory: %v; want a refusal naming it", err)
 	}
 	planted, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: addr, Net: "unixpacket"})
