@@ -49,8 +49,9 @@ func newControlServer(ln *net.UnixListener, path string, log hclog.Logger) *cont
 func (c *controlServer) refused() uint64 { return c.refusals.Total() }
 
 // listenControl binds the control socket at path, mode 0600, in a private
-// directory (safefile.MakePrivateDir: ours, mode 0700, created so when
-// missing; anything else refused). A stale socket file is replaced; a live
+// directory (safefile.MakePrivateDir: ours, not a symbolic link, not
+// writable by group or others; created 0700 when missing; anything else
+// refused). A stale socket file is replaced; a live
 // one (another supervisor) is an error.
 func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 	if err := safefile.MakePrivateDir(filepath.Dir(path)); err != nil {
@@ -70,10 +71,11 @@ func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 // ControlSocketCandidates this process may use: a user who is not root
 // cannot create /run/hotproxy and falls back to $XDG_RUNTIME_DIR, then to
 // a private directory in the temp dir. Each directory must be private
-// (ours, mode 0700; created so when missing). Another supervisor already
+// (ours, not a symbolic link, not writable by group or others; created
+// 0700 when missing). Another supervisor already
 // listening is an error at once, never a reason to try elsewhere: two
 // supervisors of one base-id must not both run. So is a directory that is
-// there but not private (another user's, or open to others): `hotproxy
+// there but not private (another user's, or writable by others): `hotproxy
 // status` would find it first and refuse it, so the supervisor must not
 // quietly listen further down the list; the error says what to remove.
 func listenDefaultControl(baseID int, log hclog.Logger) (*controlServer, error) {
