@@ -55,7 +55,7 @@ func (c *controlServer) refused() uint64 { return c.refusals.Total() }
 // one (another supervisor) is an error.
 func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 	if err := safefile.MakePrivateDir(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("control socket %s: directory: %w (choose another with --control-socket PATH in a directory only this user may enter, or \"-\" for none)", path, err)
+		return nil, fmt.Errorf("control socket %s: directory: %w (choose another with --control-socket PATH in a directory only this user may write, or \"-\" for none)", path, err)
 	}
 	ln, err := unixsock.Listen("unix", path)
 	if errors.Is(err, unixsock.ErrInUse) {
