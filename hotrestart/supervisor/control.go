@@ -71,12 +71,23 @@ var ErrForeignSupervisor = errors.New("refusing a control socket another user ma
 
 // checkControlDir refuses a control socket whose directory is not private
 // to this user (safefile.CheckPrivateDir): whoever owns or may write it can
-// have replaced the socket.
-func checkControlDir(path string) error {
-	if err := safefile.CheckPrivateDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("control socket %s: %w: directory %w", path, ErrForeignSupervisor, err)
+// have replaced the socket. One exception, for root: a directory of
+// another user in a parent of root's that nobody else may write (/run)
+// was made or handed over by root itself (systemd's RuntimeDirectory=
+// with User=, the image's install -d -o hotproxy), so root may talk to
+// that user's supervisor there; handedTo is that user's uid (-1 when
+// none), whom the listener may then run as.
+func checkControlDir(path string) (handedTo int, err error) {
+	dir := filepath.Dir(path)
+	err = safefile.CheckPrivateDir(dir)
+	if err == nil {
+		return -1, nil
 	}
-	return nil
+	var ue *safefile.UnsafeError
+	if os.Geteuid() == 0 && errors.As(err, &ue) && ue.ForeignOwner > 0 && safefile.CheckPrivateDir(filepath.Dir(dir)) == nil {
+		return ue.ForeignOwner, nil
+	}
+	return -1, fmt.Errorf("control socket %s: %w: directory %w", path, ErrForeignSupervisor, err)
 }
 
 // FindControlSocket is where a supervisor of baseID that was started
@@ -92,12 +103,12 @@ func FindControlSocket(baseID int) (string, error) {
 	candidates := ControlSocketCandidates(baseID)
 	for _, p := range candidates {
 		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			err := safefile.CheckPrivateDir(filepath.Dir(p))
+			_, err := checkControlDir(p)
 			if safefile.OwnedByRoot(err) {
 				continue // root's (its supervisor's), not a trap: as listenDefaultControl
 			}
 			if err != nil {
-				return "", fmt.Errorf("control socket %s: %w: directory %w", p, ErrForeignSupervisor, err)
+				return "", err
 			}
 			return p, nil
 		}
@@ -116,14 +127,16 @@ func Call(path, op string, timeout time.Duration) (*Response, error) {
 
 // CallRequest is Call with a whole request. It talks only through a
 // private directory (checkControlDir) and only to a listener that runs as
-// this user or root (SO_PEERCRED): anything else could be another user's
-// fake supervisor, answering what it likes.
+// this user or root (SO_PEERCRED), or, for root, as the user root gave the
+// directory to: anything else could be another user's fake supervisor,
+// answering what it likes.
 func CallRequest(path string, r Request, timeout time.Duration) (*Response, error) {
 	op := r.Op
 	if timeout <= 0 {
 		timeout = DefaultClientTimeout
 	}
-	if err := checkControlDir(path); err != nil {
+	handedTo, err := checkControlDir(path)
+	if err != nil {
 		return nil, err
 	}
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
@@ -132,9 +145,13 @@ func CallRequest(path string, r Request, timeout time.Duration) (*Response, erro
 	}
 	defer c.Close()
 	var stranger *unixsock.StrangerError
-	if _, err := unixsock.Authorize(c.(*net.UnixConn)); errors.As(err, &stranger) {
+	_, err = unixsock.Authorize(c.(*net.UnixConn))
+	switch {
+	case errors.As(err, &stranger) && stranger.UID == handedTo:
+		// root, at the supervisor of the user root gave the directory to.
+	case errors.As(err, &stranger):
 		return nil, fmt.Errorf("control socket %s: %w: the listener (pid %d) runs as uid %d, neither this user (uid %d) nor root: not a supervisor to trust (remove the socket, or run as that user)", path, ErrForeignSupervisor, stranger.PID, stranger.UID, stranger.Self)
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	c.SetDeadline(time.Now().Add(timeout))

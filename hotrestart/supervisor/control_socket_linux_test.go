@@ -183,22 +183,11 @@ func TestSuperviseRefusesForeignControlDir(t *testing.T) {
 	}
 }
 
-// TestClientRefusesForeignListener: a socket in a private directory of
-// ours whose listener runs as another uid (nobody bound it in its own
-// directory; a link to it sits in ours) is refused by SO_PEERCRED, naming
-// the uid, before a request is sent.
-func TestClientRefusesForeignListener(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a listener as another uid (nobody)")
-	}
-	shared, err := os.MkdirTemp("", "supervisor-fake-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	if err := os.Chmod(shared, 0o777); err != nil {
-		t.Fatal(err)
-	}
+// startFakeSupervisorAs runs the test binary as uid, as a fake supervisor
+// listening at path (MaybeRunFakeControl), and waits until it listens.
+// shared is a directory uid may enter, for the copy of the binary.
+func startFakeSupervisorAs(t *testing.T, uid int, shared, path string) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -211,10 +200,9 @@ func TestClientRefusesForeignListener(t *testing.T) {
 	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fake := filepath.Join(shared, "fake.sock")
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), FakeControlEnv+"="+fake)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = append(os.Environ(), FakeControlEnv+"="+path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -224,8 +212,36 @@ func TestClientRefusesForeignListener(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "listening\n" {
-		t.Fatalf("fake supervisor: %q, %v", line, err)
+		t.Fatalf("fake supervisor as uid %d: %q, %v", uid, line, err)
 	}
+}
+
+// sharedTempDir is a directory under the temp dir that other users may
+// enter (t.TempDir's parent is 0700), removed at cleanup.
+func sharedTempDir(t *testing.T, mode os.FileMode) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "supervisor-fake-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestClientRefusesForeignListener: a socket in a private directory of
+// ours whose listener runs as another uid (nobody bound it in its own
+// directory; a link to it sits in ours) is refused by SO_PEERCRED, naming
+// the uid, before a request is sent.
+func TestClientRefusesForeignListener(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a listener as another uid (nobody)")
+	}
+	shared := sharedTempDir(t, 0o777)
+	fake := filepath.Join(shared, "fake.sock")
+	startFakeSupervisorAs(t, 65534, shared, fake)
 	private := filepath.Join(t.TempDir(), "ctl.sock")
 	if err := os.Link(fake, private); err != nil {
 		t.Fatal(err)
@@ -233,5 +249,38 @@ func TestClientRefusesForeignListener(t *testing.T) {
 	resp, err := Call(private, OpStatus, 5*time.Second)
 	if !errors.Is(err, ErrForeignSupervisor) || resp != nil || !strings.Contains(err.Error(), "uid 65534") {
 		t.Errorf("Call: %+v, %v; want a refusal naming uid 65534", resp, err)
+	}
+}
+
+// TestRootTalksToTheUserItGaveTheDirectory: systemd's RuntimeDirectory=
+// with User=hotproxy makes /run/hotproxy, in /run (root's, nobody else
+// may write), and hands it to that user, whose supervisor listens there.
+// Root's `hotproxy reload` talks to it; a listener of any other uid in
+// that directory is still refused.
+func TestRootTalksToTheUserItGaveTheDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a listener as another uid (nobody)")
+	}
+	run := sharedTempDir(t, 0o755) // like /run: root's, others may enter
+	handed := filepath.Join(run, "hotproxy")
+	if err := os.Mkdir(handed, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(handed, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(handed, "hotproxy.0.sock")
+	startFakeSupervisorAs(t, 65534, run, path)
+	resp, err := Call(path, OpStatus, 5*time.Second)
+	if err != nil || !resp.OK || resp.Status == nil || resp.Status.ServingEpoch != 42 {
+		t.Fatalf("Call to the supervisor of the user root gave the directory to: %+v, %v; want its answer", resp, err)
+	}
+	// The same directory given to another uid: nobody's listener there
+	// is not that user's supervisor.
+	if err := os.Chown(handed, 65533, 65533); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := Call(path, OpStatus, 5*time.Second); !errors.Is(err, ErrForeignSupervisor) || !strings.Contains(err.Error(), "uid 65534") {
+		t.Errorf("Call with the directory given to uid 65533 and the listener nobody: %+v, %v; want a refusal naming uid 65534", resp, err)
 	}
 }

@@ -137,25 +137,35 @@ func MakePrivateDir(dir string) error {
 // would refuse the directories of systemd's RuntimeDirectoryMode=0755 and
 // Go's t.TempDir alike. The directories MakePrivateDir creates are 0700.
 func CheckPrivateDir(dir string) error {
+	owner, err := CheckDir(dir)
+	if err != nil {
+		return err
+	}
+	if euid := os.Geteuid(); owner != euid {
+		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("belongs to uid %d, not to this user (uid %d): it may hold a socket or file that user planted", owner, euid),
+			Advice: "remove it (as root: rm -r " + dir + "), or set XDG_RUNTIME_DIR, or choose another path", ForeignOwner: owner}
+	}
+	return nil
+}
+
+// CheckDir is CheckPrivateDir but for the owner, whom it returns: dir is a
+// directory (lstat: not a symbolic link) that only its owner may write.
+func CheckDir(dir string) (owner int, err error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
-		return &os.PathError{Op: "lstat", Path: dir, Err: err}
+		return -1, &os.PathError{Op: "lstat", Path: dir, Err: err}
 	}
-	euid := uint32(os.Geteuid())
 	perm := st.Mode & 0o7777
 	switch {
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		target, _ := os.Readlink(dir)
-		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("is a symbolic link owned by uid %d (to %q), not a private directory", st.Uid, target),
+		return -1, &UnsafeError{Path: dir, Reason: fmt.Sprintf("is a symbolic link owned by uid %d (to %q), not a private directory", st.Uid, target),
 			Advice: "remove it, or point the setting at the real directory", ForeignOwner: -1}
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("is %s, not a directory", fileType(st.Mode)), Advice: "remove it", ForeignOwner: -1}
-	case st.Uid != euid:
-		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("belongs to uid %d, not to this user (uid %d): it may hold a socket or file that user planted", st.Uid, euid),
-			Advice: "remove it (as root: rm -r " + dir + "), or set XDG_RUNTIME_DIR, or choose another path", ForeignOwner: int(st.Uid)}
+		return -1, &UnsafeError{Path: dir, Reason: fmt.Sprintf("is %s, not a directory", fileType(st.Mode)), Advice: "remove it", ForeignOwner: -1}
 	case perm&0o022 != 0:
-		return &UnsafeError{Path: dir, Reason: fmt.Sprintf("has mode %04o: group or others may write in it", perm),
+		return -1, &UnsafeError{Path: dir, Reason: fmt.Sprintf("has mode %04o: group or others may write in it", perm),
 			Advice: fmt.Sprintf("chmod 0700 %s if nobody else could have put anything in it, else remove it", dir), ForeignOwner: -1}
 	}
-	return nil
+	return int(st.Uid), nil
 }

@@ -22,3 +22,6 @@ func MakePrivateDir(dir string) error { return fmt.Errorf("%s: %w", dir, ErrNotS
 
 // CheckPrivateDir needs Linux.
 func CheckPrivateDir(dir string) error { return fmt.Errorf("%s: %w", dir, ErrNotSupported) }
+
+// CheckDir needs Linux.
+func CheckDir(dir string) (int, error) { return -1, fmt.Errorf("%s: %w", dir, ErrNotSupported) }
