@@ -157,4 +157,7 @@ func TestPrivateDir(t *testing.T) {
 		!strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), dir) {
 		t.Errorf("a dir of uid 65534: %v; want a refusal naming it and its owner", err)
 	}
+	if owner, err := safefile.CheckDir(dir); owner != safefiletest.Nobody || err != nil {
+		t.Errorf("CheckDir of nobody's dir = %d, %v; want 65534, nil", owner, err)
+	}
 }
