@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotproxy/hotproxy/internal/safefile"
 	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
@@ -260,7 +262,17 @@ func listen(addrs []string, log hclog.Logger) (*net.UnixListener, string, error)
 		"stop those processes, or run this generation with another --base-id", ErrSquatted, strings.Join(squatted, ", "))
 }
 
+// dial connects to the restart socket at addr. A path
+// (hot_restart.socket_dir) is dialled only in a directory our
+// parent could have listened in (unixsock.Listen refuses any other): one
+// another user owns or may write holds no parent of ours, only maybe a
+// socket that user planted.
 func dial(addr string, timeout time.Duration) (*net.UnixConn, error) {
+	if !strings.HasPrefix(addr, "@") {
+		if err := safefile.CheckPrivateDir(filepath.Dir(addr)); err != nil {
+			return nil, fmt.Errorf("socket directory: %w", err)
+		}
+	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("unixpacket", addr)
 	if err != nil {

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/hotproxy/hotproxy/internal/safefile"
 )
 
 // NewLogger builds the process logger. level is trace, debug, info, warn or
@@ -44,7 +47,10 @@ type LogFile struct {
 	f  *os.File
 }
 
-// OpenLogFile opens path for appending, creating it mode 0640.
+// OpenLogFile opens path for appending, creating it mode 0640. The path is
+// often in a directory other users may write (/tmp): a symbolic link, a
+// second hard link or a file of another user there is refused
+// (internal/safefile), never appended to.
 func OpenLogFile(path string) (*LogFile, error) {
 	f, err := openAppend(path)
 	if err != nil {
@@ -54,7 +60,10 @@ func OpenLogFile(path string) (*LogFile, error) {
 }
 
 func openAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	f, err := safefile.OpenAppend(path, 0o640)
+	if errors.Is(err, safefile.ErrUnsafe) {
+		return nil, fmt.Errorf("log.path %q: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("log.path %q: %w (create its directory, or make it writable by this user)", path, err)
 	}

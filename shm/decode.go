@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -87,13 +88,34 @@ type FormatError struct {
 
 	fault bool    // a memory fault caught by guardFault, not bad bytes
 	addr  uintptr // the faulting address
+	// full: the fault is the filesystem's, which had no page left for
+	// the sparse file (explainFault), not a truncation.
+	full *fullFilesystem
 }
 
+// fullFilesystem is the filesystem under a region, found full after a
+// memory fault.
+type fullFilesystem struct{ size, free uint64 }
+
 func (e *FormatError) Error() string {
+	if e.fault && e.full != nil {
+		return fmt.Sprintf("memory fault at %#x on the mapping: the filesystem holding the region is full (%d bytes, %d free): "+
+			"a page of the sparse region file could not be allocated (no space left on device; the file was not truncated). "+
+			"Make that filesystem larger (for /dev/shm: mount -o remount,size=<bigger> /dev/shm, or the container's --shm-size), "+
+			"free space in it, or lower the [stats] limits", e.addr, e.full.size, e.full.free)
+	}
 	if e.fault {
 		return fmt.Sprintf("memory fault at %#x on the mapping: the file shrank while in use (truncated)", e.addr)
 	}
 	return "not a valid hotproxy stats region: " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, syscall.ENOSPC) true for a full filesystem.
+func (e *FormatError) Unwrap() error {
+	if e.fault && e.full != nil {
+		return syscall.ENOSPC
+	}
+	return nil
 }
 
 func formatErr(f string, a ...any) error { return &FormatError{Reason: fmt.Sprintf(f, a...)} }

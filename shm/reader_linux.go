@@ -61,6 +61,7 @@ func (r *Reader) size() (int64, error) {
 }
 
 func (r *Reader) wrap(err error) error {
+	err = explainFault(err, r.f, len(r.mem))
 	if errors.Is(err, errNotReady) {
 		return fmt.Errorf("shm: region %s: %w (retry in a moment; %s)", r.path, err, adviceForeign)
 	}

@@ -82,6 +82,13 @@ func (r *Region) allocLocked(name string, kind Kind, mode GaugeMode) (RecordID, 
 	}
 	seq := r.word(hSeq)
 	atomic.AddUint64(seq, 1) // odd: allocating
+	// Even again when done, and also when a memory fault cuts the writes
+	// below short (a full tmpfs has no page for the name or the values:
+	// guardFault recovers it up the stack, and this defer runs on the
+	// way). The record is not published then (hNRecords unchanged), as
+	// repairLocked assumes of an odd sequence; left odd, every reader
+	// would find the region busy until the next generation repaired it.
+	defer atomic.AddUint64(seq, 1)
 	copy(r.mem[r.g.stringsOff+strUsed:], name)
 	for w := uint64(0); w < words; w++ {
 		r.st(r.g.valuesOff+valUsed+w*8, 0)
@@ -98,7 +105,6 @@ func (r *Region) allocLocked(name string, kind Kind, mode GaugeMode) (RecordID, 
 	r.st(hStringsUsed, strUsed+uint64(len(name)))
 	r.st(hValuesUsed, valUsed+words*8)
 	r.st(hNRecords, n+1)
-	atomic.AddUint64(seq, 1) // even: done
 	return RecordID(n), nil
 }
 

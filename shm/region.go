@@ -127,6 +127,11 @@ func (r *Region) guardedLocked(retry bool, fn func() error) error {
 	if !isFault(err) {
 		return err
 	}
+	// A full filesystem is not healed by restoring anything, and the
+	// same page would fault again.
+	if isFull(explainFault(err, r.f, len(r.mem))) {
+		return fmt.Errorf("shm: region %s: %w", r.path, err)
+	}
 	if herr := r.healLocked(); herr != nil {
 		return fmt.Errorf("shm: region %s: %w; restoring it: %w", r.path, err, herr)
 	}
@@ -134,6 +139,9 @@ func (r *Region) guardedLocked(retry bool, fn func() error) error {
 		return fmt.Errorf("shm: region %s: %w (restored; this update was lost)", r.path, err)
 	}
 	if err = guardFault(fn); isFault(err) {
+		if isFull(explainFault(err, r.f, len(r.mem))) {
+			return fmt.Errorf("shm: region %s: %w", r.path, err)
+		}
 		return fmt.Errorf("shm: region %s: %w (again after restoring it)", r.path, err)
 	}
 	return err

@@ -58,17 +58,21 @@ func Open(opts Options) (*Region, error) {
 var errWritableMode = errors.New("writable by group or others: whoever can write the region can truncate it or corrupt the stats of every generation (use 0640 so the group may read it, or 0600)")
 
 func open(o Options, want geometry) (*Region, error) {
-	f, err := os.OpenFile(o.Path, os.O_RDWR|os.O_CREATE, o.Mode)
+	f, err := openRegionFile(o.Path, o.Mode)
 	if err != nil {
-		return nil, fmt.Errorf("shm: open region: %w (check the stats path and its permissions; if another user's hotproxy owns it, use another base-id)", err)
+		return nil, err
 	}
 	r := &Region{path: o.Path, f: f, log: o.Logger.Named("shm"), index: map[uint64][]uint32{}}
 	if err := guardFault(func() error { return r.open(o, want) }); err != nil {
+		err = explainFault(err, f, len(r.mem)) // before the unmap
 		if r.unmap != nil {
 			r.unmap()
 		}
 		f.Close() // also drops any OFD lock taken
-		if isFault(err) {
+		switch {
+		case isFull(err):
+			err = fmt.Errorf("shm: region %s (creating or attaching to it): %w", r.path, err)
+		case isFault(err):
 			err = fmt.Errorf("shm: region %s: %w while attaching; %s", r.path, err, adviceForeign)
 		}
 		return nil, err
@@ -94,13 +98,10 @@ func (r *Region) open(o Options, want geometry) error {
 	if err := unix.Stat(r.path, &at); err != nil || at.Dev != st.Dev || at.Ino != st.Ino {
 		return fmt.Errorf("shm: region %s: %w", r.path, errReplaced)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("shm: region %s: not a regular file (%s)", r.path, adviceForeign)
-	}
-	// Root too refuses a file of another uid: its owner could truncate or
-	// rewrite it under a root process at any time.
-	if euid := uint32(os.Geteuid()); st.Uid != euid {
-		return fmt.Errorf("shm: region %s: owned by uid %d, this process runs as uid %d (run as that user, or %s)", r.path, st.Uid, euid, adviceForeign)
+	// Type, owner and links again, now that the file is locked (they
+	// were checked right after the open, before anything touched it).
+	if err := checkRegionFile(int(r.f.Fd()), r.path); err != nil {
+		return err
 	}
 	if perm := st.Mode & 0o7777; perm&0o022 != 0 {
 		return fmt.Errorf("shm: region %s: mode %#o: %w; chmod 0640 %s if you trust whoever could write it until now, else remove it if no hotproxy is running", r.path, perm, errWritableMode, r.path)
@@ -223,7 +224,7 @@ func (r *Region) Close() error {
 	} else {
 		// The file may be truncated again under us: a fault is an error.
 		if err := guardFault(func() error { r.foldLocked(r.slot); return nil }); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, explainFault(err, r.f, len(r.mem)))
 		}
 		r.claimedSlot = false
 		if err := ofdUnlock(r.f, ownerLockBase+int64(r.slot)); err != nil {

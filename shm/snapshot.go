@@ -18,7 +18,7 @@ func (r *Region) Snapshot() (*Snapshot, error) {
 	}
 	var s *Snapshot
 	err := guardFault(func() (err error) { s, err = readRetry(r.mem, r.g); return err })
-	if isFault(err) {
+	if isFault(err) && !isFull(explainFault(err, r.f, len(r.mem))) {
 		r.mu.Lock()
 		r.healLocked()
 		r.mu.Unlock()

@@ -28,7 +28,15 @@ func (r *Region) Lane(id RecordID, lane int) (*uint64, error) {
 	if v.kind != KindCounter && v.kind != KindGauge {
 		return nil, fmt.Errorf("%w: record %d is a %s, which has no lanes", ErrKindMismatch, id, v.kind)
 	}
-	return r.word(r.g.lane(r.slot, uint64(lane), uint64(id))), nil
+	p := r.word(r.g.lane(r.slot, uint64(lane), uint64(id)))
+	// Touch the word now: an atomic add of 0 changes nothing, but makes the
+	// kernel give its page of the sparse file a block, so that a full
+	// filesystem is this error (explainFault: ENOSPC), here, rather than a
+	// memory fault that loses every update on the hot path.
+	if err := r.guardedLocked(true, func() error { atomic.AddUint64(p, 0); return nil }); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // AddHistogram adds an interval's bucket counts (len HistogramBuckets or

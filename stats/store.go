@@ -151,7 +151,9 @@ func (s *Store) laneWords(id shm.RecordID, inRegion bool) []*uint64 {
 	for i := range ws {
 		p, err := s.region.Lane(id, i)
 		if err != nil {
-			// Cannot happen: the record and lanes were checked; stay usable.
+			// The record and lanes were checked; what is left is a full
+			// filesystem under the region (shm.Region.Lane touches the
+			// word: ENOSPC, named in err). Stay usable.
 			s.log.Error("stats lane unavailable, using process memory", "error", err)
 			return processWords(s.lanes)
 		}

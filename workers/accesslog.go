@@ -63,7 +63,13 @@ func (cc *clientConn) finishRecord(rt *route, start time.Time) {
 // openAccessLogs opens listener l's access logs (each with its writer
 // goroutine). Every generation opens the same files: see accesslog's
 // package comment for why their lines neither mix nor go missing.
+//
+// Lines lost to a failed write (a full disk) count in the listener's
+// access_log.dropped like the lines a full queue drops: the log's writer
+// adds them on lane 0 (the main goroutine's; lane words are atomic, and
+// no worker writes lane 0).
 func (m *Manager) openAccessLogs(ml *mlistener, specs []accessLogSpec, epoch int) error {
+	lost := m.stats.Counter("listener." + ml.name + "." + statAccessLogDropped).Lane(0)
 	for _, spec := range specs {
 		al, err := accesslog.New(accesslog.Options{
 			Path:      spec.path,
@@ -72,6 +78,7 @@ func (m *Manager) openAccessLogs(ml *mlistener, specs []accessLogSpec, epoch int
 			Listener:  ml.name,
 			Epoch:     epoch,
 			Logger:    m.log.Named("accesslog"),
+			LinesLost: lost.Add,
 		})
 		if err != nil {
 			return fmt.Errorf("listener %q: %w", ml.name, err)

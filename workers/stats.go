@@ -26,8 +26,9 @@ const (
 // no other downstream_cx_* stat.
 const statCxOverflow = "downstream_cx_overflow"
 
-// statAccessLogDropped counts requests whose access-log line was dropped
-// because the log's queue was full (its writer is slower than traffic).
+// statAccessLogDropped counts requests whose access-log line was dropped:
+// the log's queue was full (its writer is slower than traffic), or the
+// write failed (a full disk).
 const statAccessLogDropped = "access_log.dropped"
 
 // statRq are the response-class counters, by status/100 - 2.

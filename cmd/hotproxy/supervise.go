@@ -27,7 +27,7 @@ func superviseCmd(args []string, stderr io.Writer) int {
 	cfgPath := fs.String("c", "", "config `file` (TOML); empty: the embedded default")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	baseID := fs.Int("base-id", defaultBaseID(), "base `id`: names the restart sockets, the stats region and the control socket; default $HOTPROXY_BASE_ID if set, else 0")
-	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use; \"-\": none)")
+	ctlPath := fs.String("control-socket", "", "control socket `path` (default hotproxy.<base-id>.sock in the first of\n$RUNTIME_DIRECTORY, /run/hotproxy, $XDG_RUNTIME_DIR, $TMPDIR/hotproxy-<uid>\nthat this user may use, in a directory of this user nobody else may write;\n\"-\": none)")
 	genBinary := fs.String("generation-binary", "", "`path` of the binary each generation runs (default: this executable's path,\nre-read at each start so that a replaced binary is picked up)")
 	takeOver := fs.Bool("take-over", false, "start the first generation as the successor of a running generation of this\nbase-id that another supervisor started (e.g. in another container of the pod);\ncold start when none runs")
 	watchConfig := fs.Duration("watch-config", 0, "reload when the content of -c's file changes, checked every `interval` (e.g. 2s):\na Kubernetes ConfigMap volume, an edited file; once per change, a config that\nfails is not retried until it changes again. 0: only on SIGHUP or `hotproxy reload`")
@@ -106,7 +106,7 @@ func controlFlags(fs interface {
 	Int(name string, value int, usage string) *int
 	Duration(name string, value time.Duration, usage string) *time.Duration
 }) func() (string, error) {
-	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id)")
+	path := fs.String("control-socket", "", "control socket `path` (default: found where `hotproxy supervise` puts it for --base-id;\nrefused in a directory another user owns or may write, or served by another uid)")
 	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the supervisor; default $HOTPROXY_BASE_ID if set, else 0")
 	return func() (string, error) {
 		if *path != "" {

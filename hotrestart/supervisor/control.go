@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/hotproxy/hotproxy/internal/safefile"
+	"github.com/hotproxy/hotproxy/internal/unixsock"
 )
 
 // The control protocol: a client connects to the control socket (a
@@ -61,13 +65,51 @@ type Response struct {
 // ErrNoSupervisor wraps a failure to reach the control socket.
 var ErrNoSupervisor = errors.New("no supervisor answers")
 
+// ErrForeignSupervisor wraps a control socket the client refuses to talk
+// to: in a directory that is not private, or served by another user.
+var ErrForeignSupervisor = errors.New("refusing a control socket another user may control")
+
+// checkControlDir refuses a control socket whose directory is not private
+// to this user (safefile.CheckPrivateDir): whoever owns or may write it can
+// have replaced the socket. One exception, for root: a directory of
+// another user in a parent of root's that nobody else may write (/run)
+// was made or handed over by root itself (systemd's RuntimeDirectory=
+// with User=, the image's install -d -o hotproxy), so root may talk to
+// that user's supervisor there; handedTo is that user's uid (-1 when
+// none), whom the listener may then run as.
+func checkControlDir(path string) (handedTo int, err error) {
+	dir := filepath.Dir(path)
+	err = safefile.CheckPrivateDir(dir)
+	if err == nil {
+		return -1, nil
+	}
+	var ue *safefile.UnsafeError
+	if os.Geteuid() == 0 && errors.As(err, &ue) && ue.ForeignOwner > 0 && safefile.CheckPrivateDir(filepath.Dir(dir)) == nil {
+		return ue.ForeignOwner, nil
+	}
+	return -1, fmt.Errorf("control socket %s: %w: directory %w", path, ErrForeignSupervisor, err)
+}
+
 // FindControlSocket is where a supervisor of baseID that was started
 // without --control-socket listens: the first of ControlSocketCandidates
 // where a socket exists. With none, the error names every place looked at.
+// A socket found in a directory that is not private (safefile.
+// CheckPrivateDir: another user's, or writable by others) is an error
+// naming it, never skipped: anyone could have put it there, and a
+// supervisor would not have listened past it. One in a directory of
+// root's, for a client that is not root, is skipped: root's supervisor,
+// which would not answer this user anyway.
 func FindControlSocket(baseID int) (string, error) {
 	candidates := ControlSocketCandidates(baseID)
 	for _, p := range candidates {
-		if fi, err := os.Stat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_, err := checkControlDir(p)
+			if safefile.OwnedByRoot(err) {
+				continue // root's (its supervisor's), not a trap: as listenDefaultControl
+			}
+			if err != nil {
+				return "", err
+			}
 			return p, nil
 		}
 	}
@@ -83,17 +125,35 @@ func Call(path, op string, timeout time.Duration) (*Response, error) {
 	return CallRequest(path, Request{Op: op}, timeout)
 }
 
-// CallRequest is Call with a whole request.
+// CallRequest is Call with a whole request. It talks only through a
+// private directory (checkControlDir) and only to a listener that runs as
+// this user or root (SO_PEERCRED), or, for root, as the user root gave the
+// directory to: anything else could be another user's fake supervisor,
+// answering what it likes.
 func CallRequest(path string, r Request, timeout time.Duration) (*Response, error) {
 	op := r.Op
 	if timeout <= 0 {
 		timeout = DefaultClientTimeout
+	}
+	handedTo, err := checkControlDir(path)
+	if err != nil {
+		return nil, err
 	}
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w: %w (is `hotproxy supervise` running with this --base-id or --control-socket?)", path, ErrNoSupervisor, err)
 	}
 	defer c.Close()
+	var stranger *unixsock.StrangerError
+	_, err = unixsock.Authorize(c.(*net.UnixConn))
+	switch {
+	case errors.As(err, &stranger) && stranger.UID == handedTo:
+		// root, at the supervisor of the user root gave the directory to.
+	case errors.As(err, &stranger):
+		return nil, fmt.Errorf("control socket %s: %w: the listener (pid %d) runs as uid %d, neither this user (uid %d) nor root: not a supervisor to trust (remove the socket, or run as that user)", path, ErrForeignSupervisor, stranger.PID, stranger.UID, stranger.Self)
+	case err != nil:
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
 	c.SetDeadline(time.Now().Add(timeout))
 	req, _ := json.Marshal(r)
 	if _, err := c.Write(append(req, '\n')); err != nil {

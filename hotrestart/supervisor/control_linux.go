@@ -6,20 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/safefile"
 	"github.com/hotproxy/hotproxy/internal/unixsock"
 	"github.com/hotproxy/hotproxy/internal/version"
 )
@@ -49,11 +48,14 @@ func newControlServer(ln *net.UnixListener, path string, log hclog.Logger) *cont
 // refused is the number of control connections turned away.
 func (c *controlServer) refused() uint64 { return c.refusals.Total() }
 
-// listenControl binds the control socket at path, mode 0600. A stale
-// socket file is replaced; a live one (another supervisor) is an error.
+// listenControl binds the control socket at path, mode 0600, in a private
+// directory (safefile.MakePrivateDir: ours, not a symbolic link, not
+// writable by group or others; created 0700 when missing; anything else
+// refused). A stale socket file is replaced; a live
+// one (another supervisor) is an error.
 func listenControl(path string, log hclog.Logger) (*controlServer, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("control socket %s: %w (choose another with --control-socket PATH, or \"-\" for none)", path, err)
+	if err := safefile.MakePrivateDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("control socket %s: directory: %w (choose another with --control-socket PATH in a directory only this user may write, or \"-\" for none)", path, err)
 	}
 	ln, err := unixsock.Listen("unix", path)
 	if errors.Is(err, unixsock.ErrInUse) {
@@ -68,18 +70,21 @@ func listenControl(path string, log hclog.Logger) (*controlServer, error) {
 // listenDefaultControl binds the control socket in the first of
 // ControlSocketCandidates this process may use: a user who is not root
 // cannot create /run/hotproxy and falls back to $XDG_RUNTIME_DIR, then to
-// a private directory in the temp dir. Another supervisor already
+// a private directory in the temp dir. Each directory must be private
+// (ours, not a symbolic link, not writable by group or others; created
+// 0700 when missing). Another supervisor already
 // listening is an error at once, never a reason to try elsewhere: two
-// supervisors of one base-id must not both run.
+// supervisors of one base-id must not both run. So is a directory that is
+// there but not private (another user's, or writable by others): `hotproxy
+// status` would find it first and refuse it, so the supervisor must not
+// quietly listen further down the list; the error says what to remove.
 func listenDefaultControl(baseID int, log hclog.Logger) (*controlServer, error) {
 	var tried []error
 	for _, path := range ControlSocketCandidates(baseID) {
 		dir := filepath.Dir(path)
-		var err error
-		if dir == PrivateRuntimeDir() {
-			err = makePrivateDir(dir)
-		} else {
-			err = os.MkdirAll(dir, 0o755)
+		err := safefile.MakePrivateDir(dir)
+		if errors.Is(err, safefile.ErrUnsafe) && !safefile.OwnedByRoot(err) {
+			return nil, fmt.Errorf("control socket %s: directory: %w (or choose a socket with --control-socket PATH, or \"-\" for none)", path, err)
 		}
 		if err == nil {
 			var ln *net.UnixListener
@@ -94,29 +99,6 @@ func listenDefaultControl(baseID int, log hclog.Logger) (*controlServer, error) 
 		tried = append(tried, fmt.Errorf("%s: %w", path, err))
 	}
 	return nil, fmt.Errorf("control socket: no usable place (choose one with --control-socket PATH, or \"-\" for none): %w", errors.Join(tried...))
-}
-
-// makePrivateDir creates dir mode 0700 and checks that this user owns it
-// and nobody else may enter it: the directory is in a world-writable temp
-// dir, where another user could have created it first to catch the socket.
-func makePrivateDir(dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.IsDir():
-		return fmt.Errorf("%s is not a directory (remove it)", dir)
-	case !ok || int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("%s belongs to another user (remove it, or set XDG_RUNTIME_DIR)", dir)
-	case fi.Mode().Perm() != 0o700:
-		return fmt.Errorf("%s has mode %04o, want 0700 (chmod 0700 it)", dir, fi.Mode().Perm())
-	}
-	return nil
 }
 
 // controlFromFD rebuilds the control server from a listener inherited

@@ -15,6 +15,7 @@
 package accesslog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/safefile"
 )
 
 // Sizes of a record's copied fields; longer values are cut.
@@ -81,6 +84,11 @@ type Options struct {
 	Logger    hclog.Logger // write and reopen errors; nil: none
 	// FileMode of a created file; 0: 0640.
 	FileMode os.FileMode
+	// LinesLost, if set, is called by the writer goroutine with the number
+	// of lines a failed write lost (a full disk: ENOSPC), so that they
+	// are counted with the lines a full queue dropped (the listener's
+	// access_log.dropped). It must not block.
+	LinesLost func(lines uint64)
 }
 
 // Logger is one access-log file and its writer goroutine.
@@ -100,7 +108,16 @@ type Logger struct {
 	closed   atomic.Bool
 	stopOnce sync.Once
 
-	f *os.File // the writer's alone after New
+	// The writer's alone after New: the file, and the lines formatted
+	// and not yet written.
+	f   *os.File
+	buf []byte
+
+	// writeFailures logs failed writes at most once per interval: a full
+	// disk fails every write, and each would be a line in the process log
+	// (on the same full disk, often). lost counts the lines they lost.
+	writeFailures ratelog.Limiter
+	lost          atomic.Uint64
 }
 
 // New opens the file (O_APPEND, created if missing) and starts the
@@ -136,13 +153,21 @@ func New(opts Options) (*Logger, error) {
 	if l.log == nil {
 		l.log = hclog.NewNullLogger()
 	}
+	l.writeFailures.Log = l.log
 	l.q.init(opts.QueueSize)
 	go l.run()
 	return l, nil
 }
 
+// openFile opens the log for appending. Access logs often live in /tmp
+// (the example config's does): a symbolic link, a second hard link or a
+// file of another user at the path is refused (internal/safefile), never
+// appended to.
 func openFile(path string, mode os.FileMode) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, mode)
+	f, err := safefile.OpenAppend(path, mode)
+	if errors.Is(err, safefile.ErrUnsafe) {
+		return nil, fmt.Errorf("access log %q: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("access log %q: %w (create its directory, or give the process write access to it)", path, err)
 	}
@@ -210,17 +235,17 @@ const flushAt = 32 << 10
 
 func (l *Logger) run() {
 	defer close(l.done)
-	buf := make([]byte, 0, flushAt+4096)
+	l.buf = make([]byte, 0, flushAt+4096)
 	var rec Record
 	for {
 		for l.q.pop(&rec) {
-			buf = l.format.append(buf, &rec)
-			if len(buf) >= flushAt {
-				buf = l.write(buf)
+			l.add(&rec)
+			if len(l.buf) >= flushAt {
+				l.write()
 			}
 		}
-		if len(buf) > 0 {
-			buf = l.write(buf)
+		if len(l.buf) > 0 {
+			l.write()
 		}
 		// Sleep, unless a record came in since the queue looked empty
 		// (Enqueue publishes its record before it reads sleeping).
@@ -234,19 +259,19 @@ func (l *Logger) run() {
 		case reply := <-l.reopen:
 			l.sleeping.Store(false)
 			for l.q.pop(&rec) {
-				buf = l.format.append(buf, &rec)
+				l.add(&rec)
 			}
-			buf = l.write(buf)
+			l.write()
 			reply <- l.reopenFile()
 		case <-l.quit:
 			l.sleeping.Store(false)
 			for l.q.pop(&rec) {
-				buf = l.format.append(buf, &rec)
-				if len(buf) >= flushAt {
-					buf = l.write(buf)
+				l.add(&rec)
+				if len(l.buf) >= flushAt {
+					l.write()
 				}
 			}
-			l.write(buf)
+			l.write()
 			if err := l.f.Close(); err != nil {
 				l.log.Error("access log: close", "path", l.opts.Path, "error", err)
 			}
@@ -255,19 +280,35 @@ func (l *Logger) run() {
 	}
 }
 
-// write hands buf (whole lines) to the kernel in one write(2) and returns
-// it emptied. A failed write loses those lines, logged, never retried:
-// a partly written line followed by the retried whole would garble the
-// file.
-func (l *Logger) write(buf []byte) []byte {
-	if len(buf) == 0 {
-		return buf
+// add formats rec onto the writer's buffer, as one line.
+func (l *Logger) add(rec *Record) { l.buf = l.format.append(l.buf, rec) }
+
+// write hands the buffer (whole lines) to the kernel in one write(2) and
+// empties it. A failed write loses the lines the kernel did not take,
+// never retried: a partly written line followed by the retried whole
+// would garble the file. Those lines (the one cut short among them: its
+// newline was not written) are counted through LinesLost, and the failure
+// is logged at most once per interval.
+func (l *Logger) write() {
+	if len(l.buf) == 0 {
+		return
 	}
-	if _, err := l.f.Write(buf); err != nil {
-		l.log.Error("access log: write failed; lines lost", "path", l.opts.Path, "bytes", len(buf), "error", err)
+	if n, err := l.f.Write(l.buf); err != nil {
+		lost := uint64(bytes.Count(l.buf[n:], newline))
+		l.lost.Add(lost)
+		if l.opts.LinesLost != nil {
+			l.opts.LinesLost(lost)
+		}
+		l.writeFailures.Warn("access log: write failed; lines lost (counted in access_log.dropped)", "path", l.opts.Path,
+			"lines", lost, "lost_total", l.lost.Load(), "error", err)
 	}
-	return buf[:0]
+	l.buf = l.buf[:0]
 }
+
+var newline = []byte{'\n'}
+
+// Lost is the number of lines lost to failed writes.
+func (l *Logger) Lost() uint64 { return l.lost.Load() }
 
 func (l *Logger) reopenFile() error {
 	f, err := openFile(l.opts.Path, l.opts.FileMode)

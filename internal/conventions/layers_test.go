@@ -29,11 +29,13 @@ var layers = map[string][]string{
 	"shm":    nil, // bytes, not stats
 	"stats":  {"shm"},
 
-	"internal/accesslog": {"config"},
-	"internal/ratelog":   nil,
-	"internal/smuggle":   nil,
-	"internal/unixsock":  nil,
-	"internal/version":   nil,
+	"internal/accesslog":             {"config", "internal/ratelog", "internal/safefile"},
+	"internal/ratelog":               nil,
+	"internal/smuggle":               nil,
+	"internal/unixsock":              {"internal/safefile"},
+	"internal/safefile":              nil,
+	"internal/safefile/safefiletest": nil, // test helpers
+	"internal/version":               nil,
 	// Tests only: no production code may lean on them.
 	"internal/conventions": nil,
 
@@ -45,12 +47,12 @@ var layers = map[string][]string{
 	"workers/http1":    nil,
 	"workers/steering": nil,
 
-	"hotrestart":                           {"internal/ratelog", "internal/unixsock"},
-	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/unixsock", "internal/version"},
+	"hotrestart":                           {"internal/ratelog", "internal/safefile", "internal/unixsock"},
+	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/unixsock", "internal/version"},
 	"hotrestart/supervisor/supervisortest": {"config"},
 
 	// One generation's main goroutine builds everything from the config.
-	"server": {"config", "hotrestart", "internal/ratelog", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
+	"server": {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
 	// Flag parsing and verb dispatch: it may reach every verb's package.
 	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
 
@@ -71,7 +73,7 @@ var layers = map[string][]string{
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
 var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
-	"internal/ratelog", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+	"internal/ratelog", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw
 // config (its types, Load, Parse): the snapshot builder, the one door into

@@ -5,21 +5,32 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hotproxy/hotproxy/internal/safefile"
 )
 
 // Listen binds addr for network ("unix" or "unixpacket"). An address that
 // starts with '@' is in the abstract namespace, which has no permissions:
-// that is what Authorize is for. A path is made mode 0600 and removed on
+// that is what Authorize is for. A path must be in a private directory
+// (safefile.MakePrivateDir: ours, a real directory nobody else may write;
+// created 0700 when missing), since whoever owns or may write the
+// directory can replace the socket; it is made mode 0600 and removed on
 // close; a stale socket file left by a dead process is replaced, one a
 // live listener answers on is ErrInUse.
 func Listen(network, addr string) (*net.UnixListener, error) {
 	ua := &net.UnixAddr{Name: addr, Net: network}
 	abstract := len(addr) > 0 && addr[0] == '@'
+	if !abstract {
+		if err := safefile.MakePrivateDir(filepath.Dir(addr)); err != nil {
+			return nil, fmt.Errorf("socket directory: %w", err)
+		}
+	}
 	ln, err := net.ListenUnix(network, ua)
 	if err != nil && !abstract && errors.Is(err, unix.EADDRINUSE) {
 		d := net.Dialer{Timeout: time.Second}

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"strings"
+
+	"github.com/hotproxy/hotproxy/internal/safefile"
 )
 
 func TestListenPathIsPrivateAndStaleFilesAreReplaced(t *testing.T) {
@@ -113,5 +116,49 @@ func TestHolderAndBoundBy(t *testing.T) {
 	}
 	if _, _, ok := BoundBy(addr + ".nobody-binds-this"); ok {
 		t.Fatal("BoundBy of a free name: found a holder")
+	}
+}
+
+// TestListenPathNeedsPrivateDir (issue 20, item 8): a path socket (the
+// control socket, a hot_restart.socket_dir restart socket) is bound only
+// in a directory of ours that nobody else may write; a missing one is
+// created 0700; anything else is refused naming the directory, and
+// nothing is bound there.
+func TestListenPathNeedsPrivateDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run", "hotproxy")
+	ln, err := Listen("unixpacket", filepath.Join(dir, "hotproxy.1.0.sock"))
+	if err != nil {
+		t.Fatalf("in a missing directory: %v", err)
+	}
+	ln.Close()
+	if fi, err := os.Lstat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("created %v, %v; want a 0700 directory", fi.Mode(), err)
+	}
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(shared, "hotproxy.1.0.sock")
+	if _, err := Listen("unixpacket", path); !errors.Is(err, safefile.ErrUnsafe) || !strings.Contains(err.Error(), shared) {
+		t.Errorf("in a world-writable directory: %v; want a refusal naming %s", err, shared)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("a socket was bound there anyway: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	foreign := filepath.Join(t.TempDir(), "foreign")
+	if err := os.Mkdir(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(foreign, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen("unixpacket", filepath.Join(foreign, "s.sock")); !errors.Is(err, safefile.ErrUnsafe) || !strings.Contains(err.Error(), "uid 65534") {
+		t.Errorf("in a directory of uid 65534: %v; want a refusal naming the owner", err)
 	}
 }
