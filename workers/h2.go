@@ -162,10 +162,9 @@ func (cc *clientConn) servedAsHTTP2() bool {
 
 // goAwayHTTP2 is the drain's hook: every HTTP/2 connection gets the
 // graceful GOAWAY (h2guard.go: stream id 2^31-1 and a PING now, the final
-// GOAWAY from x/net's shutdown once the PINGs are answered), finishes the
-// streams it has and closes (x/net closes a connection one second after
-// its last stream once it has sent the GOAWAY). A connection that starts
-// later gets it as soon as it is served (goAwayIfDraining).
+// GOAWAY once the PING is answered), finishes the streams it has and is
+// closed by the drain once idle (drainIdleGrace). A connection that
+// starts later gets it as soon as it is served (goAwayIfDraining).
 func (m *Manager) goAwayHTTP2() {
 	h := &m.h2
 	// Nothing to do if no HTTP/2 connection was ever served; once
@@ -175,27 +174,9 @@ func (m *Manager) goAwayHTTP2() {
 	if !built {
 		return
 	}
-	guards := h.guards.all()
-	for _, g := range guards {
-		g.goAwayGracefully()
+	for _, g := range h.guards.all() {
+		g.drainGoAway()
 	}
-	go func() {
-		timeout := time.NewTimer(h2GoAwayPingWait)
-		defer timeout.Stop()
-		for _, g := range guards {
-			if !g.waitAcked(timeout.C) {
-				break
-			}
-		}
-		for _, hl := range h.listeners {
-			if hl != nil {
-				// base serves nothing itself: Shutdown only runs
-				// the GOAWAY hook (in a goroutine of its own) and
-				// returns.
-				hl.base.Shutdown(m.ctx)
-			}
-		}
-	}()
 	h.upstreams.Range(func(_, v any) bool {
 		if u := v.(*h2Upstream); u != nil {
 			u.closeIdle()
@@ -204,33 +185,20 @@ func (m *Manager) goAwayHTTP2() {
 	})
 }
 
-// goAwayIfDraining sends a GOAWAY to an HTTP/2 connection the drain's
-// missed: one that became HTTP/2 after the drain began (accepted before,
-// its TLS handshake or its h2c preface done after). Otherwise it would get
-// one only with its first response ("Connection: close"), and a client
-// that opened it and has sent nothing yet would see it closed under it,
-// without notice, once idle for drainIdleGrace.
+// goAwayIfDraining sends the graceful GOAWAY to an HTTP/2 connection the
+// drain's missed: one that became HTTP/2 after the drain began (accepted
+// before, its TLS handshake or its h2c preface done after). Otherwise a
+// client that opened it and has sent nothing yet would see it closed
+// under it, without notice, once idle for drainIdleGrace.
 //
-// Called once the HTTP/2 server has registered the connection with base:
-// then either draining is already true here, and this connection's
-// graceful GOAWAY starts now (its final GOAWAY is base.Shutdown's once its
-// PING is answered: that reaches the other connections of the listener
-// not yet shut down too, late ones only), or it was set after, and the
-// drain's own (which follows that store) reaches it. The guard sends its
-// half once; x/net sends one GOAWAY per connection however often Shutdown
-// runs; a Shutdown with no listener and no connection of base's own
-// returns at once.
-func (m *Manager) goAwayIfDraining(li int, g *h2Guard) {
-	if !m.draining.Load() {
-		return
+// Called once the connection is in h.guards: then either draining is
+// already true here, or it was set after, and the drain's own pass over
+// the guards (which follows that store) reaches it. A guard sends its
+// GOAWAY once however often asked.
+func (m *Manager) goAwayIfDraining(g *h2Guard) {
+	if m.draining.Load() {
+		g.drainGoAway()
 	}
-	g.goAwayGracefully()
-	go func() {
-		timeout := time.NewTimer(h2GoAwayPingWait)
-		defer timeout.Stop()
-		g.waitAcked(timeout.C)
-		m.h2.listeners[li].base.Shutdown(m.ctx)
-	}()
 }
 
 type connectionStater interface {
@@ -284,7 +252,7 @@ func h2ConnState(c net.Conn, s http.ConnState) {
 	}
 	if !hc.served {
 		hc.served = true
-		hc.cc.m.goAwayIfDraining(hc.cc.li, hc.guard)
+		hc.cc.m.goAwayIfDraining(hc.guard)
 	}
 	switch s {
 	case http.StateIdle:

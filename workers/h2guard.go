@@ -38,9 +38,8 @@ import (
 //     server's connection preface).
 //   - At a drain it sends RFC 9113 §6.8's graceful GOAWAY: a GOAWAY with
 //     stream id 2^31-1 and a PING; once the PING's ACK is back (every
-//     stream the client opened before it is then known to x/net, which
-//     reads frames in order), x/net's own shutdown sends the final GOAWAY
-//     with the real last stream id (h2GoAwayGracefully).
+//     stream the client opened before it has then been read), the final
+//     GOAWAY with the real last stream id (goAwayGracefully).
 //
 // x/net reads a frame's header and payload with separate reads straight
 // from the connection, so the guard sees each byte as x/net asks for it:
@@ -83,6 +82,10 @@ const (
 	// h2ResetCheckWait bounds a stream's wait for x/net to process the
 	// frames that arrived with its request (awaitProcessed).
 	h2ResetCheckWait = 250 * time.Millisecond
+	// h2FirstRequestWait bounds the wait of a drain's GOAWAY for the first
+	// request of a connection that has not sent one (drainGoAway); well
+	// within drainIdleGrace, after which the drain closes it when idle.
+	h2FirstRequestWait = 250 * time.Millisecond
 	// h2GoAwayPingWait bounds the graceful GOAWAY's wait for the PING's
 	// ACK: a client that does not answer gets the final GOAWAY then.
 	h2GoAwayPingWait = time.Second
@@ -231,10 +234,21 @@ type h2Guard struct {
 	deadlineTouched bool
 	writeTimeout    time.Duration
 
+	// The graceful GOAWAY: goingAway once its first half is queued; the
+	// final GOAWAY goes once, at the PING's ACK or at finalTimer, with
+	// lastStream (the highest stream a HEADERS frame read opened).
 	goAwayOnce sync.Once
-	acked      chan struct{} // closed when the graceful PING's ACK arrives
-	ackOnce    sync.Once
-	gone       chan struct{} // closed when the connection's serving ends
+	goingAway  atomic.Bool
+	finalOnce  sync.Once
+	finalTimer *time.Timer // guarded by goAwayOnce
+	lastStream atomic.Uint32
+	// awaitFirst: the drain asked for the GOAWAY before the client sent
+	// its first request; it goes with that request (firstTimer: or
+	// after h2FirstRequestWait).
+	awaitFirst     atomic.Bool
+	firstTimerOnce sync.Once
+	firstTimer     *time.Timer   // guarded by firstTimerOnce
+	gone           chan struct{} // closed when the connection's serving ends
 }
 
 func newH2Guard(cc *clientConn) *h2Guard {
@@ -247,7 +261,6 @@ func newH2Guard(cc *clientConn) *h2Guard {
 		control:          newH2Budget(h2ControlBurst, h2ControlPerSecond, h2ControlPerFrameSent),
 		resets:           newH2Budget(h2ResetBurst, h2ResetPerSecond, 0),
 		writeTimeout:     cc.cfg.writeTimeout,
-		acked:            make(chan struct{}),
 		gone:             make(chan struct{}),
 	}
 }
@@ -452,6 +465,10 @@ func (g *h2Guard) onFrame() string {
 	case http2.FrameHeaders:
 		if in.stream > in.lastStream {
 			in.lastStream = in.stream
+			g.lastStream.Store(in.stream)
+			if g.awaitFirst.Load() {
+				g.goAwayGracefully()
+			}
 		}
 		return ""
 	case http2.FrameContinuation:
@@ -475,8 +492,9 @@ func (g *h2Guard) onFrame() string {
 		}
 		return ""
 	case http2.FramePing:
-		if in.flags.Has(http2.FlagPingAck) && in.length == 8 && in.head == h2GoAwayPingData {
-			g.ackOnce.Do(func() { close(g.acked) })
+		if in.flags.Has(http2.FlagPingAck) && in.length == 8 && in.head == h2GoAwayPingData && g.goingAway.Load() {
+			// Every stream the client opened before it is read.
+			g.finalGoAway()
 			return ""
 		}
 		return g.spendControl("PING")
@@ -667,6 +685,14 @@ func (g *h2Guard) restoreDeadlineLocked() {
 // ended is called when the connection's serving ends: waiters stop.
 func (g *h2Guard) ended() {
 	close(g.gone)
+	g.goAwayOnce.Do(func() {}) // no graceful GOAWAY from now on
+	if g.finalTimer != nil {
+		g.finalTimer.Stop()
+	}
+	g.firstTimerOnce.Do(func() {})
+	if g.firstTimer != nil {
+		g.firstTimer.Stop()
+	}
 	g.mu.Lock()
 	g.outDone = true
 	for _, w := range g.waiters {
@@ -676,31 +702,67 @@ func (g *h2Guard) ended() {
 	g.mu.Unlock()
 }
 
-// goAwayGracefully sends the first half of the graceful GOAWAY (stream id
-// 2^31-1, then a PING), once; it does not wait. An idle connection's idle
-// mark starts again now, so that the drain does not close it before the
-// client has heard the GOAWAY.
+// drainGoAway is the drain's GOAWAY for the connection: the graceful one
+// at once, or, for a connection whose client has not sent a request yet,
+// with its first request (or after h2FirstRequestWait). A client that has
+// just opened a connection (often one whose TLS handshake ended after the
+// drain began) is about to send on it: a GOAWAY, even the graceful one,
+// forbids it the streams it has not sent yet, and a client that does not
+// retry them elsewhere (h2load) fails them. The first requests, and those
+// sent with them, are served; the GOAWAY then follows.
+func (g *h2Guard) drainGoAway() {
+	if g.lastStream.Load() == 0 {
+		g.awaitFirst.Store(true)
+		// A request read between the load and the store has seen
+		// awaitFirst false: look again.
+		if g.lastStream.Load() == 0 {
+			g.firstTimerOnce.Do(func() { g.firstTimer = time.AfterFunc(h2FirstRequestWait, g.goAwayGracefully) })
+			g.restartIdle()
+			return
+		}
+	}
+	g.goAwayGracefully()
+}
+
+// goAwayGracefully starts RFC 9113 §6.8's graceful GOAWAY, once, without
+// waiting: a GOAWAY with stream id 2^31-1 (no new streams, please; those
+// in flight are still welcome) and a PING; the final GOAWAY follows at the
+// PING's ACK (finalGoAway), or after h2GoAwayPingWait for a client that
+// does not answer. An idle connection's idle mark starts again now, so
+// that the drain does not close it before the client has heard the GOAWAY.
+//
+// The final GOAWAY is the guard's too, not x/net's graceful shutdown:
+// that one is per http.Server (base.Shutdown), and would reach the
+// connections whose PING is not answered yet, late ones (their TLS
+// handshake done after the drain began) included, with the last stream
+// x/net had read, refusing the requests their clients were sending. x/net
+// does not learn of the GOAWAY: it serves the streams it reads, and the
+// drain closes the connection once idle (drainIdleGrace), or at its
+// deadline.
 func (g *h2Guard) goAwayGracefully() {
 	g.goAwayOnce.Do(func() {
 		b := h2GoAwayFrame(nil, 1<<31-1, http2.ErrCodeNo)
 		b = h2PingFrame(b, h2GoAwayPingData)
+		g.goingAway.Store(true)
 		g.queue(b, false)
-		if since := g.cc.idleSince.Load(); since != 0 {
-			g.cc.idleSince.CompareAndSwap(since, max(monotime(), 1))
-		}
+		g.finalTimer = time.AfterFunc(h2GoAwayPingWait, g.finalGoAway)
+		g.restartIdle()
 	})
 }
 
-// waitAcked waits until the graceful PING's ACK arrives, the connection
-// ends, or the timer fires.
-func (g *h2Guard) waitAcked(timeout <-chan time.Time) bool {
-	select {
-	case <-g.acked:
-		return true
-	case <-g.gone:
-		return true
-	case <-timeout:
-		return false
+// finalGoAway sends the graceful GOAWAY's second half, once: the last
+// stream the client opened.
+func (g *h2Guard) finalGoAway() {
+	g.finalOnce.Do(func() {
+		g.queue(h2GoAwayFrame(nil, g.lastStream.Load(), http2.ErrCodeNo), false)
+		g.restartIdle()
+	})
+}
+
+// restartIdle starts an idle connection's idle mark again.
+func (g *h2Guard) restartIdle() {
+	if since := g.cc.idleSince.Load(); since != 0 {
+		g.cc.idleSince.CompareAndSwap(since, max(monotime(), 1))
 	}
 }
 
