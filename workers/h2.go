@@ -48,10 +48,9 @@ type h2State struct {
 }
 
 // h2Listener is one http listener's HTTP/2 server. base is the
-// http.Server the connections are served under (ServeConnOpts.BaseConfig):
-// http2.ConfigureServer registers every ServeConn'd connection of srv with
-// it, so that base.Shutdown sends each one a GOAWAY (the drain); it never
-// listens itself.
+// http.Server the connections are served under (ServeConnOpts.BaseConfig);
+// it never listens itself, and the drain does not shut it down: its
+// GOAWAY is the connection guard's, per connection (h2guard.go).
 type h2Listener struct {
 	base *http.Server
 	srv  *http2.Server

@@ -464,3 +464,95 @@ func TestH2CDrainGracefulGoAway(t *testing.T) {
 		t.Fatal("drain did not end")
 	}
 }
+
+// TestH2CDrainFinalGoAwayPerConnection: the final GOAWAY of the graceful
+// drain is each connection's own: a connection whose client has not
+// answered the PING yet keeps serving what it sends (here: a request sent
+// after another connection's PING was answered) and gets its final GOAWAY
+// only at its own ACK.
+func TestH2CDrainFinalGoAwayPerConnection(t *testing.T) {
+	cfg := directConfig("ok")
+	h2cListener(&cfg.Listeners[0])
+	m := startManager(t, cfg, 1)
+	a := addr(t, m, "web")
+	type conn struct {
+		rc       *rawH2Conn
+		statuses map[uint32]string
+	}
+	open := func() *conn {
+		c := &conn{rc: dialRawH2(t, a), statuses: map[uint32]string{}}
+		c.rc.c.SetDeadline(time.Now().Add(15 * time.Second))
+		c.rc.get(t, 1, a, "/before")
+		return c
+	}
+	// readUntil reads c's frames until done says so; a GOAWAY is
+	// returned as a copy.
+	readUntil := func(c *conn, what string, done func(f http2.Frame) bool) {
+		t.Helper()
+		for {
+			f, err := c.rc.fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					c.rc.fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				c.statuses[f.StreamID] = f.PseudoValue("status")
+			}
+			if done(f) {
+				return
+			}
+		}
+	}
+	quick, slow := open(), open()
+	for _, c := range []*conn{quick, slow} {
+		readUntil(c, "the first response", func(http2.Frame) bool { return c.statuses[1] == "200" })
+	}
+	go m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HTTPTimeout: 15 * time.Second})
+
+	pings := map[*conn][8]byte{}
+	for _, c := range []*conn{quick, slow} {
+		var first *http2.GoAwayFrame
+		readUntil(c, "the first GOAWAY and its PING", func(f http2.Frame) bool {
+			switch f := f.(type) {
+			case *http2.GoAwayFrame:
+				first = &http2.GoAwayFrame{LastStreamID: f.LastStreamID}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					pings[c] = f.Data
+					return true
+				}
+			}
+			return false
+		})
+		if first == nil || first.LastStreamID != 1<<31-1 {
+			t.Fatalf("first GOAWAY %v, want one with stream id 2^31-1 before the PING", first)
+		}
+	}
+	// The quick client answers: its final GOAWAY comes.
+	quick.rc.fr.WritePing(true, pings[quick])
+	readUntil(quick, "the quick connection's final GOAWAY", func(f http2.Frame) bool {
+		ga, ok := f.(*http2.GoAwayFrame)
+		if ok && ga.LastStreamID != 1 {
+			t.Errorf("quick connection's final GOAWAY: last stream %d, want 1", ga.LastStreamID)
+		}
+		return ok
+	})
+	// The slow client, which has not answered yet, sends a request: it
+	// is still in flight as far as the drain knows, and is served.
+	slow.rc.get(t, 3, a, "/late")
+	slow.rc.fr.WritePing(true, pings[slow])
+	var final *http2.GoAwayFrame
+	readUntil(slow, "the slow connection's response and final GOAWAY", func(f http2.Frame) bool {
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			final = &http2.GoAwayFrame{LastStreamID: ga.LastStreamID}
+		}
+		return final != nil && slow.statuses[3] != ""
+	})
+	if final.LastStreamID != 3 || slow.statuses[3] != "200" {
+		t.Errorf("slow connection: final GOAWAY last stream %d, request sent before its ACK answered %q; want 3 and 200", final.LastStreamID, slow.statuses[3])
+	}
+}
