@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/config"
@@ -555,4 +556,54 @@ func TestH2CDrainFinalGoAwayPerConnection(t *testing.T) {
 	if final.LastStreamID != 3 || slow.statuses[3] != "200" {
 		t.Errorf("slow connection: final GOAWAY last stream %d, request sent before its ACK answered %q; want 3 and 200", final.LastStreamID, slow.statuses[3])
 	}
+}
+
+// TestH2CZeroWindowToH2Upstream: as TestH2CZeroWindowStreamReset, with a
+// cluster spoken to in HTTP/2: the streams are reset at write_timeout and
+// their upstream streams cancelled (the backend's handlers end).
+func TestH2CZeroWindowToH2Upstream(t *testing.T) {
+	var started, ended atomic.Int64
+	body := strings.Repeat("y", 256<<10)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		defer ended.Add(1)
+		for i := 0; i < len(body); i += 16 << 10 {
+			if _, err := io.WriteString(w, body[i:i+16<<10]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	})
+	be := httptest.NewServer(h2c.NewHandler(h, &http2.Server{}))
+	t.Cleanup(be.Close)
+	const writeTimeout = time.Second
+	cfg := proxyConfig(hostOf(be.URL), h2cListener, func(l *config.Listener) { l.WriteTimeout = dur(writeTimeout) })
+	cfg.Clusters[0].HTTP2 = true
+	m := startManager(t, cfg, 1)
+	a := addr(t, m, "web")
+	rc := dialRawH2(t, a)
+	if err := rc.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	const streams = 4
+	for i := range streams {
+		rc.get(t, uint32(2*i+1), a, "/big")
+	}
+	waitFor(t, 10*time.Second, "every stream's upstream request", func() bool { return started.Load() == streams })
+	var wmu sync.Mutex
+	ev := readFrameEvents(rc, &wmu)
+	reset := map[uint32]bool{}
+	bound := time.NewTimer(4*writeTimeout + 4*time.Second)
+	defer bound.Stop()
+	for len(reset) < streams {
+		select {
+		case id := <-ev.resets:
+			reset[id] = true
+		case err := <-ev.ended:
+			t.Fatalf("connection ended with %d of %d streams reset: %v", len(reset), streams, err)
+		case <-bound.C:
+			t.Fatalf("%d of %d streams reset (write_timeout %v): a closed window pins them", len(reset), streams, writeTimeout)
+		}
+	}
+	waitFor(t, 10*time.Second, "the upstream streams cancelled", func() bool { return ended.Load() == streams })
 }
