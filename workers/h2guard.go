@@ -265,6 +265,17 @@ func newH2Guard(cc *clientConn) *h2Guard {
 	}
 }
 
+// h2ReadAheadSize is the guard's read-ahead buffer: room for a hundred
+// small frames (a request's HEADERS and its RST_STREAM are about 40
+// bytes), so that a reset sent with its request is read before the
+// request goes upstream. x/net's reads of a larger payload go straight
+// into its own buffer.
+const h2ReadAheadSize = 4 << 10
+
+type h2ReadAheadBuf [h2ReadAheadSize]byte
+
+var h2ReadAheadBufs = sync.Pool{New: func() any { return new(h2ReadAheadBuf) }}
+
 // read is x/net's Read: bytes waiting in rbuf first, then a read ahead
 // into a pooled buffer when more is likely there, else a read into p.
 func (g *h2Guard) read(p []byte) (int, error) {
@@ -279,8 +290,8 @@ func (g *h2Guard) read(p []byte) (int, error) {
 		g.releaseReadBuf()
 		var n int
 		var err error
-		if g.readAhead && len(p) < ioBufSize {
-			g.rbuf, g.pooled, g.rr = getBuf(), true, 0
+		if g.readAhead && len(p) < h2ReadAheadSize {
+			g.rbuf, g.pooled, g.rr = h2ReadAheadBufs.Get().(*h2ReadAheadBuf)[:], true, 0
 			g.rw, err = g.conn.Read(g.rbuf)
 			n = g.rw
 		} else {
@@ -333,7 +344,7 @@ func (g *h2Guard) setPending(b []byte) {
 
 func (g *h2Guard) releaseReadBuf() {
 	if g.pooled {
-		putBuf(g.rbuf)
+		h2ReadAheadBufs.Put((*h2ReadAheadBuf)(g.rbuf))
 	}
 	g.rbuf, g.pooled, g.rr, g.rw = nil, false, 0, 0
 }
