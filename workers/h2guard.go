@@ -41,9 +41,12 @@ import (
 //     stream the client opened before it has then been read), the final
 //     GOAWAY with the real last stream id (goAwayGracefully).
 //
-// x/net reads a frame's header and payload with separate reads straight
-// from the connection, so the guard sees each byte as x/net asks for it:
-// what it counts is what x/net has processed or is about to, in order.
+// x/net reads a frame's header and payload with separate, small reads
+// from the connection; the guard serves them from a small read-ahead
+// buffer (h2ReadAheadSize), so it sees the frames a little before x/net
+// processes them, in order: it charges them as they arrive, and a stream's
+// handler can wait until x/net has caught up with what had arrived when
+// it started (awaitProcessed, for Rapid Reset).
 
 // statH2Calm counts the HTTP/2 connections cut with a GOAWAY
 // ENHANCE_YOUR_CALM by the guard.
