@@ -50,8 +50,9 @@ func (h *h2StreamGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	tw := &h2TimedWriter{w: w, timeout: h.writeTimeout}
-	defer tw.stop()
+	tw := h2TimedWriters.Get().(*h2TimedWriter)
+	tw.start(w, h.writeTimeout)
+	defer tw.end()
 	h.next.ServeHTTP(tw, r)
 	tw.finish()
 }
@@ -63,14 +64,32 @@ type h2WriteDeadliner interface {
 
 // h2TimedWriter is a stream's ResponseWriter with each Write and Flush
 // bounded by timeout. Used by the handler's goroutine, but for expire.
+// Pooled with its timer (whose function is its expire), and put back only
+// if that timer never fired: an expire still on its way must find done.
 type h2TimedWriter struct {
 	w       http.ResponseWriter
 	timeout time.Duration
-	timer   *time.Timer // made at the first write
+	timer   *time.Timer // stopped but while a Write or Flush runs
 	dirty   bool        // written since the last Flush
+	armed   bool        // a Write or Flush runs: the timer is set
+	fired   bool        // the timer fired during this stream
 
 	mu   sync.Mutex // guards done: the reset must not outlive the handler
 	done bool       // the handler has returned: w is no longer its to use
+}
+
+var h2TimedWriters = sync.Pool{New: func() any {
+	t := new(h2TimedWriter)
+	t.timer = time.AfterFunc(time.Hour, t.expire)
+	t.timer.Stop()
+	return t
+}}
+
+func (t *h2TimedWriter) start(w http.ResponseWriter, timeout time.Duration) {
+	t.w, t.timeout, t.dirty, t.fired = w, timeout, false, false
+	t.mu.Lock()
+	t.done = false
+	t.mu.Unlock()
 }
 
 var _ http.Flusher = (*h2TimedWriter)(nil)
@@ -82,7 +101,7 @@ func (t *h2TimedWriter) WriteHeader(status int) { t.w.WriteHeader(status) }
 func (t *h2TimedWriter) Write(p []byte) (int, error) {
 	t.arm()
 	n, err := t.w.Write(p)
-	t.timer.Stop()
+	t.disarm()
 	if n > 0 {
 		t.dirty = true
 	}
@@ -96,16 +115,22 @@ func (t *h2TimedWriter) Flush() {
 	}
 	t.arm()
 	f.Flush()
-	t.timer.Stop()
+	t.disarm()
 	t.dirty = false
 }
 
 func (t *h2TimedWriter) arm() {
-	if t.timer == nil {
-		t.timer = time.AfterFunc(t.timeout, t.expire)
-		return
-	}
+	t.armed = true
 	t.timer.Reset(t.timeout)
+}
+
+// disarm stops the timer after a write; false from Stop means its
+// function has started (the timer was armed): the stream is being reset.
+func (t *h2TimedWriter) disarm() {
+	t.armed = false
+	if !t.timer.Stop() {
+		t.fired = true
+	}
 }
 
 // expire resets the stream of a write blocked for timeout.
@@ -122,21 +147,27 @@ func (t *h2TimedWriter) expire() {
 	}
 }
 
-// stop ends the timing: after it, expire leaves w alone.
-func (t *h2TimedWriter) stop() {
-	t.mu.Lock()
-	t.done = true
-	t.mu.Unlock()
-	if t.timer != nil {
-		t.timer.Stop()
+// finish hands the bytes x/net still buffers to its own write deadline:
+// they go out after the handler returns. Not after a panic: x/net resets
+// the stream then.
+func (t *h2TimedWriter) finish() {
+	if d, ok := t.w.(h2WriteDeadliner); ok && t.dirty {
+		d.SetWriteDeadline(time.Now().Add(t.timeout))
 	}
 }
 
-// finish hands the bytes x/net still buffers to its own write deadline:
-// they go out after the handler returns.
-func (t *h2TimedWriter) finish() {
-	t.stop()
-	if d, ok := t.w.(h2WriteDeadliner); ok && t.dirty {
-		d.SetWriteDeadline(time.Now().Add(t.timeout))
+// end ends the timing, once the handler has returned: after it, expire
+// leaves w alone, and the writer goes back to the pool unless its timer
+// fired.
+func (t *h2TimedWriter) end() {
+	if t.armed {
+		t.disarm() // the handler panicked in a write
+	}
+	t.mu.Lock()
+	t.done = true
+	t.mu.Unlock()
+	t.w = nil
+	if !t.fired {
+		h2TimedWriters.Put(t)
 	}
 }
