@@ -42,13 +42,15 @@ type h2State struct {
 	// upstreams are the HTTP/2 upstream transports, by worker cluster
 	// view (h2upstream.go).
 	upstreams sync.Map // *upstream.WorkerCluster → *h2Upstream
+	// guards are the connections being served (h2guard.go), for the
+	// drain's graceful GOAWAY.
+	guards h2Guards
 }
 
 // h2Listener is one http listener's HTTP/2 server. base is the
-// http.Server the connections are served under (ServeConnOpts.BaseConfig):
-// http2.ConfigureServer registers every ServeConn'd connection of srv with
-// it, so that base.Shutdown sends each one a GOAWAY (the drain); it never
-// listens itself.
+// http.Server the connections are served under (ServeConnOpts.BaseConfig);
+// it never listens itself, and the drain does not shut it down: its
+// GOAWAY is the connection guard's, per connection (h2guard.go).
 type h2Listener struct {
 	base *http.Server
 	srv  *http2.Server
@@ -110,11 +112,16 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 	if hl == nil {
 		return // not an http listener: nothing speaks HTTP/2 there
 	}
-	conn := &h2NetConn{Conn: cc.c, cc: cc}
+	conn := &h2NetConn{Conn: cc.c, cc: cc, guard: newH2Guard(cc)}
+	h.guards.add(conn.guard)
+	defer func() {
+		h.guards.remove(conn.guard)
+		conn.guard.ended()
+	}()
 	if cc.r < cc.w {
 		// A copy: the read buffer goes back to its pool now, not when
 		// the connection (which may live for hours) ends.
-		conn.pending = bytes.Clone(cc.rbuf[cc.r:cc.w])
+		conn.guard.setPending(bytes.Clone(cc.rbuf[cc.r:cc.w]))
 		cc.r = cc.w
 	}
 	cc.releaseState()
@@ -136,7 +143,7 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 		// end with it.
 		Context:    m.ctx,
 		BaseConfig: hl.base,
-		Handler:    &h2Handler{cc: cc, rqHTTP2: cc.st.rqHTTP2},
+		Handler:    &h2StreamGuard{next: &h2Handler{cc: cc, rqHTTP2: cc.st.rqHTTP2}, guard: conn.guard, writeTimeout: cc.cfg.writeTimeout},
 	})
 }
 
@@ -152,11 +159,11 @@ func (cc *clientConn) servedAsHTTP2() bool {
 	return true
 }
 
-// goAwayHTTP2 is the drain's hook: every HTTP/2 connection gets a GOAWAY,
-// finishes the streams it has and closes (x/net closes a connection one
-// second after its last stream once it has sent the GOAWAY). A connection
-// that starts later gets it with its first response ("Connection: close",
-// h2handle.go), or is closed by the drain once idle.
+// goAwayHTTP2 is the drain's hook: every HTTP/2 connection gets the
+// graceful GOAWAY (h2guard.go: stream id 2^31-1 and a PING now, the final
+// GOAWAY once the PING is answered), finishes the streams it has and is
+// closed by the drain once idle (drainIdleGrace). A connection that
+// starts later gets it as soon as it is served (goAwayIfDraining).
 func (m *Manager) goAwayHTTP2() {
 	h := &m.h2
 	// Nothing to do if no HTTP/2 connection was ever served; once
@@ -166,12 +173,8 @@ func (m *Manager) goAwayHTTP2() {
 	if !built {
 		return
 	}
-	for _, hl := range h.listeners {
-		if hl != nil {
-			// base serves nothing itself: Shutdown only runs the
-			// GOAWAY hook (in a goroutine of its own) and returns.
-			hl.base.Shutdown(m.ctx)
-		}
+	for _, g := range h.guards.all() {
+		g.drainGoAway()
 	}
 	h.upstreams.Range(func(_, v any) bool {
 		if u := v.(*h2Upstream); u != nil {
@@ -181,22 +184,19 @@ func (m *Manager) goAwayHTTP2() {
 	})
 }
 
-// goAwayIfDraining sends a GOAWAY to an HTTP/2 connection the drain's
-// missed: one that became HTTP/2 after the drain began (accepted before,
-// its TLS handshake or its h2c preface done after). Otherwise it would get
-// one only with its first response ("Connection: close"), and a client
-// that opened it and has sent nothing yet would see it closed under it,
-// without notice, once idle for drainIdleGrace.
+// goAwayIfDraining sends the graceful GOAWAY to an HTTP/2 connection the
+// drain's missed: one that became HTTP/2 after the drain began (accepted
+// before, its TLS handshake or its h2c preface done after). Otherwise a
+// client that opened it and has sent nothing yet would see it closed
+// under it, without notice, once idle for drainIdleGrace.
 //
-// Called once the HTTP/2 server has registered the connection with base:
-// then either draining is already true here, and base.Shutdown reaches
-// the connection now, or it was set after, and the drain's own Shutdown
-// (which follows that store) reaches it. x/net sends one GOAWAY per
-// connection however often Shutdown runs; a Shutdown with no listener
-// and no connection of base's own returns at once.
-func (m *Manager) goAwayIfDraining(li int) {
+// Called once the connection is in h.guards: then either draining is
+// already true here, or it was set after, and the drain's own pass over
+// the guards (which follows that store) reaches it. A guard sends its
+// GOAWAY once however often asked.
+func (m *Manager) goAwayIfDraining(g *h2Guard) {
 	if m.draining.Load() {
-		m.h2.listeners[li].base.Shutdown(m.ctx)
+		g.drainGoAway()
 	}
 }
 
@@ -210,28 +210,17 @@ type connectionStater interface {
 // (which takes it out of the worker's connection set and counts it).
 type h2NetConn struct {
 	net.Conn
-	cc      *clientConn
-	pending []byte
+	cc    *clientConn
+	guard *h2Guard // reads and writes go through it (h2guard.go)
 	// served: the HTTP/2 server has taken the connection in (its first
 	// ConnState call). Touched by the server's goroutine for it only.
 	served bool
 }
 
-func (c *h2NetConn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.cc.st.rxBytes.Add(uint64(n))
-	}
-	return n, err
-}
+func (c *h2NetConn) Read(p []byte) (int, error) { return c.guard.read(p) }
 
 func (c *h2NetConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
+	n, err := c.guard.write(p)
 	if n > 0 {
 		c.cc.st.txBytes.Add(uint64(n))
 	}
@@ -262,7 +251,7 @@ func h2ConnState(c net.Conn, s http.ConnState) {
 	}
 	if !hc.served {
 		hc.served = true
-		hc.cc.m.goAwayIfDraining(hc.cc.li)
+		hc.cc.m.goAwayIfDraining(hc.guard)
 	}
 	switch s {
 	case http.StateIdle:

@@ -858,9 +858,10 @@ func TestH2CIdleTimeout(t *testing.T) {
 // TestH2CDrainGoAwayToLateConnection: a connection the drain's GOAWAY
 // missed, because it became HTTP/2 only after the drain began (accepted
 // before, its preface sent after; a TLS handshake finishing late is the
-// same), gets a GOAWAY as soon as it is served, not only with a first
-// response: a client that opened it and sends nothing yet would otherwise
-// see it closed under it, without notice, once idle for drainIdleGrace.
+// same), gets a GOAWAY without a request of its own: with its first
+// request, or, as here when none comes, within h2FirstRequestWait; a
+// client that opened it and sends nothing yet would otherwise see it
+// closed under it, without notice, once idle for drainIdleGrace.
 func TestH2CDrainGoAwayToLateConnection(t *testing.T) {
 	cfg := directConfig("ok")
 	h2cListener(&cfg.Listeners[0])

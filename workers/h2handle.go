@@ -63,13 +63,9 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hr.head = hr.head[:0]
 		h2Requests.Put(hr)
 	}()
-	if cc.m.draining.Load() {
-		// x/net takes this header out of the response and sends a
-		// GOAWAY: the HTTP/2 form of HTTP/1.1's "Connection: close"
-		// during a drain, for a connection that started after the
-		// drain's GOAWAY went out.
-		w.Header().Set("Connection", "close")
-	}
+	// No "Connection: close" during a drain (x/net would answer it with
+	// a GOAWAY of its own at once): every connection gets the drain's
+	// graceful GOAWAY (h2guard.go), late ones included.
 
 	// One load: the listener and the snapshot of its clusters must be
 	// of the same publication.

@@ -192,6 +192,9 @@ func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, 
 	prev, stale, staleRetried := -1, false, false
 	var err error
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err // the client reset the stream: dial nothing
+		}
 		switch {
 		case attempt == 0:
 			x.up, err = x.wc.AcquireKey(ctx, key, !(x.idempotent && !x.hasBody))
@@ -209,6 +212,13 @@ func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, 
 				prev, stale = -1, false
 				continue
 			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			// Reset while a connection was found: nothing was sent
+			// on it, so it goes back to the pool as it came.
+			x.up.Release(true)
+			x.up = nil
 			return err
 		}
 		tryDeadline := deadline

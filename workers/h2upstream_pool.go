@@ -112,6 +112,9 @@ func (u *h2Upstream) GetClientConn(req *http.Request, _ string) (*http2.ClientCo
 	// The transport asks again for a request that a connection did
 	// not take: pick afresh.
 	try.finish()
+	if err := ctx.Err(); err != nil {
+		return nil, err // the client reset the stream: dial nothing
+	}
 	order, err := u.wc.PickEndpoints(try.key, try.avoid)
 	if err != nil {
 		return nil, err

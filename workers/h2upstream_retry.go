@@ -121,6 +121,9 @@ func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req
 // try that ran out of time fails with context.DeadlineExceeded.
 func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, deadline time.Time, perTry time.Duration) (*http.Response, context.CancelFunc, error) {
 	ctx, cancel := context.WithCancel(context.WithValue(req.ctx, h2TryKey{}, try))
+	if err := req.ctx.Err(); err != nil {
+		return nil, cancel, err // the client reset the stream: send nothing
+	}
 	wait := time.Until(deadline)
 	if perTry > 0 && perTry < wait {
 		wait = perTry

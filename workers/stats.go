@@ -59,6 +59,7 @@ type listenerStats struct {
 	steerActive *atomic.Uint64
 	logDropped  stats.CounterLane // statAccessLogDropped
 	rqHTTP2     stats.CounterLane // statRqHTTP2
+	h2Calm      stats.CounterLane // statH2Calm (h2guard.go)
 	// tls: a listener that terminates TLS (tls.go); nil otherwise.
 	tls *tlsStats
 	// sniNoRoute: a TLS passthrough listener (sni.go); zero otherwise.
@@ -84,6 +85,7 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 	// Declared with the others, not at the first HTTP/2 request: a stat
 	// no live generation declares is shown as retired.
 	ls.rqHTTP2 = st.Counter(p + statRqHTTP2).Lane(lane)
+	ls.h2Calm = st.Counter(p + statH2Calm).Lane(lane)
 	for i, n := range statRq {
 		ls.rq[i] = st.Counter(p + n).Lane(lane)
 	}
