@@ -45,7 +45,7 @@ var layers = map[string][]string{
 	"workers/steering": nil,
 
 	"hotrestart":                           {"internal/ratelog", "internal/unixsock"},
-	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/unixsock", "internal/version"},
+	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/unixsock", "internal/version", "shm"},
 	"hotrestart/supervisor/supervisortest": {"config"},
 
 	// One generation's main goroutine builds everything from the config.
