@@ -296,3 +296,49 @@ func statValue(t *testing.T, text, name string) int64 {
 	t.Fatalf("no %s in\n%s", name, text)
 	return 0
 }
+
+// TestWatchdogKillTimeoutAbortsWithStacks: with watchdog.kill_timeout set,
+// a generation whose main loop stops beating aborts (exit 70) with every
+// goroutine's stack in its log, after counting the miss and the mega miss;
+// the supervisor would then replace it as after any crash.
+func TestWatchdogKillTimeoutAbortsWithStacks(t *testing.T) {
+	backend := harness.StartHTTPBackend(t, "b1")
+	c := httpProxyConfig(backend.Addr)
+	c.Extra = "[watchdog]\nmiss_timeout = \"50ms\"\nmega_miss_timeout = \"100ms\"\nkill_timeout = \"300ms\"\n"
+	p := harness.Start(t, c, "--test-block-main-after=500ms")
+	code, err := p.Wait(30 * time.Second)
+	if err != nil {
+		t.Fatalf("the generation with a blocked main loop did not exit: %v\n%s", err, p.Output())
+	}
+	if code != 70 {
+		t.Fatalf("exit code %d, want 70 (aborted by the watchdog)\n%s", code, p.Output())
+	}
+	wantContains(t, "log", p.Output(), "watchdog: a loop missed its heartbeat", "watchdog: a loop is stuck (mega miss)",
+		"loop main has not beaten for", "kill_timeout 300ms", "goroutine ", "server.(*Server).Run")
+}
+
+// TestWatchdogQuietWhenNothingIsStuck: an idle generation, and one under
+// load, counts no miss at the default bounds: the idle accept loops wake
+// for their heartbeats, and nothing of it is on the request path.
+func TestWatchdogQuietWhenNothingIsStuck(t *testing.T) {
+	backend := harness.StartHTTPBackend(t, "b1")
+	c := httpProxyConfig(backend.Addr)
+	p := harness.Start(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, err := loadgen.Do(ctx, loadgen.Options{URL: p.URL("web", "/"), Mode: loadgen.KeepAlive, Clients: 2, Requests: 500})
+	if err != nil || res.Failed() != 0 {
+		t.Fatalf("load: %v %v", res, err)
+	}
+	// Idle for several mega-miss bounds (1s by default).
+	idleUntil := time.Now().Add(3 * time.Second)
+	for time.Now().Before(idleUntil) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, body := p.AdminGet("/stats")
+	for _, name := range []string{"watchdog.miss", "watchdog.mega_miss"} {
+		if v := statValue(t, string(body), name); v != 0 {
+			t.Errorf("%s = %d with nothing stuck, want 0\n%s", name, v, p.Output())
+		}
+	}
+}
