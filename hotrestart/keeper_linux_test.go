@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // linkPair opens both ends of a link in this process: the test plays the
@@ -133,4 +135,75 @@ func TestNoSocketsKeptByASupervisorThatDoesNotOfferIt(t *testing.T) {
 	if _, _, err := sl.KeptSockets(); err == nil {
 		t.Fatal("asked a supervisor that keeps nothing for sockets without an error")
 	}
+}
+
+// TestGenerationLinkRefusesGarbage: whatever a generation writes on its
+// link, the supervisor's end returns an error (never panics) and closes
+// the fds a bad message carried.
+func TestGenerationLinkRefusesGarbage(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	lf, _ := ln.(*net.TCPListener).File()
+	defer lf.Close()
+	for _, tc := range []struct {
+		name  string
+		msg   string
+		files int
+	}{
+		{"not json", "\x00\xffgarbage", 0},
+		{"unknown type", `{"type":"take_everything"}`, 0},
+		{"unknown field", `{"type":"keep_sockets","sockets":[],"evil":1}`, 0},
+		{"fewer fds than sockets", `{"type":"keep_sockets","sockets":[{"network":"tcp","address":"a:1","worker":0,"role":"listener"},{"network":"tcp","address":"a:1","worker":1,"role":"listener"}]}`, 1},
+		{"fds on a request without sockets", `{"type":"get_sockets"}`, 1},
+		{"socket without a role", `{"type":"keep_sockets","sockets":[{"network":"tcp","address":"a:1","worker":0}]}`, 1},
+		{"a hello again", `{"type":"hello","version":"1.4","identity":{"pid":1,"epoch":0,"binary_version":"x"}}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sl, gl, err := linkPair(t, true, os.Getpid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := openFDs(t)
+			var files []*os.File
+			for range tc.files {
+				files = append(files, lf)
+			}
+			raw := &conn{uc: sl.c.uc, timeout: time.Second}
+			if err := rawSend(raw, []byte(tc.msg), files); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := gl.Next(); err == nil {
+				t.Fatalf("%s accepted", tc.msg)
+			}
+			if after := openFDs(t); after > before {
+				t.Fatalf("%d fds open after a refused message, %d before: the message's fds leaked", after, before)
+			}
+		})
+	}
+}
+
+// rawSend writes b as one datagram with files attached, unchecked.
+func rawSend(c *conn, b []byte, files []*os.File) error {
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err := c.uc.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+func openFDs(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents)
 }
