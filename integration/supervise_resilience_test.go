@@ -95,6 +95,14 @@ func killServingUnderLoad(t *testing.T, keep bool) killOutcome {
 	if !ok {
 		t.Fatal("nothing serves")
 	}
+	// The generation sends its sockets as it starts serving: the web
+	// listener's (one per worker) and the admin API's.
+	for i := 0; keep && s.mustStatus().KeptSockets < 2 && i < 500; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := s.mustStatus(); keep && st.KeptSockets < 2 || !keep && st.KeptSockets != 0 {
+		t.Fatalf("keep_listeners = %v: the supervisor keeps %d sockets", keep, st.KeptSockets)
+	}
 
 	var obs observer
 	ctx, cancel := context.WithCancel(context.Background())

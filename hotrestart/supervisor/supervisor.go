@@ -239,6 +239,9 @@ type Status struct {
 	// RefusedControlPeers counts control connections turned away (another
 	// user's); their warnings are rate-limited, this count is not.
 	RefusedControlPeers uint64 `json:"refused_control_peers,omitempty"`
+	// KeptSockets is how many listening sockets of the serving generation
+	// the supervisor keeps for its successor (hot_restart.keep_listeners).
+	KeptSockets int `json:"kept_sockets"`
 }
 
 // Serving returns the serving generation, if any.
