@@ -100,7 +100,7 @@ func (s *Server) openStats() error {
 		return err
 	}
 	s.region, s.stats = region, store
-	s.wd = newWatchdog(s.cfg.Watchdog, store, s.concurrency)
+	s.wd = newWatchdog(s.cfg.Watchdog, store, s.concurrency, s.log)
 	g := func(name string) stats.GaugeLane { return store.Gauge(name, stats.GaugeNewest).Lane(0) }
 	s.srvStats = serverStats{
 		live:        g("server.live"),

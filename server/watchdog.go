@@ -8,7 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/workers"
 )
@@ -49,7 +52,7 @@ type watchdog struct {
 	oldest atomic.Int64
 
 	missTotal, megaTotal stats.CounterLane
-	loops                []watchedLoop // 0: main; 1+n: worker n
+	loops                []*watchedLoop // 0: main; 1+n: worker n
 
 	abort func(stacks string) // default: log and exit
 	stop  chan struct{}
@@ -62,16 +65,21 @@ type watchedLoop struct {
 	miss, megaMiss stats.CounterLane
 	age            stats.GaugeLane
 	missed, mega   bool // within the current stall
+	// missLog and megaLog keep a busy machine's short stalls, which are
+	// counted every time, from flooding the log: a line per interval.
+	missLog, megaLog ratelog.Limiter
 }
 
-func newWatchdog(cfg config.Watchdog, store *stats.Store, workerCount int) *watchdog {
+func newWatchdog(cfg config.Watchdog, store *stats.Store, workerCount int, log hclog.Logger) *watchdog {
 	w := &watchdog{cfg: cfg, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	w.oldest.Store(w.start.UnixNano())
 	w.watchingMain.Store(true)
 	w.missTotal = store.Counter("watchdog.miss").Lane(0)
 	w.megaTotal = store.Counter("watchdog.mega_miss").Lane(0)
-	loop := func(name string) watchedLoop {
-		return watchedLoop{
+	loop := func(name string) *watchedLoop {
+		return &watchedLoop{
+			missLog:  ratelog.Limiter{Log: log},
+			megaLog:  ratelog.Limiter{Log: log},
 			name:     name,
 			miss:     store.Counter("watchdog." + name + ".miss").Lane(0),
 			megaMiss: store.Counter("watchdog." + name + ".mega_miss").Lane(0),
@@ -129,13 +137,13 @@ func (w *watchdog) look(s *Server, ages []time.Duration) []time.Duration {
 		w.judge(s, l, age)
 	}
 	if w.watchingMain.Load() {
-		check(&w.loops[0], time.Duration(int64(time.Since(w.start))-w.mainBeat.Load()))
+		check(w.loops[0], time.Duration(int64(time.Since(w.start))-w.mainBeat.Load()))
 	}
 	if m := w.manager.Load(); m != nil && s.State() == StateLive {
 		ages = m.WorkerHeartbeatAges(ages)
 		for i, age := range ages {
 			if 1+i < len(w.loops) {
-				check(&w.loops[1+i], age)
+				check(w.loops[1+i], age)
 			}
 		}
 	}
@@ -149,7 +157,7 @@ func (w *watchdog) look(s *Server, ages []time.Duration) []time.Duration {
 // judge counts and acts on one loop's heartbeat age.
 func (w *watchdog) judge(s *Server, l *watchedLoop, age time.Duration) {
 	if age <= w.cfg.MissTimeout.D() {
-		if l.missed {
+		if l.mega {
 			s.log.Info("watchdog: loop beats again", "loop", l.name)
 		}
 		l.missed, l.mega = false, false
@@ -159,14 +167,14 @@ func (w *watchdog) judge(s *Server, l *watchedLoop, age time.Duration) {
 		l.missed = true
 		l.miss.Inc()
 		w.missTotal.Inc()
-		s.log.Warn("watchdog: a loop missed its heartbeat", "loop", l.name, "age", age.Round(time.Millisecond),
+		l.missLog.Warn("watchdog: a loop missed its heartbeat", "loop", l.name, "age", age.Round(time.Millisecond),
 			"miss_timeout", w.cfg.MissTimeout.D())
 	}
 	if !l.mega && age > w.cfg.MegaMissTimeout.D() {
 		l.mega = true
 		l.megaMiss.Inc()
 		w.megaTotal.Inc()
-		s.log.Error("watchdog: a loop is stuck (mega miss)", "loop", l.name, "age", age.Round(time.Millisecond),
+		l.megaLog.Warn("watchdog: a loop is stuck (mega miss)", "loop", l.name, "age", age.Round(time.Millisecond),
 			"mega_miss_timeout", w.cfg.MegaMissTimeout.D())
 	}
 	if kill := w.cfg.KillTimeout.D(); kill > 0 && age > kill {
