@@ -142,6 +142,27 @@ func killServingUnderLoad(t *testing.T, keep bool) killOutcome {
 	}
 	res := run.Stop()
 	n, byClass := obs.failedSince(killAt)
+
+	// The kept sockets are replaced, not piled up: a few more kills,
+	// and the supervisor holds as many descriptors as after the first.
+	s.waitGenerations(1, 30*time.Second)
+	fds := fdCount(t, s.cmd.Process.Pid)
+	for i := 0; i < 3; i++ {
+		g, _ := s.mustStatus().Serving()
+		if err := syscall.Kill(g.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 3000; j++ {
+			if g2, ok := s.mustStatus().Serving(); ok && g2.PID != g.PID && (!keep || s.mustStatus().KeptSockets >= 2) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	s.waitGenerations(1, 30*time.Second)
+	if after := fdCount(t, s.cmd.Process.Pid); after != fds {
+		t.Errorf("keep_listeners = %v: supervisor fds %d after a kill, %d after three more", keep, fds, after)
+	}
 	return killOutcome{result: res, failedAfterKill: n, byClass: byClass, gap: gap}
 }
 
