@@ -71,7 +71,7 @@ func boundCase(t *testing.T, path, value string) (data, key string) {
 	section, name, _ := strings.Cut(path, ".")
 	kv := name + " = " + value + "\n"
 	switch section {
-	case "server", "hot_restart", "stats":
+	case "server", "hot_restart", "stats", "watchdog":
 		extra := ""
 		if path == "server.parent_shutdown_time" {
 			// parent_shutdown_time must also be at least drain_time.
@@ -123,9 +123,9 @@ func TestBounds(t *testing.T) {
 		b := struct{ min, max time.Duration }{time.Duration(bb[0]), time.Duration(bb[1])}
 		q := func(d time.Duration) string { return strconv.Quote(d.String()) }
 		out := []string{q(b.min - 1), q(b.max + 1), q(0), q(-b.min)}
-		if path == "listeners.routes.timeout" || path == "listeners.routes.per_try_timeout" {
+		if path == "listeners.routes.timeout" || path == "listeners.routes.per_try_timeout" || path == "watchdog.kill_timeout" {
 			// 0 is what leaving them out means (the listener's
-			// request_timeout; no bound per try).
+			// request_timeout; no bound per try; never kill).
 			out = []string{q(b.min - 1), q(b.max + 1), q(-b.min)}
 		}
 		rows = append(rows, row{

@@ -166,7 +166,10 @@ type Config struct {
 	// HotRestart configures the hand-over between generations.
 	HotRestart HotRestart `toml:"hot_restart" json:"hot_restart"`
 	// Stats configures the shared-memory stats region.
-	Stats     Stats      `toml:"stats" json:"stats"`
+	Stats Stats `toml:"stats" json:"stats"`
+	// Watchdog configures the liveness checks of a generation's loops
+	// and the supervisor's watch over the serving generation.
+	Watchdog  Watchdog   `toml:"watchdog" json:"watchdog"`
 	Listeners []Listener `toml:"listeners" json:"listeners"`
 	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
 
@@ -231,6 +234,35 @@ type HotRestart struct {
 	// generations are alive; a reload that would exceed that waits for a
 	// hurried one to exit.
 	MaxDrainingGenerations int `toml:"max_draining_generations" json:"max_draining_generations" default:"2" bound:"1..62" note:"past it the oldest draining generation is hurried"`
+	// KeepListeners makes the supervisor keep a duplicate of every
+	// listening socket of the serving generation, so that when it dies
+	// or wedges the next generation takes over the same sockets and the
+	// connections queued in them; false starts the next one cold on
+	// sockets of its own (queued connections are reset).
+	KeepListeners *bool `toml:"keep_listeners" json:"keep_listeners" default:"true"`
+}
+
+// KeepListenersEnabled reports keep_listeners (true when left out).
+func (h HotRestart) KeepListenersEnabled() bool { return h.KeepListeners == nil || *h.KeepListeners }
+
+// Watchdog configures the liveness checks: the main goroutine and every
+// worker's accept loop store a heartbeat; a watchdog goroutine counts the
+// loops whose heartbeat is older than MissTimeout (watchdog.miss) or
+// MegaMissTimeout (watchdog.mega_miss), and can abort the generation. The
+// supervisor watches the generation's heartbeat in the stats region.
+type Watchdog struct {
+	// MissTimeout: a heartbeat older than this is a miss.
+	MissTimeout Duration `toml:"miss_timeout" json:"miss_timeout" default:"200ms" bound:"10ms..1h"`
+	// MegaMissTimeout: a heartbeat older than this is a mega miss.
+	MegaMissTimeout Duration `toml:"mega_miss_timeout" json:"mega_miss_timeout" default:"1s" bound:"10ms..24h"`
+	// KillTimeout: a heartbeat older than this aborts the generation,
+	// every goroutine's stack in the log. 0 (or left out), the default,
+	// never does.
+	KillTimeout Duration `toml:"kill_timeout,omitzero" json:"kill_timeout,omitempty" bound:"10ms..24h"`
+	// SupervisorTimeout: the supervisor treats a serving generation whose
+	// heartbeat in the stats region is older than this as wedged, and
+	// replaces it.
+	SupervisorTimeout Duration `toml:"supervisor_timeout" json:"supervisor_timeout" default:"30s" bound:"250ms..24h"`
 }
 
 // Stats configures the shared-memory stats region that every generation of

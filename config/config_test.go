@@ -70,8 +70,9 @@ func TestIssueConfig(t *testing.T) {
 		Server:     Server{Concurrency: 2, DrainTime: Duration(30 * time.Second), ParentShutdownTime: Duration(45 * time.Second), ReusePort: ptr(true)},
 		Admin:      Admin{Address: "127.0.0.1:9901"},
 		Log:        Log{Level: "info", Format: "text"},
-		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout), MaxDrainingGenerations: DefaultMaxDrainingGenerations},
+		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout), MaxDrainingGenerations: DefaultMaxDrainingGenerations, KeepListeners: ptr(true)},
 		Stats:      Stats{FileMode: DefaultStatsFileMode, FlushInterval: Duration(DefaultStatsFlushInterval)},
+		Watchdog:   Watchdog{MissTimeout: Duration(200 * time.Millisecond), MegaMissTimeout: Duration(time.Second), SupervisorTimeout: Duration(30 * time.Second)},
 		Listeners: []Listener{
 			{
 				Name: "web", Address: "127.0.0.1:8080", Protocol: ProtocolHTTP,

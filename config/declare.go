@@ -180,6 +180,8 @@ var conditionalDefaults = map[string]conditionalDefault{
 		}
 		return ts[len(ts)-2].Interface().(Listener).RequestTimeout, false
 	},
+	// 0 (left out) never kills: the watchdog only counts (Envoy's default).
+	"watchdog.kill_timeout": func([]reflect.Value) (any, bool) { return Duration(0), false },
 }
 
 // defaultOf returns the default of f in the tables ts (see

@@ -107,7 +107,7 @@ func (c *conn) recv(timeout time.Duration) (*Message, []*os.File, error) {
 		return fail(err)
 	}
 	want := 0
-	if m.Type == MsgSockets {
+	if m.Type == MsgSockets || m.Type == MsgKeepSockets {
 		want = len(m.Sockets)
 	}
 	if len(files) != want {

@@ -31,8 +31,9 @@ import (
 //
 // 1.1 added the features "supervised" and "unused_sockets"; 1.2 added
 // "early_commit" and its message; 1.3 added "session_ticket_keys" and its
-// two messages.
-const ProtocolVersion = "1.3"
+// two messages; 1.4 added the link between a generation and its
+// supervisor (keeper.go), "kept_sockets" and the keep_sockets message.
+const ProtocolVersion = "1.4"
 
 // Defaults for Options fields left zero.
 const (
@@ -65,6 +66,12 @@ const (
 	// it issued resume on the child. A child asks only a parent that says
 	// this: an older one takes an unknown message for a broken child.
 	FeatureSessionTicketKeys = "session_ticket_keys"
+	// FeatureKeptSockets: spoken on the link between a generation and its
+	// supervisor (keeper.go), never on a restart socket. A supervisor that
+	// says it keeps a duplicate of every listening socket the serving
+	// generation sends it (MsgKeepSockets), and answers get_sockets from
+	// the generation it starts after that one died or wedged.
+	FeatureKeptSockets = "kept_sockets"
 )
 
 // SupervisorPIDEnv is set by the supervisor in each generation's
@@ -129,6 +136,11 @@ const (
 	// session_ticket_keys: parent → child, one batch of listeners' keys;
 	// More says another batch follows.
 	MsgSessionTicketKeys MessageType = "session_ticket_keys"
+	// keep_sockets: generation → supervisor on their link, one batch of
+	// the generation's listening sockets with their fds attached; More
+	// says another batch follows. The last batch replaces whatever the
+	// supervisor kept before. Not answered.
+	MsgKeepSockets MessageType = "keep_sockets"
 	// ok: a request was done.
 	MsgOK MessageType = "ok"
 	// error: a request was refused; the connection closes after it.
@@ -243,10 +255,10 @@ func decodeMessage(b []byte) (*Message, error) {
 		if m.Identity == nil || m.Version == "" {
 			return nil, errors.New("malformed hello: version and identity are required")
 		}
-	case MsgSockets:
+	case MsgSockets, MsgKeepSockets:
 		for i, s := range m.Sockets {
 			if s.Network == "" || s.Address == "" || (s.Role != RoleListener && s.Role != RoleAdmin) {
-				return nil, fmt.Errorf("malformed sockets message: entry %d (%+v) lacks network, address or a known role", i, s)
+				return nil, fmt.Errorf("malformed %s message: entry %d (%+v) lacks network, address or a known role", m.Type, i, s)
 			}
 		}
 	case MsgDrain:

@@ -87,6 +87,9 @@ func TestSuperviseUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("20 reloads in %v", time.Since(start).Round(time.Millisecond))
+	// Each live generation has a link to the supervisor (the kept
+	// listening sockets): count once the draining ones have exited.
+	s.waitGenerations(1, 30*time.Second)
 	if fdsAfter := fdCount(t, supPID); fdsAfter != fdsBefore {
 		t.Errorf("supervisor fds: %d before 20 reloads, %d after", fdsBefore, fdsAfter)
 	}

@@ -43,6 +43,8 @@ func (s *Server) rollback() error {
 		Inherited:   s.hr.kept,
 		Stats:       s.stats,
 		ServerTLS:   s.tls.ServerConfigs(),
+
+		HeartbeatInterval: s.wd.interval(),
 	}, s.snapshot)
 	s.hr.kept = nil // workers.New owns them now, on success and failure
 	if err != nil {
@@ -66,6 +68,7 @@ func (s *Server) rollback() error {
 	}
 	s.hr.draining, s.hr.drainResult, s.hr.child = nil, nil, hotrestart.Identity{}
 	s.workers = m
+	s.wd.manager.Store(m)
 	m.Start()
 	s.setHandover(handoverRolledBack, "the successor died within the commit window")
 	s.setState(StateLive)
@@ -73,5 +76,6 @@ func (s *Server) rollback() error {
 	s.adminLn = &adminListener{Listener: adminLn}
 	s.admin = s.newAdminServer()
 	go s.admin.Serve(s.adminLn)
+	s.keepSocketsWithSupervisor()
 	return nil
 }

@@ -97,6 +97,18 @@ type Options struct {
 	// generation's sockets, before it serves, so that a test can kill it
 	// at the worst moment for the previous one.
 	StopAfterTakeover bool
+	// SupervisorLink is this generation's end of its link to the
+	// supervisor (serve --supervisor-fd; hotrestart.SupervisorLink),
+	// nil for none. New takes it over.
+	SupervisorLink *os.File
+	// TakeKeptSockets: the generation this one replaces died or wedged,
+	// and the supervisor kept its listening sockets: take them from the
+	// link instead of dialing a restart socket (--restart-parent kept).
+	TakeKeptSockets bool
+	// TestBlockMainAfter is fault injection for tests: once the
+	// generation has served this long, its main loop blocks for good, as
+	// a wedged one would (0: never).
+	TestBlockMainAfter time.Duration
 }
 
 // Server is one generation.
@@ -128,6 +140,10 @@ type Server struct {
 	// takeover is the child side of hot restart, hr the parent side.
 	takeover takeover
 	hr       handover
+	// link is the link to the supervisor (supervisor_link.go), nil for
+	// none; wd the watchdog (watchdog.go).
+	link *hotrestart.SupervisorLink
+	wd   *watchdog
 
 	// region and stats are this generation's share of the stats region
 	// (see stats.go); srvStats its server.* gauges on lane 0.
@@ -207,8 +223,20 @@ func New(opts Options) (*Server, error) {
 	// region included. Nothing is bound yet.
 	var inherited map[workers.SocketKey]*os.File
 	var adminLn net.Listener
-	if opts.Epoch > 0 {
+	if err := s.openSupervisorLink(); err != nil {
+		s.stopReopen()
+		return nil, err
+	}
+	switch {
+	case opts.TakeKeptSockets:
+		if inherited, adminLn, err = s.takeKeptSockets(); err != nil {
+			s.closeSupervisorLink()
+			s.stopReopen()
+			return nil, err
+		}
+	case opts.Epoch > 0:
 		if inherited, adminLn, err = s.takeOver(); err != nil {
+			s.closeSupervisorLink()
 			s.stopReopen()
 			return nil, err
 		}
@@ -220,6 +248,7 @@ func New(opts Options) (*Server, error) {
 			adminLn.Close()
 		}
 		s.closeHotRestart()
+		s.closeSupervisorLink()
 		s.tls.Close()
 		s.stopHealthMonitors()
 		s.closeStats()
@@ -240,6 +269,8 @@ func New(opts Options) (*Server, error) {
 		Inherited:   inherited,
 		Stats:       s.stats,
 		ServerTLS:   s.tls.ServerConfigs(),
+
+		HeartbeatInterval: s.wd.interval(),
 	}, snap)
 	inherited = nil // workers.New owns them now, on success and failure
 	if err != nil {
@@ -285,6 +316,7 @@ func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 // has handed over to the next one; then it drains the generation and
 // returns. A second signal during a drain closes everything at once.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.closeSupervisorLink()
 	defer s.closeHotRestart()
 	defer s.runStats()()
 	defer s.tls.Close()
@@ -300,12 +332,25 @@ func (s *Server) Run(ctx context.Context) error {
 	s.workers.Start()
 	go s.hr.listener.Serve()
 	s.setState(StateLive)
+	s.startWatchdog()
+	beat := time.NewTicker(s.wd.interval())
+	defer beat.Stop()
+	var blockMain <-chan time.Time
+	if s.opts.TestBlockMainAfter > 0 {
+		t := time.NewTimer(s.opts.TestBlockMainAfter)
+		defer t.Stop()
+		blockMain = t.C
+	}
 	// The admin API starts once the generation is LIVE, so that a
 	// successor's /ready never answers for a generation still starting.
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
 	s.log.Info("serving", "epoch", s.opts.Epoch, "pid", s.identity.PID,
 		"concurrency", s.concurrency, "listeners", len(s.cfg.Listeners), "admin", s.adminLn.Addr().String())
+	// Before the previous generation drains: the set sent replaces its
+	// set at the supervisor, and a socket this one dropped must not stay
+	// open there.
+	s.keepSocketsWithSupervisor()
 	s.tellPredecessorToDrain()
 	if s.opts.OnReady != nil {
 		s.opts.OnReady()
@@ -315,6 +360,11 @@ func (s *Server) Run(ctx context.Context) error {
 	for reason == "" && s.hr.state != handoverDrained {
 		commit, drained := s.handoverChannels()
 		select {
+		case <-beat.C:
+			s.wd.beatMain()
+		case <-blockMain:
+			s.log.Warn("blocking the main loop for good, as --test-block-main-after asks (a test of the watchdog)")
+			select {}
 		case <-ctx.Done():
 			reason = "context ended"
 		case r := <-s.quit:
@@ -346,6 +396,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.onDrained(err)
 		}
 	}
+	s.stopWatchdog()
 	if reason == "" {
 		s.log.Info("handed over and drained: exiting", "epoch", s.opts.Epoch, "pid", s.identity.PID)
 		s.closeRetired()
@@ -400,6 +451,7 @@ func (s *Server) requestQuit(reason string) {
 // built but never run.
 func (s *Server) Close() error {
 	s.closeHotRestart()
+	s.closeSupervisorLink()
 	s.tls.Close()
 	s.stopHealthMonitors()
 	s.stopReopen()

@@ -92,12 +92,15 @@ func (s *Server) openStats() error {
 		Workers:       s.concurrency,
 		FlushInterval: sc.FlushInterval.D(),
 		Logger:        s.log,
+		// The owner's heartbeat is the watchdog's least recent loop's.
+		Liveness: func() time.Time { return s.wd.liveness() },
 	})
 	if err != nil {
 		region.Close()
 		return err
 	}
 	s.region, s.stats = region, store
+	s.wd = newWatchdog(s.cfg.Watchdog, store, s.concurrency, s.log)
 	g := func(name string) stats.GaugeLane { return store.Gauge(name, stats.GaugeNewest).Lane(0) }
 	s.srvStats = serverStats{
 		live:        g("server.live"),

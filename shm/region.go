@@ -104,12 +104,17 @@ func (r *Region) corrupt(err error) error {
 // sets this owner's bit again in the records it declares where the bit was
 // lost (a truncated region written back). Call it from the main
 // goroutine's flush loop.
-func (r *Region) Heartbeat() {
+func (r *Region) Heartbeat() { r.HeartbeatAt(time.Now()) }
+
+// HeartbeatAt is Heartbeat with the time given: the last moment the owner
+// knows itself alive (a watchdog's least recent loop), which a supervisor
+// reading the owner table takes as the generation's liveness.
+func (r *Region) HeartbeatAt(t time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.guardedLocked(true, func() error {
-			r.st(r.g.owner(r.slot)+oHeartbeat, uint64(time.Now().UnixNano()))
+			r.st(r.g.owner(r.slot)+oHeartbeat, uint64(t.UnixNano()))
 			for id := range r.declared {
 				r.setDeclaredLocked(id, true)
 			}

@@ -53,6 +53,11 @@ type Options struct {
 	FlushInterval time.Duration
 	// Logger; default a null logger.
 	Logger hclog.Logger
+	// Liveness, when set, is the time Flush stores as the owner's
+	// heartbeat in the region (a watchdog's least recent loop), instead
+	// of the time of the flush: the flush runs on a goroutine of its own,
+	// which lives on while the loops a supervisor cares about are stuck.
+	Liveness func() time.Time
 }
 
 // Store is the set of stats of one generation. Creating stats takes a lock;
@@ -62,6 +67,7 @@ type Store struct {
 	lanes    int
 	interval time.Duration
 	log      hclog.Logger
+	liveness func() time.Time
 	overflow CounterLane
 	warned   atomic.Bool
 
@@ -90,6 +96,7 @@ func New(opts Options) (*Store, error) {
 		region:     opts.Region,
 		lanes:      opts.Workers + 1,
 		interval:   opts.FlushInterval,
+		liveness:   opts.Liveness,
 		log:        opts.Logger,
 		counters:   map[string]*Counter{},
 		gauges:     map[string]*Gauge{},
@@ -236,7 +243,11 @@ func (s *Store) Flush() error {
 		}
 	}
 	if s.region != nil {
-		s.region.Heartbeat()
+		if s.liveness != nil {
+			s.region.HeartbeatAt(s.liveness())
+		} else {
+			s.region.Heartbeat()
+		}
 		if err := s.region.Reap(); err != nil {
 			errs = append(errs, err)
 		}

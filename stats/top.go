@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -208,6 +209,9 @@ func (t *Top) Frame(rows, cols int) []string {
 	if len(owners) == 0 {
 		add("(none attached: no generation is running; the values are what the last ones left)")
 	}
+	if line := watchdogLine(statsByName(t.cur)); line != "" {
+		add(line)
+	}
 
 	add("")
 	add("LISTENERS")
@@ -300,4 +304,26 @@ func (t *Top) Render(w io.Writer, rows, cols int) error {
 	b.WriteString("\x1b[J")
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// watchdogLine sums up the watchdog's stats (server/watchdog.go): stalls
+// counted so far, and the loops whose heartbeat is older than a second
+// now; "" when the region has none.
+func watchdogLine(byName map[string]shm.Stat) string {
+	miss, ok := byName["watchdog.miss"]
+	if !ok {
+		return ""
+	}
+	line := fmt.Sprintf("watchdog: %d misses, %d mega misses", miss.Counter, byName["watchdog.mega_miss"].Counter)
+	var stale []string
+	for name, st := range byName {
+		if loop, ok := strings.CutSuffix(strings.TrimPrefix(name, "watchdog."), ".heartbeat_age_ms"); ok && st.Gauge >= 1000 {
+			stale = append(stale, fmt.Sprintf("%s %s", loop, (time.Duration(st.Gauge)*time.Millisecond).String()))
+		}
+	}
+	if len(stale) > 0 {
+		sort.Strings(stale)
+		line += "; stalled now: " + strings.Join(stale, ", ")
+	}
+	return line
 }

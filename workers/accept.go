@@ -24,6 +24,10 @@ type acceptor struct {
 	// slots bounds the listener's open connections (connlimit.go): every
 	// connection accept returns holds one, which its close gives back.
 	slots *connSlots
+	// hb is the loop's heartbeat (heartbeat.go), stored every beatEvery
+	// at least; nil: none kept.
+	hb        *heartbeat
+	beatEvery time.Duration
 }
 
 // accept returns the next connection, holding a connection slot that the
@@ -37,6 +41,7 @@ type acceptor struct {
 func (a *acceptor) accept() (*net.TCPConn, error) {
 	var delay time.Duration
 	for {
+		a.beat()
 		c, err := a.s.ln.AcceptTCP()
 		if err == nil {
 			if a.admit(c) {
@@ -68,6 +73,9 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 		}
 		if errors.Is(err, net.ErrClosed) {
 			return nil, err
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && a.hb != nil {
+			continue // the heartbeat's deadline: nothing arrived
 		}
 		budget := a.m.budget
 		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)

@@ -264,9 +264,28 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // BenchmarkH1ProxyClose: a connection per proxied request (the client
 // says Connection: close); allocs/op include the client's dial.
-func BenchmarkH1ProxyClose(b *testing.B) {
+func BenchmarkH1ProxyClose(b *testing.B) { benchH1ProxyClose(b, 0) }
+
+// BenchmarkH1ProxyCloseHeartbeat: BenchmarkH1ProxyClose with the accept
+// loop's heartbeat on, at the default watchdog interval (miss_timeout/2):
+// the watchdog's whole cost on the request path, a store and a listener
+// deadline per accepted connection.
+func BenchmarkH1ProxyCloseHeartbeat(b *testing.B) { benchH1ProxyClose(b, 100*time.Millisecond) }
+
+func benchH1ProxyClose(b *testing.B, heartbeat time.Duration) {
 	be := rawKeepAliveBackend(b, benchResponse)
-	m := startManager(b, proxyConfig(be), 1)
+	cfg := proxyConfig(be)
+	cfg.SetDefaults()
+	snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(Options{Concurrency: 1, Logger: testLogger(), HeartbeatInterval: heartbeat}, snap)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	m.Start()
 	a := addr(b, m, "web")
 	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example\r\nConnection: close\r\n\r\n")
 	buf := make([]byte, 4096)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -66,6 +67,10 @@ type Options struct {
 	// session-ticket keys handed over between generations). A listener
 	// with TLS and no entry here is an error.
 	ServerTLS map[string]*tls.Config
+	// HeartbeatInterval is how often at least every accept loop stores
+	// its heartbeat (WorkerHeartbeatAges), waking for it when idle; 0
+	// keeps none.
+	HeartbeatInterval time.Duration
 }
 
 // Manager owns all workers of one generation.
@@ -99,13 +104,16 @@ type Manager struct {
 	// once it has counted the last migration.
 	stopMigrations chan struct{}
 	migrationsDone chan struct{}
+	// heartbeatEvery is Options.HeartbeatInterval.
+	heartbeatEvery time.Duration
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
 	stopped  bool // accepting stopped (drain or close)
 	unused   map[SocketKey]*os.File
-	snap     *Snapshot // the published one
-	forceErr error     // why the drain was forced
+	snap     *Snapshot  // the published one
+	forceErr error      // why the drain was forced
+	beats    []loopBeat // every accept loop's heartbeat, set by Start
 
 	stopAccept chan struct{} // closed when accepting stops
 	force      chan struct{} // closed: close whatever is left now
@@ -244,6 +252,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		stopMigrations: make(chan struct{}),
 		migrationsDone: make(chan struct{}),
 		drainDone:      make(chan struct{}),
+		heartbeatEvery: opts.HeartbeatInterval,
 	}
 	for i, name := range snap.order {
 		ls := snap.listeners[name]
@@ -344,6 +353,13 @@ func (m *Manager) Start() {
 					continue
 				}
 				a := &acceptor{m: m, s: s, wk: wk, li: ml.idx, st: wk.stats[ml.idx], slots: ml.slots}
+				if m.heartbeatEvery > 0 {
+					// The loops of a shared socket take turns in
+					// accept(2): each gets its share of the interval.
+					a.hb, a.beatEvery = new(heartbeat), m.heartbeatEvery/time.Duration(s.loops(m.n))
+					a.hb.at.Store(monotime())
+					m.beats = append(m.beats, loopBeat{worker: w, hb: a.hb})
+				}
 				s.acceptors.Add(1)
 				m.acceptWG.Add(1)
 				if ml.protocol == config.ProtocolHTTP {
@@ -365,7 +381,6 @@ func (m *Manager) Start() {
 // the kernel spreads by flow hash. A next generation that fails leaves
 // this one with the kernel's spread; a rollback loads the program anew.
 func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
-	out := make(map[SocketKey]*os.File)
 	for _, ml := range m.listeners {
 		if ml.steer != nil {
 			if err := ml.steer.Release(); err != nil {
@@ -374,6 +389,14 @@ func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
 			}
 		}
 	}
+	return m.SocketDups()
+}
+
+// SocketDups returns the listening sockets by key, as files (dups), and
+// leaves their steering alone: for a copy that nobody accepts on while
+// this generation serves (the supervisor's, see hotrestart.SupervisorLink).
+func (m *Manager) SocketDups() (map[SocketKey]*os.File, error) {
+	out := make(map[SocketKey]*os.File)
 	for _, ml := range m.listeners {
 		for _, s := range ml.sockets {
 			f, err := s.ln.File()

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
@@ -176,12 +177,20 @@ func serve(args []string, stderr io.Writer) int {
 	epoch := fs.Int("restart-epoch", 0, "hot-restart `epoch`: 0 starts cold; N > 0 takes over from the running generation of epoch N-1")
 	allowCold := fs.Bool("allow-cold-start", false, "with --restart-epoch N > 0: start cold when no generation of epoch N-1 is running")
 	restartParent := fs.String("restart-parent", "", "with --restart-epoch N > 0: the generation to take over from, `PID[:START]` (START: its start time, /proc/PID/stat field 22), "+
-		"or \"none\" to start cold without dialing; a listener on the restart socket that is not it is skipped, unspoken to. "+
+		"or \"none\" to start cold without dialing; a listener on the restart socket that is not it is skipped, unspoken to; "+
+		"or \"kept\": the previous generation died or wedged, take the listening sockets the supervisor kept of it (needs --supervisor-fd). "+
 		"The supervisor sets it; default: any generation of this user or root")
+	supervisorFD := fs.Int("supervisor-fd", -1, "file `descriptor` of the link to the supervisor, which keeps a copy of this generation's listening sockets "+
+		"for its successor should it die (the supervisor sets it)")
 	readyFD := fs.Int("ready-fd", -1, "file `descriptor` to write \"READY <pid>\" to once serving (or \"FAILED <reason>\" on a failed start), then close")
 	// A fault-injection hook for the integration tests, kept out of the
 	// flag set so that --help never offers it.
 	stopAfterTakeover, args := takeHiddenFlag(args, testStopAfterTakeoverFlag)
+	blockMainAfter, args, err := takeHiddenDuration(args, testBlockMainAfterFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "hotproxy serve: %v\n", err)
+		return exitUsage
+	}
 	if rc := parse(fs, args); rc >= 0 {
 		return rc
 	}
@@ -191,14 +200,19 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	var parent hotrestart.ExpectedParent
 	noParent := *restartParent == "none"
+	takeKept := *restartParent == "kept"
+	if takeKept && *supervisorFD < 0 {
+		fmt.Fprintln(stderr, "hotproxy serve: --restart-parent kept needs --supervisor-fd (the kept sockets come over the supervisor's link)")
+		return exitUsage
+	}
 	if *restartParent != "" && *epoch == 0 {
 		fmt.Fprintln(stderr, "hotproxy serve: --restart-parent needs --restart-epoch N > 0 (epoch 0 takes over from nobody)")
 		return exitUsage
 	}
-	if *restartParent != "" && !noParent {
+	if *restartParent != "" && !noParent && !takeKept {
 		var err error
 		if parent, err = hotrestart.ParseExpectedParent(*restartParent); err != nil {
-			fmt.Fprintf(stderr, "hotproxy serve: --restart-parent: %v (or \"none\")\n", err)
+			fmt.Fprintf(stderr, "hotproxy serve: --restart-parent: %v (or \"none\", or \"kept\")\n", err)
 			return exitUsage
 		}
 	}
@@ -249,6 +263,10 @@ func serve(args []string, stderr io.Writer) int {
 		OnReady:           ready.ready,
 		LogFile:           logFile,
 		StopAfterTakeover: stopAfterTakeover,
+
+		SupervisorLink:     supervisorLink(*supervisorFD),
+		TakeKeptSockets:    takeKept,
+		TestBlockMainAfter: blockMainAfter,
 	})
 	if err != nil {
 		// Once as plain text for whoever started it; in the log too
@@ -286,6 +304,36 @@ func openProcessLog(cfg *config.Config, stderr io.Writer) (out io.Writer, logFil
 // testStopAfterTakeoverFlag is serve's hidden test hook (see
 // server.Options.StopAfterTakeover).
 const testStopAfterTakeoverFlag = "--test-stop-after-takeover"
+
+// testBlockMainAfterFlag is serve's hidden test hook of the watchdog (see
+// server.Options.TestBlockMainAfter): "--test-block-main-after=DURATION".
+const testBlockMainAfterFlag = "--test-block-main-after"
+
+// takeHiddenDuration removes "flag=DURATION" from args and returns the
+// duration (0 when absent).
+func takeHiddenDuration(args []string, flag string) (time.Duration, []string, error) {
+	var d time.Duration
+	rest := make([]string, 0, len(args))
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil || d <= 0 {
+				return 0, nil, fmt.Errorf("%s: %q is not a duration above 0", flag, v)
+			}
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return d, rest, nil
+}
+
+// supervisorLink is the file of --supervisor-fd, nil when not given.
+func supervisorLink(fd int) *os.File {
+	if fd < 0 {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "supervisor-link")
+}
 
 // takeHiddenFlag removes the boolean flag from args and says whether it
 // was there.

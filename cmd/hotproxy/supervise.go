@@ -152,7 +152,8 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 func printStatus(w io.Writer, st *supervisor.Status) {
 	fmt.Fprintf(w, "supervisor pid %d, version %s, up %s, base-id %d, config %s\n",
 		st.PID, st.Version, time.Since(st.Started).Round(time.Second), st.BaseID, st.Config)
-	fmt.Fprintf(w, "reloads: %d ok, %d failed; re-executed %d times\n", st.Reloads, st.FailedReloads, st.Reexecs)
+	fmt.Fprintf(w, "reloads: %d ok, %d failed; re-executed %d times; keeps %d listening sockets for a crash\n",
+		st.Reloads, st.FailedReloads, st.Reexecs, st.KeptSockets)
 	if st.LastFailure != nil {
 		fmt.Fprintf(w, "last failure (%s ago): %s\n", time.Since(st.LastFailure.At).Round(time.Second), st.LastFailure.Reason)
 	}

@@ -194,3 +194,20 @@ func TestStatsWatchArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestTopShowsTheWatchdog: the watchdog's counts, and the loops whose
+// heartbeat is stale now, in a line under the generations.
+func TestTopShowsTheWatchdog(t *testing.T) {
+	s, path := liveRegion(t)
+	s.Counter("watchdog.miss").Lane(0).Add(2)
+	s.Counter("watchdog.mega_miss").Lane(0).Add(1)
+	s.Gauge("watchdog.main.heartbeat_age_ms", stats.GaugeNewest).Lane(0).Set(5000)
+	s.Gauge("watchdog.worker.0.heartbeat_age_ms", stats.GaugeNewest).Lane(0).Set(10)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"top", "--path", path, "--frames", "1", "--size", "120x30"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("hotproxy top: exit %d; stderr: %s", code, stderr.String())
+	}
+	if want := "watchdog: 2 misses, 1 mega misses; stalled now: main 5s"; !strings.Contains(stdout.String(), want) {
+		t.Fatalf("top does not say %q:\n%s", want, stdout.String())
+	}
+}

@@ -217,6 +217,9 @@ func (s *Supervisor) status() *Status {
 	if s.ctl != nil {
 		st.RefusedControlPeers = s.ctl.refused()
 	}
+	if s.kept != nil {
+		st.KeptSockets = len(s.kept.files)
+	}
 	now := time.Now()
 	for _, g := range s.gens {
 		st.Generations = append(st.Generations, GenerationStatus{

@@ -106,6 +106,10 @@ const (
 	// another container's, whose pid this one may not see): any process
 	// of this user or root.
 	parentAny
+	// parentKept: the serving generation died or wedged, and this
+	// supervisor kept its listening sockets: the new one takes them over
+	// the supervisor's link, dialing nothing.
+	parentKept
 )
 
 // exit is how a reaped generation ended.
@@ -150,6 +154,14 @@ type machine struct {
 	loadConfig func() (*config.Config, error)
 	// readyMargin and stopMargin: see Options.
 	readyMargin, stopMargin time.Duration
+	// keptSockets reports whether the process table keeps listening
+	// sockets of a generation that served (hot_restart.keep_listeners):
+	// a generation started while none serves takes those.
+	keptSockets func() bool
+	// dropKept lets go of the kept sockets: a generation started on them
+	// failed, and the next one starts cold (a binary that cannot take
+	// them must not fail forever).
+	dropKept func(why string)
 
 	cfg           *config.Config
 	gens          []*generation
@@ -171,6 +183,8 @@ type machine struct {
 func newMachine(procs processTable, cfg *config.Config, log hclog.Logger) *machine {
 	return &machine{procs: procs, cfg: cfg, log: log, now: time.Now, lastEpoch: -1,
 		loadConfig:  func() (*config.Config, error) { return cfg, nil },
+		keptSockets: func() bool { return false },
+		dropKept:    func(string) {},
 		readyMargin: DefaultReadyMargin, stopMargin: DefaultStopMargin}
 }
 
@@ -351,6 +365,10 @@ func (m *machine) spawn(op *reloadOp, coldOK bool) error {
 	case op.initial && g.epoch > 0:
 		// Only a take-over starts past epoch 0 (runningEpoch found one).
 		g.parent = parentAny
+	case !op.initial && m.keptSockets():
+		// The serving one died or wedged: its queued connections wait
+		// in the sockets kept.
+		g.parent = parentKept
 	}
 	if err := m.procs.start(g, coldOK); err != nil {
 		return err
@@ -373,6 +391,11 @@ func (m *machine) summary() string {
 	for _, g := range m.gens {
 		if g.state == StateDraining {
 			parts = append(parts, fmt.Sprintf("epoch %d draining (pid %d)", g.epoch, g.pid))
+		}
+	}
+	for _, g := range m.gens {
+		if g.state == StateWedged {
+			parts = append(parts, fmt.Sprintf("epoch %d wedged (pid %d)", g.epoch, g.pid))
 		}
 	}
 	if len(parts) == 0 {

@@ -33,6 +33,7 @@ func (m *machine) onReady(msg readyMsg) {
 			}
 		}
 		m.log.Info("generation serves", "epoch", g.epoch, "pid", g.pid)
+		m.killWedged(g)
 		m.hurryOldestDraining()
 		m.finishOp(g, "")
 		return
@@ -54,6 +55,9 @@ func (m *machine) onReady(msg readyMsg) {
 	}
 	if reason == "" {
 		reason = "failed"
+	}
+	if g.parent == parentKept {
+		m.dropKept("the generation started on them failed; the next one starts cold")
 	}
 	if !g.exited {
 		// It never served: nothing to drain. Kill it; it stays listed as
@@ -184,6 +188,8 @@ func (m *machine) onExit(g *generation, e exit) {
 		m.remove(g)
 		m.onServingDied(g, e)
 		return
+	case StateWedged:
+		m.log.Info("wedged generation is gone", "epoch", g.epoch, "pid", g.pid, "status", e.how)
 	}
 	m.remove(g)
 	if m.quitWhenEmpty && len(m.gens) == 0 && m.op == nil {
@@ -243,6 +249,41 @@ func (m *machine) onServingDied(g *generation, e exit) {
 		return
 	}
 	m.crashRestart(reason)
+}
+
+// onWedged: the serving generation's heartbeat stopped (age, for
+// watchdog.supervisor_timeout). It is left alone — its workers may still
+// serve, and it holds connections in flight — while the next generation
+// starts as after a crash (on the kept sockets, so nothing queued is
+// lost); it is SIGKILLed once that one serves (killWedged).
+func (m *machine) onWedged(g *generation, age time.Duration) {
+	if g.state != StateServing || m.stopping {
+		return
+	}
+	g.state = StateWedged
+	reason := fmt.Sprintf("serving generation epoch %d (pid %d) is wedged: no heartbeat for %s (watchdog.supervisor_timeout %s)",
+		g.epoch, g.pid, age.Round(time.Millisecond), m.cfg.Watchdog.SupervisorTimeout.D())
+	m.lastFailure = &Failure{Epoch: g.epoch, PID: g.pid, Reason: reason, At: m.now()}
+	m.answerCommitWaiters(g, ReloadResult{Epoch: g.epoch, PID: g.pid, ServingEpoch: -1, Error: reason})
+	m.log.Error(reason + "; starting the next generation, and killing this one once that one serves")
+	m.procs.notify(statusLine(reason))
+	if m.op != nil {
+		// A reload in progress took over from it already, or will find
+		// nothing serving; either way it replaces it.
+		return
+	}
+	m.crashRestart(reason)
+}
+
+// killWedged SIGKILLs the wedged generations: g serves in their place.
+func (m *machine) killWedged(g *generation) {
+	for _, w := range m.gens {
+		if w.state == StateWedged {
+			m.log.Warn("killing the wedged generation: its successor serves", "epoch", w.epoch, "pid", w.pid,
+				"successor_epoch", g.epoch, "successor_pid", g.pid)
+			m.procs.signal(w, SignalKill)
+		}
+	}
 }
 
 // answerCommitWaiters answers whoever waits for g's commit with res.

@@ -17,11 +17,16 @@
 //
 // The contract with a generation is the command line of `hotproxy serve`:
 //
-//	serve [-c FILE] --base-id B --restart-epoch N [--allow-cold-start] [--restart-parent PID:START|none] --ready-fd 3
+//	serve [-c FILE] --base-id B --restart-epoch N [--allow-cold-start] [--restart-parent PID:START|none|kept] --ready-fd 3 --supervisor-fd 4
 //
 // --restart-parent names the generation to take over from, from this
 // supervisor's own process table (pid and /proc start time), or says that
-// none serves (start cold, dial nothing); see docs/hot-restart.md. The
+// none serves (start cold, dial nothing), or that none serves but the
+// supervisor kept its listening sockets (take them over the link);
+// --supervisor-fd is that link (keeper_linux.go), over which the serving
+// generation sends its sockets to keep. The supervisor also watches the
+// serving generation's heartbeat in the stats region and replaces a wedged
+// one; see docs/hot-restart.md. The
 // generation writes "READY <pid>\n" or "FAILED <reason>\n" to fd 3.
 package supervisor
 
@@ -190,6 +195,11 @@ const (
 	StateFailed State = "failed"
 	// StateStopping: told to stop (SIGTERM) by a supervisor shutdown.
 	StateStopping State = "stopping"
+	// StateWedged: it served, but its heartbeat in the stats region
+	// stopped for watchdog.supervisor_timeout. The next generation is
+	// started (on the kept sockets); this one is SIGKILLed once that one
+	// serves.
+	StateWedged State = "wedged"
 )
 
 // GenerationStatus is one generation in a Status.
@@ -233,6 +243,9 @@ type Status struct {
 	// RefusedControlPeers counts control connections turned away (another
 	// user's); their warnings are rate-limited, this count is not.
 	RefusedControlPeers uint64 `json:"refused_control_peers,omitempty"`
+	// KeptSockets is how many listening sockets of the serving generation
+	// the supervisor keeps for its successor (hot_restart.keep_listeners).
+	KeptSockets int `json:"kept_sockets"`
 }
 
 // Serving returns the serving generation, if any.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 )
 
 // The Linux process layer under the machine (machine.go): fork-exec,
@@ -53,6 +54,13 @@ type Supervisor struct {
 	handedSignals []string
 	readyCh       chan readyMsg
 	ctlCh         chan ctlReq
+	// The kept listening sockets (keeper_linux.go): the serving
+	// generation's set, and sets sent by generations still starting.
+	kept          *keptSet
+	pendingKept   map[*generation]*keptSet
+	keepCh        chan keepMsg
+	keptReqCh     chan keptReq
+	watchFailures ratelog.Limiter
 	// exited is closed when Run returns.
 	exited chan struct{}
 }
@@ -115,10 +123,17 @@ func New(opts Options) (*Supervisor, error) {
 		readyCh:  make(chan readyMsg, 4),
 		ctlCh:    make(chan ctlReq),
 		exited:   make(chan struct{}),
+
+		pendingKept: map[*generation]*keptSet{},
+		keepCh:      make(chan keepMsg),
+		keptReqCh:   make(chan keptReq),
 	}
+	s.watchFailures.Log = s.log
 	s.machine = newMachine(s, cfg, s.log)
 	s.machine.loadConfig = func() (*config.Config, error) { return config.Load(opts.ConfigPath) }
 	s.machine.readyMargin, s.machine.stopMargin = opts.ReadyMargin, opts.StopMargin
+	s.machine.keptSockets = s.haveKept
+	s.machine.dropKept = s.dropKeptSockets
 	return s, nil
 }
 
@@ -129,6 +144,13 @@ func New(opts Options) (*Supervisor, error) {
 // is a SIGTERM.
 func (s *Supervisor) Run(ctx context.Context) error {
 	defer close(s.exited)
+	defer func() {
+		s.dropKept("the supervisor exits")
+		for g, set := range s.pendingKept {
+			set.close()
+			delete(s.pendingKept, g)
+		}
+	}()
 	if s.opts.ReapOrphans && os.Getpid() != 1 {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 			s.log.Warn("cannot become a child subreaper; orphans of generations go to init", "error", err)
@@ -199,8 +221,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	reapTick := time.NewTicker(time.Second)
 	defer reapTick.Stop()
+	watchEvery := s.watchInterval()
+	watchTick := time.NewTicker(watchEvery)
+	defer watchTick.Stop()
 	ctxDone := ctx.Done()
 	for {
+		s.syncKept()
+		if w := s.watchInterval(); w != watchEvery {
+			watchEvery = w
+			watchTick.Reset(w)
+		}
 		if done, err := s.machine.done(); done {
 			return err
 		}
@@ -232,6 +262,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.onReady(m)
 		case r := <-s.ctlCh:
 			s.onControl(r)
+		case k := <-s.keepCh:
+			s.onKeep(k)
+		case r := <-s.keptReqCh:
+			s.onKeptReq(r)
+		case <-watchTick.C:
+			s.watchHeartbeat()
 		case <-timer:
 		case <-reapTick.C:
 			// Signals coalesce, and one that arrived while re-executing
@@ -297,15 +333,27 @@ func resolve(path string) string {
 // fd 3, and a goroutine that reads it.
 func (s *Supervisor) start(g *generation, coldOK bool) error {
 	binary := resolve(s.binary)
+	if g.parent != parentKept {
+		// Fresh sockets of the new generation would join the
+		// SO_REUSEPORT groups of kept ones nobody accepts on.
+		s.dropKept("the new generation starts on sockets of its own")
+	}
 	r, w, err := pipe()
 	if err != nil {
 		return fmt.Errorf("epoch %d: readiness pipe: %w", g.epoch, err)
+	}
+	linkConn, linkFile, err := s.newLink()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return fmt.Errorf("epoch %d: %w", g.epoch, err)
 	}
 	args := []string{s.binary, "serve"} // argv[0] as configured: a reload re-resolves it
 	if s.opts.ConfigPath != "" {
 		args = append(args, "-c", s.opts.ConfigPath)
 	}
-	args = append(args, "--base-id", strconv.Itoa(s.opts.BaseID), "--restart-epoch", strconv.Itoa(g.epoch), "--ready-fd", "3")
+	args = append(args, "--base-id", strconv.Itoa(s.opts.BaseID), "--restart-epoch", strconv.Itoa(g.epoch), "--ready-fd", "3",
+		"--supervisor-fd", strconv.Itoa(generationLinkFD))
 	if coldOK && g.epoch > 0 {
 		args = append(args, "--allow-cold-start")
 	}
@@ -315,6 +363,8 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 			args = append(args, "--restart-parent", fmt.Sprintf("%d:%d", g.parentPID, g.parentStartTime))
 		case parentNone:
 			args = append(args, "--restart-parent", "none")
+		case parentKept:
+			args = append(args, "--restart-parent", "kept")
 		}
 	}
 	args = append(args, s.opts.ExtraArgs...)
@@ -322,19 +372,24 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 	if err != nil {
 		r.Close()
 		w.Close()
+		linkConn.Close()
+		linkFile.Close()
 		return err
 	}
 	ver := BinaryVersion(binary)
 	pid, err := syscall.ForkExec(binary, args, &syscall.ProcAttr{
 		Env:   s.childEnv(),
-		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), w.Fd()},
+		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), w.Fd(), linkFile.Fd()},
 	})
 	devnull.Close()
 	w.Close()
+	linkFile.Close()
 	if err != nil {
 		r.Close()
+		linkConn.Close()
 		return fmt.Errorf("epoch %d: start %s: %w", g.epoch, binary, err)
 	}
+	go s.serveLink(g, g.epoch, pid, linkConn, s.keepEnabled(), s.readyTimeout())
 	g.pid, g.version, g.binary = pid, ver, binary
 	// Read now, while it is this process's unreaped child: the pid cannot
 	// be anyone else's yet. Its successor is told pid and start time.

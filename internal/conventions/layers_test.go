@@ -48,7 +48,7 @@ var layers = map[string][]string{
 	"workers/steering": nil,
 
 	"hotrestart":                           {"internal/ratelog", "internal/safefile", "internal/unixsock"},
-	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/unixsock", "internal/version"},
+	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/unixsock", "internal/version", "shm"},
 	"hotrestart/supervisor/supervisortest": {"config"},
 
 	// One generation's main goroutine builds everything from the config.

@@ -80,6 +80,7 @@ func Main(args []string) int {
 	readyFD := fs.Int("ready-fd", -1, "")
 	cold := fs.Bool("allow-cold-start", false, "")
 	fs.String("restart-parent", "", "")
+	fs.Int("supervisor-fd", -1, "")
 	fs.String("log-level", "", "")
 	fs.String("log-format", "", "")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -1,0 +1,73 @@
+package workers
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Liveness of the accept loops, for the watchdog (server/watchdog.go).
+// Each accept loop stores the time in its own word at every iteration (a
+// store, no lock, never per request), and an idle loop wakes for it: its
+// wait for a connection is bounded by the heartbeat interval (a listener
+// deadline, the same wake-up a drain uses), so a loop that is stuck, and
+// only one that is, lets its word age.
+
+// heartbeat is one accept loop's word: the monotime of its last
+// iteration, alone on its cache line.
+type heartbeat struct {
+	at atomic.Int64
+	_  [56]byte
+}
+
+// loopBeat is one accept loop's heartbeat and the worker it belongs to.
+type loopBeat struct {
+	worker int
+	hb     *heartbeat
+}
+
+// beat stores a's heartbeat and bounds its next wait for a connection, so
+// that it stores the next one within its interval even if nothing
+// arrives. Once accepting stops, the deadline is the drain's.
+func (a *acceptor) beat() {
+	if a.hb == nil || a.m.acceptStopped() {
+		return
+	}
+	a.hb.at.Store(monotime())
+	a.s.ln.SetDeadline(time.Now().Add(a.beatEvery))
+	if a.m.acceptStopped() {
+		// stopAccepting's wake-up (a deadline in the past) may have
+		// come between the check and the deadline above: restore it.
+		a.s.ln.SetDeadline(time.Now())
+	}
+}
+
+// WorkerHeartbeatAges returns, for every worker, how long ago the least
+// recent of its accept loops stored a heartbeat, appended to ages[:0]; nil
+// when no heartbeat is kept (Options.HeartbeatInterval is 0), before
+// Start, and once accepting has stopped (a drain: the loops end).
+func (m *Manager) WorkerHeartbeatAges(ages []time.Duration) []time.Duration {
+	m.mu.Lock()
+	beats, live := m.beats, m.started && !m.stopped
+	m.mu.Unlock()
+	if !live || len(beats) == 0 {
+		return nil
+	}
+	ages = ages[:0]
+	for range m.n {
+		ages = append(ages, 0)
+	}
+	now := monotime()
+	for _, b := range beats {
+		ages[b.worker] = max(ages[b.worker], time.Duration(now-b.hb.at.Load()))
+	}
+	return ages
+}
+
+// loops is how many of n workers accept on s: one for a worker's own
+// socket, every one for a shared socket.
+func (s *socket) loops(n int) int {
+	if s.owner >= 0 {
+		return 1
+	}
+	return max(1, n)
+}
