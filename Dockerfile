@@ -47,5 +47,5 @@ EXPOSE 8080
 # "0.0.0.0:9901" and allow_remote = true, and keep 9901 unpublished or
 # firewalled.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD hotproxy stats --filter '^server\.live$' | grep -qx 'server.live: 1'
+    CMD hotproxy stats -c /etc/hotproxy/hotproxy.toml --filter '^server\.live$' | grep -qx 'server.live: 1'
 ENTRYPOINT ["/usr/local/bin/hotproxy", "supervise", "-c", "/etc/hotproxy/hotproxy.toml"]
