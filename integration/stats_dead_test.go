@@ -128,7 +128,8 @@ func TestKilledGenerationReadsDead(t *testing.T) {
 		}},
 		{"stats prometheus", func() error {
 			res := harness.Run(t, "stats", "--path", region, "--format", "prometheus", "--owners")
-			for _, want := range []string{"\nserver_live 0\n", "pid=" + pid + " epoch=0 state=dead"} {
+			for _, want := range []string{"\nhotproxy_server_live 0\n", "pid=" + pid + " epoch=0 state=dead",
+				`hotproxy_generation_alive{epoch="0",pid="` + pid + `",slot="0"} 0` + "\n"} {
 				if !strings.Contains(res.Stdout, want) {
 					return fmt.Errorf("scrape has no %q:\n%s", want, res.Stdout)
 				}

@@ -23,6 +23,7 @@ const (
 	statsFormatJSON       = "json"
 	statsFormatPrometheus = "prometheus"
 	statsFormatNDJSON     = "ndjson"
+	statsFormatVMRange    = "vmrange"
 )
 
 // statsCmd runs `hotproxy stats`: it maps the shared-memory stats region
@@ -31,7 +32,7 @@ const (
 func statsCmd(args []string, stdout, stderr io.Writer) int {
 	args = watchArgs(args)
 	fs := newFlags("stats [--base-id B | --path FILE | -c CONFIG] [--filter REGEX] [--usedonly]\n"+
-		"                      [--format text|json|prometheus|ndjson] [--owners] [--watch [DURATION]]\n"+
+		"                      [--format text|json|prometheus|vmrange|ndjson] [--owners] [--watch [DURATION]]\n"+
 		"       hotproxy stats --prune [--dir DIR | --path FILE | --base-id B]",
 		"Prints the stats of every generation of a hotproxy instance, read directly\n"+
 			"from its shared-memory region. It never touches the running proxy: no\n"+
@@ -49,7 +50,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	filter := fs.String("filter", "", "only the stats whose name matches this `regex` (Go RE2 syntax, unanchored)")
 	usedOnly := fs.Bool("usedonly", false, "skip stats whose value is zero (histograms with no samples)")
-	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (text exposition with # TYPE lines), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
+	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (the Prometheus text format: hotproxy_ names, listener and cluster as labels, seconds, classic le histograms, # HELP and # TYPE, the generations as hotproxy_generation_alive{slot,pid,epoch}), vmrange (the same with VictoriaMetrics vmrange histogram buckets), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
 	owners := fs.Bool("owners", false, "also print the owner table (slot, pid, epoch, state, start, heartbeat age, lanes) before the stats; in json it is always there, in prometheus it is written as comments")
 	watch := fs.Duration("watch", 0, "re-read the region every `interval` (--watch alone: 1s) until interrupted; text: a timestamped block of aligned columns with each counter's rate and each histogram's quantiles over the last interval; ndjson: a line per interval")
 	all := fs.Bool("all", false, "also the retired stats: of listeners and clusters that no live generation has any more (an older config's), marked (retired); hidden by default")
@@ -95,9 +96,9 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch *format {
-	case statsFormatText, statsFormatJSON, statsFormatPrometheus, statsFormatNDJSON:
+	case statsFormatText, statsFormatJSON, statsFormatPrometheus, statsFormatVMRange, statsFormatNDJSON:
 	default:
-		fmt.Fprintf(stderr, "hotproxy stats: --format %q: want text, json, prometheus or ndjson\n", *format)
+		fmt.Fprintf(stderr, "hotproxy stats: --format %q: want text, json, prometheus, vmrange or ndjson\n", *format)
 		return exitUsage
 	}
 	if *watch < 0 {
@@ -243,11 +244,14 @@ func writeStats(w io.Writer, snap *shm.Snapshot, format string, o statsPrint, no
 	switch format {
 	case statsFormatJSON:
 		return stats.WriteJSON(w, snap, o.expose)
-	case statsFormatPrometheus:
+	case statsFormatPrometheus, statsFormatVMRange:
 		if o.owners {
 			if err := stats.WriteOwnerComments(w, snap.Owners, now); err != nil {
 				return err
 			}
+		}
+		if format == statsFormatVMRange {
+			return stats.WritePrometheusVMRange(w, snap, o.expose)
 		}
 		return stats.WritePrometheus(w, snap, o.expose)
 	}
