@@ -9,7 +9,10 @@
 #   make test       skipped unless README_CHECK_MAKE_TEST=1 (the whole
 #                   suite takes many minutes; CI runs it through .ci/run)
 #   apt-get ...     run only as root; otherwise the tools are checked
-#   NEW_BINARY      a placeholder: that line is skipped
+#   NEW_BINARY      a placeholder: a binary built from the clone with
+#                   version readme-check-swap takes its place, and after the
+#                   line `hotproxy status` must show that version serving and
+#                   supervising
 #   serve, supervise without &: they run until Ctrl-C, so they are run,
 #                   checked to serve, and sent SIGINT
 # A command ending in & is waited for: its admin API (127.0.0.1:9901)
@@ -121,7 +124,19 @@ while IFS= read -r line; do
 		makerun=1
 		echo "step '$cmd  (in the background: the next block runs from another shell)'; $cmd >\"\$PWD/../make-run.log\" 2>&1 & makerun_pid=\$!; ready 0 || cat \"\$PWD/../make-run.log\"" >>"$script" ;;
 	*NEW_BINARY*)
-		echo "echo; echo 'readme-check: SKIP: $cmd (NEW_BINARY is a placeholder)'" >>"$script" ;;
+		swapped=${cmd//NEW_BINARY/\$swap_bin}
+		cat >>"$script" <<EOS
+step $q' (NEW_BINARY: a build of this clone with version readme-check-swap)'
+swap_bin=\$PWD/../hotproxy-swap
+go build -ldflags "-X github.com/hotproxy/hotproxy/internal/version.Version=readme-check-swap" -o "\$swap_bin" ./cmd/hotproxy
+check \$? 'go build NEW_BINARY'
+$swapped; check \$? $q
+st=\$(bin/hotproxy status)
+if ! grep -q '^supervisor pid [0-9]*, version readme-check-swap,' <<<"\$st" || ! grep -Eq '^[0-9]+ +[0-9]+ +serving .* readme-check-swap\$' <<<"\$st"; then
+	echo "readme-check: FAIL: after $cmd the new version does not serve:"; echo "\$st"; failed=1
+fi
+EOS
+		;;
 	*"&"|*"& "[a-z]*'=$!')
 		epoch=0
 		[[ $cmd =~ --restart-epoch\ ([0-9]+) ]] && epoch=${BASH_REMATCH[1]}
