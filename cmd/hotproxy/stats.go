@@ -40,13 +40,15 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 			"never written and never locked. So it answers even when the proxy is\n"+
 			"wedged, and it cannot disturb it.\n\n"+
 			"The region file is --path if given; otherwise the [stats] path of the\n"+
-			"config given with -c, if it sets one; otherwise\n"+
-			"/dev/shm/hotproxy.<base-id>.stats.\n\n"+
+			"config given with -c, if it sets one; otherwise, with -c and no\n"+
+			"--base-id, the region of the live instance that runs that config (its\n"+
+			"generations' command lines name it; none or several is an error);\n"+
+			"otherwise /dev/shm/hotproxy.<base-id>.stats.\n\n"+
 			"Exit status: 0 printed; 1 the region cannot be read (missing, truncated,\n"+
 			"foreign, another layout version); 2 a bad command line.", stderr)
 	baseID := fs.Int("base-id", 0, "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats)")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
-	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path (the default region of --base-id if it sets none)")
+	cfgPath := fs.String("c", "", "read the region of this config `file`: its [stats] path, else that of the live instance that runs it (or of --base-id if given)")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	filter := fs.String("filter", "", "only the stats whose name matches this `regex` (Go RE2 syntax, unanchored)")
 	usedOnly := fs.Bool("usedonly", false, "skip stats whose value is zero (histograms with no samples)")
@@ -76,7 +78,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		var paths []string
 		switch {
 		case set["path"] || set["base-id"] || set["c"] || set["config"]:
-			src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+			src, err := resolveStatsRegion(*path, *cfgPath, *baseID, set["base-id"])
 			if err != nil {
 				fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 				return 1
@@ -134,7 +136,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		opts.expose.Filter = re
 	}
 
-	src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+	src, err := resolveStatsRegion(*path, *cfgPath, *baseID, flagSet(fs, "base-id"))
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
@@ -162,6 +164,13 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hotproxy stats: %d retired stats not shown (of listeners and clusters no live generation has): --all shows them too, --retired only them\n", n)
 	}
 	return 0
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // pruneRegions removes each region of paths that no process uses
@@ -201,8 +210,11 @@ type statsRegion struct {
 }
 
 // resolveStatsRegion picks the region file: path if set; else the config's
-// [stats] path if it sets one; else the default region of baseID.
-func resolveStatsRegion(path, cfgPath string, baseID int) (statsRegion, error) {
+// [stats] path if it sets one; else, for a config and no --base-id
+// (baseIDSet false), the region of the live instance that runs that
+// config (regionOfConfig: the base-id is on its command line only); else
+// the default region of baseID.
+func resolveStatsRegion(path, cfgPath string, baseID int, baseIDSet bool) (statsRegion, error) {
 	if path != "" {
 		return statsRegion{path: path, hint: "is hotproxy running with this [stats] path? check --path"}, nil
 	}
@@ -213,6 +225,13 @@ func resolveStatsRegion(path, cfgPath string, baseID int) (statsRegion, error) {
 		}
 		if cfg.Stats.Path != "" {
 			return statsRegion{path: cfg.Stats.Path, hint: fmt.Sprintf("it is the [stats] path of %s: is hotproxy running with that config?", cfgPath)}, nil
+		}
+		if !baseIDSet {
+			region, err := regionOfConfig(cfgPath)
+			if err != nil {
+				return statsRegion{}, err
+			}
+			return statsRegion{path: region, hint: fmt.Sprintf("it was the region of the instance that runs %s", cfgPath)}, nil
 		}
 	}
 	return statsRegion{

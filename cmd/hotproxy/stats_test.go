@@ -102,3 +102,23 @@ func TestStatsPrune(t *testing.T) {
 		t.Errorf("--prune --watch: exit %d, %q", code, stderr.String())
 	}
 }
+
+func TestConfigArg(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "-c", "a.toml", "--base-id", "3"}, "a.toml"},
+		{[]string{"serve", "--config=b.toml"}, "b.toml"},
+		{[]string{"serve", "-config", "c.toml"}, "c.toml"},
+		{[]string{"serve", "--c=d.toml"}, "d.toml"},
+		{[]string{"serve", "--base-id", "3"}, ""},
+		{[]string{"serve", "-c"}, ""},
+		{[]string{"serve", "--", "-c", "x"}, ""},
+		{[]string{"serve", "-cc", "x"}, ""},
+	} {
+		if got := configArg(c.args); got != c.want {
+			t.Errorf("configArg(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}

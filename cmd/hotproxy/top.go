@@ -42,7 +42,7 @@ func topCmd(args []string, stdin *os.File, stdout io.Writer, stderr io.Writer) i
 			"followed by a form feed line, with no escape codes (--frames bounds them).", stderr)
 	baseID := fs.Int("base-id", 0, "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats)")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
-	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path")
+	cfgPath := fs.String("c", "", "read the region of this config `file`: its [stats] path, else that of the live instance that runs it (or of --base-id if given)")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	interval := fs.Duration("interval", topDefaultInterval, "redraw every `interval`; rates and quantiles are over it")
 	sortBy := fs.String("sort", "name", "row `order`: name, rate (req/s, highest first) or p99 (highest first)")
@@ -89,7 +89,7 @@ func topCmd(args []string, stdin *os.File, stdout io.Writer, stderr io.Writer) i
 		}
 		fixedCols, fixedRows = c, r
 	}
-	src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+	src, err := resolveStatsRegion(*path, *cfgPath, *baseID, flagSet(fs, "base-id"))
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy top: %v\n", err)
 		return 1
