@@ -75,6 +75,8 @@ type generation struct {
 	// hurried: told to stop (SIGTERM) because too many generations
 	// drained; it can no longer be rolled back to.
 	hurried bool
+	// hurriedAt is when it was hurried (for what a waiting reload says).
+	hurriedAt time.Time
 	// exitStatus is set once the child was reaped while its readiness
 	// line was still awaited.
 	exited     bool
