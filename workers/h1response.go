@@ -67,7 +67,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 		if req.Upgrade.Len() == 0 || !x.bodyDone {
 			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
 		}
-		cc.status = 101 // for the access log; not a counted class
+		cc.sent(101) // downstream_rq_1xx, and the access log's status
 		// The tunnel gives the connection's state back to its pool:
 		// nothing of x may be touched after it.
 		x.tunnel()
