@@ -70,6 +70,16 @@ func (o ExposeOptions) selected(snap *shm.Snapshot) []shm.Stat {
 	return out
 }
 
+// FormatSum writes a histogram's sum for a person: at most three
+// decimals (a microsecond for the *_time histograms, whose unit is the
+// millisecond), trailing zeros dropped: 3077.007, not the float's
+// 3077.0071629999943.
+func FormatSum(v float64) string {
+	s := strconv.FormatFloat(v, 'f', 3, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
 // Quantiles written by WriteText for histograms.
 var textQuantiles = []float64{0.5, 0.9, 0.99}
 
@@ -103,7 +113,7 @@ func appendText(b []byte, st shm.Stat) []byte {
 		b = fmt.Appendf(b, "%s: %d", st.Name, st.Gauge)
 	case shm.KindHistogram:
 		h := st.Histogram
-		b = fmt.Appendf(b, "%s: count=%d sum=%g", st.Name, h.Count, h.Sum)
+		b = fmt.Appendf(b, "%s: count=%d sum=%s", st.Name, h.Count, FormatSum(h.Sum))
 		for _, q := range textQuantiles {
 			b = fmt.Appendf(b, " p%s=%.4g", strconv.FormatFloat(q*100, 'f', -1, 64), Quantile(h.Buckets, q))
 		}

@@ -53,7 +53,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 	filter := fs.String("filter", "", "only the stats whose name matches this `regex` (Go RE2 syntax, unanchored)")
 	usedOnly := fs.Bool("usedonly", false, "skip stats whose value is zero (histograms with no samples)")
 	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (the Prometheus text format: hotproxy_ names, listener and cluster as labels, seconds, classic le histograms, # HELP and # TYPE, the generations as hotproxy_generation_alive{slot,pid,epoch}), vmrange (the same with VictoriaMetrics vmrange histogram buckets), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
-	owners := fs.Bool("owners", false, "also print the owner table (slot, pid, epoch, state, start, heartbeat age, lanes) before the stats; in json it is always there, in prometheus it is written as comments")
+	owners := fs.Bool("owners", false, "print the owner table (slot, pid, epoch, state: live, or dead when its process is gone, start, heartbeat age, lanes); alone, only the table; with --filter, --usedonly, --all or --retired, the table then those stats; in json it is always there, in prometheus it is written as comments")
 	watch := fs.Duration("watch", 0, "re-read the region every `interval` (--watch alone: 1s) until interrupted; text: a timestamped block of aligned columns with each counter's rate and each histogram's quantiles over the last interval; ndjson: a line per interval")
 	all := fs.Bool("all", false, "also the retired stats: of listeners and clusters that no live generation has any more (an older config's), marked (retired); hidden by default")
 	retiredOnly := fs.Bool("retired", false, "only the retired stats (see --all): what older configs' listeners and clusters counted")
@@ -120,6 +120,11 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	opts := statsPrint{owners: *owners}
+	// --owners alone is a question about the generations: the table,
+	// not every stat after it. A selection (--filter, --usedonly, --all,
+	// --retired) asks for the stats too.
+	opts.ownersOnly = *owners && *format == statsFormatText && *watch == 0 &&
+		!flagSet(fs, "filter") && !*usedOnly && !*all && !*retiredOnly
 	opts.expose.UsedOnly = *usedOnly
 	switch {
 	case *all:
@@ -200,6 +205,9 @@ func pruneRegions(stdout, stderr io.Writer, paths []string) int {
 type statsPrint struct {
 	expose stats.ExposeOptions
 	owners bool
+	// ownersOnly: the owner table and nothing else (text --owners with
+	// no selection of stats).
+	ownersOnly bool
 }
 
 // statsRegion is the region file to read and, for a missing file, the
@@ -278,6 +286,9 @@ func writeStats(w io.Writer, snap *shm.Snapshot, format string, o statsPrint, no
 		if err := stats.WriteOwners(w, snap.Owners, now); err != nil {
 			return err
 		}
+	}
+	if o.ownersOnly {
+		return nil
 	}
 	return stats.WriteText(w, snap, o.expose)
 }

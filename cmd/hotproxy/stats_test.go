@@ -122,3 +122,25 @@ func TestConfigArg(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnersAloneIsTheTable: `stats --owners` prints the owner table and
+// no stat (it used to dump every stat after it); with --filter, the
+// table and those stats.
+func TestOwnersAloneIsTheTable(t *testing.T) {
+	s, path := liveRegion(t)
+	s.Counter("listener.web.downstream_rq_total").Lane(1).Add(3)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"stats", "--path", path, "--owners"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("stats --owners: exit %d: %s", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.HasPrefix(out, "SLOT ") || strings.Contains(out, "downstream_rq_total") || strings.Contains(out, ": ") {
+		t.Errorf("stats --owners printed more than the owner table:\n%s", out)
+	}
+	stdout.Reset()
+	if code := run([]string{"stats", "--path", path, "--owners", "--filter", "rq_total"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("stats --owners --filter: exit %d: %s", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.HasPrefix(out, "SLOT ") || !strings.Contains(out, "listener.web.downstream_rq_total: 3\n") {
+		t.Errorf("stats --owners --filter rq_total: want the table then the stat:\n%s", out)
+	}
+}

@@ -77,6 +77,9 @@ type generation struct {
 	hurried bool
 	// hurriedAt is when it was hurried (for what a waiting reload says).
 	hurriedAt time.Time
+	// countedReload: it was counted in machine.reloads when it served;
+	// a rollback moves it to machine.failed.
+	countedReload bool
 	// exitStatus is set once the child was reaped while its readiness
 	// line was still awaited.
 	exited     bool

@@ -214,6 +214,11 @@ func TestMachineRollbackWithinCommitWindow(t *testing.T) {
 	if h.m.lastFailure == nil || !strings.Contains(h.m.lastFailure.Reason, "epoch 1") {
 		t.Errorf("last failure %+v does not name epoch 1", h.m.lastFailure)
 	}
+	// One reload, rolled back: one failed, none ok (it used to count as
+	// both, or as ok only when nobody waited for its commit).
+	if h.m.reloads != 0 || h.m.failed != 1 {
+		t.Errorf("after a rolled-back reload: %d ok, %d failed; want 0 ok, 1 failed", h.m.reloads, h.m.failed)
+	}
 }
 
 func TestMachineDeathAfterCommitWindowRestartsCold(t *testing.T) {
