@@ -164,7 +164,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
 	}
-	if n := stats.CountRetired(snap); n > 0 && opts.expose.Retired == stats.HideRetired && *format == statsFormatText {
+	if n := stats.CountRetired(snap); n > 0 && opts.expose.Retired == stats.HideRetired && *format == statsFormatText && !opts.ownersOnly {
 		// On stderr, so the output stays name: value lines.
 		fmt.Fprintf(stderr, "hotproxy stats: %d retired stats not shown (of listeners and clusters no live generation has): --all shows them too, --retired only them\n", n)
 	}
