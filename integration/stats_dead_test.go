@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -63,7 +64,7 @@ func runHealthcheck(t *testing.T, cmdline, cfg string) int {
 // TestKilledGenerationReadsDead SIGKILLs the only generation of an
 // instance: nobody folds its owner entry, which still says live with
 // server.live 1. Within a second of its death `stats` (text, --owners,
-// json, prometheus), `top` and the image's HEALTHCHECK command all say
+// json, ndjson, prometheus), `top` and the image's HEALTHCHECK command all say
 // it is dead, because they ask the kernel (its owner lock is free), not
 // the numbers it left behind.
 func TestKilledGenerationReadsDead(t *testing.T) {
@@ -133,6 +134,38 @@ func TestKilledGenerationReadsDead(t *testing.T) {
 				if !strings.Contains(res.Stdout, want) {
 					return fmt.Errorf("scrape has no %q:\n%s", want, res.Stdout)
 				}
+			}
+			return nil
+		}},
+		{"stats ndjson", func() error {
+			// --watch runs until interrupted: its first line, then Ctrl-C.
+			cmd := exec.Command(harness.Binary(t), "stats", "--path", region, "--watch", "100ms", "--format", "ndjson", "--filter", `^server\.live$`)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			defer func() {
+				cmd.Process.Signal(os.Interrupt) // the process this check started
+				cmd.Wait()
+			}()
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			if err != nil {
+				return fmt.Errorf("no ndjson line: %v", err)
+			}
+			var doc struct {
+				Owners []struct {
+					PID   int    `json:"pid"`
+					State string `json:"state"`
+				} `json:"owners"`
+			}
+			if err := json.Unmarshal([]byte(line), &doc); err != nil {
+				return fmt.Errorf("%v:\n%s", err, line)
+			}
+			if len(doc.Owners) != 1 || fmt.Sprint(doc.Owners[0].PID) != pid || doc.Owners[0].State != "dead" {
+				return fmt.Errorf("ndjson owners %+v, want pid %s dead", doc.Owners, pid)
 			}
 			return nil
 		}},
