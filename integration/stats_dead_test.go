@@ -9,12 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hotproxy/hotproxy/integration/harness"
+	"github.com/hotproxy/hotproxy/shm"
 )
 
 // dockerHealthcheck returns the shell command of the Dockerfile's
@@ -38,19 +40,35 @@ func dockerHealthcheck(t *testing.T) string {
 }
 
 // runHealthcheck runs the Dockerfile's HEALTHCHECK command as Docker
-// would (sh -c), with the binary under test first on PATH and the
-// image's config path replaced by cfg. It returns the exit status.
-func runHealthcheck(t *testing.T, cmdline, cfg string) int {
+// would: the shell form with sh -c, the binary under test first on PATH;
+// the exec form (a JSON array) directly, /usr/local/bin/hotproxy being the
+// binary under test. The image's config path is replaced by cfg, and
+// HOTPROXY_BASE_ID is baseID (the image's environment names the
+// instance). It returns the exit status.
+func runHealthcheck(t *testing.T, cmdline, cfg string, baseID int) int {
 	t.Helper()
+	bin := harness.Binary(t)
 	bindir := t.TempDir()
-	if err := os.Symlink(harness.Binary(t), filepath.Join(bindir, "hotproxy")); err != nil && !os.IsExist(err) {
+	if err := os.Symlink(bin, filepath.Join(bindir, "hotproxy")); err != nil && !os.IsExist(err) {
 		t.Fatal(err)
 	}
 	cmdline = strings.ReplaceAll(cmdline, "/etc/hotproxy/hotproxy.toml", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", "-c", cmdline)
-	cmd.Env = append(os.Environ(), "PATH="+bindir+":"+os.Getenv("PATH"))
+	var cmd *exec.Cmd
+	if strings.HasPrefix(cmdline, "[") {
+		var argv []string
+		if err := json.Unmarshal([]byte(cmdline), &argv); err != nil || len(argv) == 0 {
+			t.Fatalf("HEALTHCHECK exec form %q: %v", cmdline, err)
+		}
+		if argv[0] == "/usr/local/bin/hotproxy" || argv[0] == "hotproxy" {
+			argv[0] = bin
+		}
+		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	} else {
+		cmd = exec.CommandContext(ctx, "sh", "-c", cmdline)
+	}
+	cmd.Env = append(os.Environ(), "PATH="+bindir+":"+os.Getenv("PATH"), fmt.Sprintf("HOTPROXY_BASE_ID=%d", baseID))
 	out, err := cmd.CombinedOutput()
 	if cmd.ProcessState == nil {
 		t.Fatalf("healthcheck %q: %v", cmdline, err)
@@ -70,13 +88,18 @@ func runHealthcheck(t *testing.T, cmdline, cfg string) int {
 func TestKilledGenerationReadsDead(t *testing.T) {
 	t.Parallel()
 	b := harness.StartHTTPBackend(t, "b1")
-	p := harness.Start(t, httpProxyConfig(b.Addr))
-	region := harness.StatsPath(t)
+	// As in the image: no [stats] path, the base-id names the region.
+	c := httpProxyConfig(b.Addr)
+	c.Extra = "[stats]\nflush_interval = \"1s\"\n"
+	id := harness.UniqueBaseID()
+	region := shm.DefaultPath(uint64(id))
+	t.Cleanup(func() { os.Remove(region) })
+	p := harness.StartProxy(t, c.Allocate(t).TOML(), "--base-id", strconv.Itoa(id))
 	sendRequests(t, p, 5)
 	waitCLICounter(t, region, "listener.web.downstream_rq_total", 5, 5*time.Second)
 
 	health := dockerHealthcheck(t)
-	if rc := runHealthcheck(t, health, p.ConfigPath); rc != 0 {
+	if rc := runHealthcheck(t, health, p.ConfigPath, id); rc != 0 {
 		t.Fatalf("HEALTHCHECK %q on a live proxy: exit %d, want 0", health, rc)
 	}
 	if res := statsCLI(t, 0, "--path", region, "--filter", `^server\.live$`); res.Stdout != "server.live: 1\n" {
@@ -177,7 +200,7 @@ func TestKilledGenerationReadsDead(t *testing.T) {
 			return nil
 		}},
 		{"HEALTHCHECK", func() error {
-			if rc := runHealthcheck(t, health, p.ConfigPath); rc == 0 {
+			if rc := runHealthcheck(t, health, p.ConfigPath, id); rc == 0 {
 				return fmt.Errorf("%q passed (exit 0) on a dead proxy", health)
 			}
 			return nil
