@@ -144,3 +144,25 @@ func TestOwnersAloneIsTheTable(t *testing.T) {
 		t.Errorf("stats --owners --filter rq_total: want the table then the stat:\n%s", out)
 	}
 }
+
+// TestStatsFormatVMRange: --format prometheus writes classic le buckets,
+// --format vmrange the VictoriaMetrics ones, with the same names.
+func TestStatsFormatVMRange(t *testing.T) {
+	s, path := liveRegion(t)
+	s.Histogram("listener.web.downstream_rq_time").Lane(1).Record(2.5)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for format, want := range map[string]string{
+		"prometheus": `hotproxy_listener_downstream_rq_time_seconds_bucket{listener="web",le="0.001"} 0`,
+		"vmrange":    `hotproxy_listener_downstream_rq_time_seconds_bucket{listener="web",vmrange="2.448e-03...2.783e-03"} 1`,
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"stats", "--path", path, "--format", format, "--filter", "rq_time"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("stats --format %s: exit %d: %s", format, code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), want+"\n") {
+			t.Errorf("stats --format %s has no %q:\n%s", format, want, stdout.String())
+		}
+	}
+}
