@@ -195,8 +195,8 @@ var promSuffixes = func() map[string][]string {
 	return m
 }()
 
-// promLabel is one label pair.
-type promLabel struct{ name, value string }
+// PromLabel is one label pair of a series.
+type PromLabel struct{ Name, Value string }
 
 // PromName is how one stat is exposed: its family, its labels (the
 // listener, cluster or worker it belongs to), the key of its description
@@ -204,7 +204,7 @@ type promLabel struct{ name, value string }
 // seconds.
 type PromName struct {
 	Family string
-	Labels []promLabel
+	Labels []PromLabel
 	key    string
 	scale  float64
 }
@@ -233,7 +233,7 @@ func PrometheusName(name string, kind shm.Kind) PromName {
 				break // "listener.x": no stat after the name; exposed whole
 			}
 		}
-		pn.Labels = []promLabel{{scope, obj}}
+		pn.Labels = []PromLabel{{scope, obj}}
 		pn.key = scope + "." + suffix
 		stat = scope + "." + suffix
 		break
@@ -265,7 +265,7 @@ func (pn PromName) help() string {
 	}
 	pattern := pn.key
 	if len(pn.Labels) > 0 {
-		l := pn.Labels[0].name
+		l := pn.Labels[0].Name
 		pattern = l + ".<" + l + ">." + strings.TrimPrefix(pn.key, l+".")
 	}
 	return "hotproxy stat " + pattern
@@ -416,7 +416,7 @@ func addOwnerFamilies(fams map[string]*promFamily, owners []shm.Owner) {
 	beat := &promFamily{name: "hotproxy_generation_heartbeat_time_seconds", typ: "gauge",
 		help: "The generation's last heartbeat in the region, in seconds since the Unix epoch"}
 	for _, ow := range owners {
-		labels := renderLabels([]promLabel{{"epoch", strconv.FormatUint(ow.Epoch, 10)}, {"pid", strconv.Itoa(ow.PID)}, {"slot", strconv.Itoa(ow.Slot)}})
+		labels := renderLabels([]PromLabel{{"epoch", strconv.FormatUint(ow.Epoch, 10)}, {"pid", strconv.Itoa(ow.PID)}, {"slot", strconv.Itoa(ow.Slot)}})
 		v := int64(0)
 		if ow.State == shm.OwnerLive {
 			v = 1
@@ -432,15 +432,15 @@ func addOwnerFamilies(fams map[string]*promFamily, owners []shm.Owner) {
 	}
 }
 
-func renderLabels(ls []promLabel) string {
+func renderLabels(ls []PromLabel) string {
 	var b strings.Builder
 	for i, l := range ls {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(SanitizeName(l.name))
+		b.WriteString(SanitizeName(l.Name))
 		b.WriteString(`="`)
-		b.WriteString(escapeLabelValue(l.value))
+		b.WriteString(escapeLabelValue(l.Value))
 		b.WriteByte('"')
 	}
 	return b.String()
