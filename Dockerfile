@@ -34,7 +34,9 @@ USER 10001:10001
 STOPSIGNAL SIGTERM
 EXPOSE 8080
 # Healthy while a generation serves: server.live is 1 in the shared-memory
-# stats, read by `hotproxy stats` without asking the proxy (exec form: the
+# stats only while a generation the kernel holds alive serves (a dead one's
+# owner lock is free, and its gauges are dropped, whatever it last wrote),
+# read by `hotproxy stats` without asking the proxy (exec form: the
 # image has no shell; the admin API stays on loopback). /ready on the admin
 # API says the same; to probe it from outside the container, set [admin]
 # address = "0.0.0.0:9901" and allow_remote = true, and keep 9901

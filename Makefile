@@ -28,8 +28,12 @@ build:
 
 # The supervisor runs the generations: `bin/hotproxy reload` (or SIGHUP to
 # the supervisor) hot-restarts them, Ctrl-C drains and stops them.
+# ARGS are added to `supervise`: other ports with a copy of
+# config/default.toml, e.g. make run ARGS="-c my.toml" (and --base-id N to
+# run beside another instance).
+ARGS ?=
 run: build
-	./$(BIN) supervise
+	$(BIN) supervise $(ARGS)
 
 # The container image, FROM scratch: a static binary, a passwd entry, the
 # build machine's CA bundle and docker/hotproxy.toml; nothing is pulled.

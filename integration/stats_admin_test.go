@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/hotproxy/hotproxy/integration/harness"
 	"github.com/hotproxy/hotproxy/integration/loadgen"
@@ -229,62 +231,56 @@ func TestStatsAdmin(t *testing.T) {
 			t.Fatalf("GET /stats/prometheus: %d %s", code, body)
 		}
 		samples := parsePrometheus(t, body)
-		if got := samples["listener_web_downstream_rq_total"]; got != float64(v["listener.web.downstream_rq_total"]) {
-			t.Errorf("listener_web_downstream_rq_total %v, want %d", got, v["listener.web.downstream_rq_total"])
+		if got := samples[`hotproxy_listener_downstream_rq_total{listener="web"}`]; got != float64(v["listener.web.downstream_rq_total"]) {
+			t.Errorf(`hotproxy_listener_downstream_rq_total{listener="web"} %v, want %d`, got, v["listener.web.downstream_rq_total"])
 		}
-		if samples["listener_web_downstream_rq_time_count"] == 0 || samples["server_live"] != 1 {
-			t.Errorf("rq_time_count %v, server_live %v", samples["listener_web_downstream_rq_time_count"], samples["server_live"])
+		if samples[`hotproxy_listener_downstream_rq_time_seconds_count{listener="web"}`] == 0 || samples["hotproxy_server_live"] != 1 {
+			t.Errorf("rq_time_count %v, server_live %v", samples[`hotproxy_listener_downstream_rq_time_seconds_count{listener="web"}`], samples["hotproxy_server_live"])
 		}
 	})
 }
 
-// parsePrometheus checks the text exposition line by line: "# TYPE name
-// kind" lines, and samples "name{labels} value" whose family was typed
-// before. It returns the unlabelled samples by name.
+// parsePrometheus parses the text exposition with Prometheus' own
+// parser (which refuses what Prometheus would refuse) and returns each
+// sample by name{labels} in the parser's order of labels, e.g.
+// hotproxy_listener_downstream_rq_total{listener="web"}, and a
+// histogram's _count and _sum under name_count{labels}, name_sum{labels}.
 func parsePrometheus(t *testing.T, body []byte) map[string]float64 {
 	t.Helper()
-	typeLine := regexp.MustCompile(`^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram)$`)
-	sample := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? (\S+)$`)
-	types := map[string]string{}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("the Prometheus text parser refuses the scrape: %v\n%s", err, body)
+	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	n := 0
-	for sc.Scan() {
-		l := sc.Text()
-		n++
-		if m := typeLine.FindStringSubmatch(l); m != nil {
-			if _, dup := types[m[1]]; dup {
-				t.Errorf("line %d: second # TYPE for %s", n, m[1])
+	for name, f := range fams {
+		if f.GetHelp() == "" {
+			t.Errorf("family %s has no # HELP", name)
+		}
+		for _, m := range f.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
-			types[m[1]] = m[2]
-			continue
-		}
-		m := sample.FindStringSubmatch(l)
-		if m == nil {
-			t.Errorf("line %d is neither # TYPE nor a sample: %q", n, l)
-			continue
-		}
-		val, err := strconv.ParseFloat(m[4], 64)
-		if err != nil {
-			t.Errorf("line %d: value %q: %v", n, m[4], err)
-		}
-		family := m[1]
-		if _, ok := types[family]; !ok {
-			for _, suf := range []string{"_bucket", "_sum", "_count"} {
-				if f, ok := strings.CutSuffix(family, suf); ok && types[f] == "histogram" {
-					family = f
-				}
+			key := ""
+			if len(ls) > 0 {
+				key = "{" + strings.Join(ls, ",") + "}"
 			}
-		}
-		if _, ok := types[family]; !ok {
-			t.Errorf("line %d: sample %s without a # TYPE line before it", n, m[1])
-		}
-		if m[2] == "" {
-			out[m[1]] = val
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				out[name+key] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				out[name+key] = m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				out[name+"_count"+key] = float64(m.GetHistogram().GetSampleCount())
+				out[name+"_sum"+key] = m.GetHistogram().GetSampleSum()
+			default:
+				t.Errorf("family %s has no # TYPE", name)
+			}
 		}
 	}
-	if len(types) < 10 {
-		t.Errorf("only %d metric families:\n%s", len(types), body)
+	if len(fams) < 10 {
+		t.Errorf("only %d metric families:\n%s", len(fams), body)
 	}
 	return out
 }

@@ -71,8 +71,8 @@ func TestStatsCLI(t *testing.T) {
 	t.Run("prometheus", func(t *testing.T) {
 		res := statsCLI(t, 0, "--path", region, "--filter", "downstream_rq_total", "--format", "prometheus")
 		wantContains(t, "prometheus output", res.Stdout,
-			"# TYPE listener_web_downstream_rq_total counter\n",
-			fmt.Sprintf("listener_web_downstream_rq_total %d\n", n))
+			"# TYPE hotproxy_listener_downstream_rq_total counter\n",
+			fmt.Sprintf("hotproxy_listener_downstream_rq_total{listener=\"web\"} %d\n", n))
 	})
 
 	t.Run("owners", func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestStatsCLI(t *testing.T) {
 		}
 		res := statsCLI(t, 0, "--path", region, "--owners", "--format", "prometheus", "--filter", "downstream_rq_total")
 		wantContains(t, "prometheus output of a stopped proxy", res.Stdout,
-			fmt.Sprintf("pid=%d ", pid), fmt.Sprintf("listener_web_downstream_rq_total %d\n", want))
+			fmt.Sprintf("pid=%d ", pid), fmt.Sprintf("hotproxy_listener_downstream_rq_total{listener=\"web\"} %d\n", want))
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("hotproxy stats took %v against a stopped proxy", d)
 		}

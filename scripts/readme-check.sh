@@ -1,19 +1,43 @@
 #!/usr/bin/env bash
-# Runs the README's commands literally, in order, on a fresh clone: the
-# sh blocks of "Set up", "A quick tour", "Hot restart" and "The
-# supervisor". Each command must exit 0. What cannot run as written is said,
-# never silently dropped:
+# Runs the commands a user is told to run, literally, in order, on a fresh
+# clone: every sh block of README.md, then of systemd/README.md and
+# docs/*.md. Each command must exit 0. A block this script does not know
+# fails the check (teach it below), so a new recipe is never silently left
+# out. What cannot run as written is said, never silently dropped:
 #   make run        runs in the background (the README runs the next block
 #                   "from another shell"), and Ctrl-C is sent to it after
 #                   its block, as the README says
 #   make test       skipped unless README_CHECK_MAKE_TEST=1 (the whole
 #                   suite takes many minutes; CI runs it through .ci/run)
 #   apt-get ...     run only as root; otherwise the tools are checked
-#   NEW_BINARY      a placeholder: that line is skipped
+#   NEW_BINARY      a placeholder: a binary built from the clone with
+#                   version readme-check-swap takes its place, and after the
+#                   line `hotproxy status` must show that version serving and
+#                   supervising
 #   serve, supervise without &: they run until Ctrl-C, so they are run,
 #                   checked to serve, and sent SIGINT
 # A command ending in & is waited for: its admin API (127.0.0.1:9901)
 # answers /ready, with the epoch given by --restart-epoch.
+# README "Stats from the command line": run against a live instance
+#                   (supervise -c examples/hotproxy.toml, started for it),
+#                   with `hotproxy` the clone's bin/hotproxy, the example
+#                   paths (/etc/hotproxy/hotproxy.toml, /run/hp.stats,
+#                   --base-id 3) made the live instance's, and the commands
+#                   that run until Ctrl-C (--watch, top) interrupted after
+#                   3s: they must have printed and still been running
+# README "Development": benchmarks (scripts/*bench*, make bench), the
+#                   smuggling comparison and long fuzzing take minutes and
+#                   peers (wrk, nginx, HAProxy): skipped, said so
+# systemd/README.md Install: its files installed into a temporary root and
+#                   validated there, by integration/TestSystemdInstallRecipe
+#                   (useradd and systemctl need the real system)
+# systemd/README.md Reload: the validate line runs (on the example
+#                   config); $EDITOR and systemctl are skipped, said so
+# systemd/README.md Upgrade: the same scripts/hot-swap.sh as the README's
+#                   supervisor block, which runs it for real above
+# docs/containers.md: docker; scripts/docker-check.sh (run by .ci/run)
+#                   builds the image and checks it: skipped here, said so
+# docs/benchmarks.md: run literally (/tmp/steering.test in the work dir)
 #
 # As root it runs in its own network and mount namespaces (unshare), with
 # private /dev/shm and /run/hotproxy, so the README's fixed ports and
@@ -76,19 +100,61 @@ check() { # check STATUS COMMAND
 }
 EOF
 
-# Extract the sh blocks of the chosen sections, one command per line.
-awk '
-	/^#+ / { sec = $0; sub(/^#+ /, "", sec); next }
-	/^```sh$/ { inblock = (sec == "Set up" || sec == "A quick tour" || sec == "Hot restart" || sec == "The supervisor"); if (inblock) print "#BLOCK " sec; next }
-	/^```$/ { if (inblock) print "#END " sec; inblock = 0; next }
+# Extract every sh block, one command per line, each block between
+# "#BLOCK FILE|SECTION" and "#END FILE|SECTION" (a # line inside a block is
+# a heading to awk only outside blocks).
+(cd "$work/clone" && awk '
+	FNR == 1 { sec = "" }
+	!inblock && /^#+ / { sec = $0; sub(/^#+ /, "", sec); next }
+	/^```sh$/ { inblock = 1; print "#BLOCK " FILENAME "|" sec; next }
+	/^```$/ { if (inblock) print "#END " FILENAME "|" sec; inblock = 0; next }
 	inblock { print }
-' "$work/clone/README.md" >"$work/commands"
+' README.md systemd/README.md docs/*.md) >"$work/commands"
 
 makerun=""
+block=""
 while IFS= read -r line; do
 	case "$line" in
-	"#BLOCK "*) echo "echo; echo '## ${line#\#BLOCK }'" >>"$script"; continue ;;
-	"#END Set up")
+	"#BLOCK "*)
+		block=${line#\#BLOCK }
+		echo "echo; echo '## ${block//\'/}'" >>"$script"
+		case $block in
+		"README.md|Stats from the command line")
+			cat >>"$script" <<'EOS'
+step 'bin/hotproxy supervise -c examples/hotproxy.toml &  (the live instance the stats block reads; hotproxy is bin/hotproxy)'
+bin/hotproxy supervise -c examples/hotproxy.toml >"$PWD/../stats-instance.log" 2>&1 & stats_pid=$!
+ready 0 || cat "$PWD/../stats-instance.log"
+hotproxy() { "$PWD/bin/hotproxy" "$@"; }
+running_until_ctrl_c() { # COMMAND...: runs 3s, then SIGINT; it must have printed and still run
+	local out rc bin=$1
+	shift
+	[[ $bin == hotproxy ]] && bin=$PWD/bin/hotproxy
+	out=$(timeout -s INT 3 "$bin" "$@" 2>&1 </dev/null); rc=$?
+	if [[ $rc -ne 124 || -z $out ]]; then
+		echo "readme-check: FAIL: $* (exit $rc before Ctrl-C, or printed nothing):"; echo "$out"; failed=1
+	else
+		printf '%s\n' "$out" | head -n 12
+	fi
+}
+EOS
+			;;
+		"systemd/README.md|Install")
+			cat >>"$script" <<'EOS'
+step 'the install recipe into a temporary root: go test -run TestSystemdInstallRecipe ./integration/'
+go test -count=1 -run 'TestSystemdInstallRecipe$' ./integration/; check $? 'systemd/README.md install recipe'
+EOS
+			;;
+		"systemd/README.md|Upgrade (new binary)")
+			echo "echo 'readme-check: covered: scripts/hot-swap.sh ran for real in the README supervisor block above (and integration/TestHotSwapInstallsWhereTheSupervisorLooks)'" >>"$script" ;;
+		docs/containers.md\|*)
+			echo "echo 'readme-check: SKIP: docker commands: scripts/docker-check.sh (run by .ci/run) builds the image and checks it'" >>"$script" ;;
+		esac
+		continue ;;
+	"#END README.md|Stats from the command line")
+		echo 'unset -f hotproxy; step "stop the stats instance"; kill -TERM $stats_pid; gone $stats_pid' >>"$script"
+		block=""
+		continue ;;
+	"#END README.md|Set up")
 		# "Ctrl-C drains and stops it": once the block after make run's
 		# is done.
 		case $makerun in
@@ -98,12 +164,53 @@ while IFS= read -r line; do
 			makerun="" ;;
 		esac
 		continue ;;
-	"#END "*) continue ;;
+	"#END "*) block=""; continue ;;
 	esac
 	cmd=${line%%#*}                       # the command without its comment
 	cmd="${cmd%"${cmd##*[![:space:]]}"}"  # trailing blanks
 	[[ -n $cmd ]] || continue
 	q=$(printf '%q' "$cmd")
+	case $block in
+	"README.md|Set up" | "README.md|A quick tour" | "README.md|Hot restart" | "README.md|The supervisor") ;; # below
+	"README.md|Stats from the command line")
+		run=${cmd//\/etc\/hotproxy\/hotproxy.toml/examples/hotproxy.toml}
+		run=${run//\/run\/hp.stats//dev/shm/hotproxy.0.stats}
+		run=${run//--base-id 3/--base-id 0}
+		case $run in
+		*--watch* | "hotproxy top"*) echo "step $q; running_until_ctrl_c $run" >>"$script" ;;
+		*) echo "step $q; $run; check \$? $q" >>"$script" ;;
+		esac
+		continue ;;
+	"README.md|Development")
+		case $cmd in
+		"make test") ;; # below
+		*) echo "echo; echo 'readme-check: SKIP: ${cmd//\'/} (benchmarks, peers and long fuzzing: minutes; run by hand)'" >>"$script"; continue ;;
+		esac ;;
+	"systemd/README.md|Install" | "systemd/README.md|Upgrade (new binary)") continue ;; # done at #BLOCK
+	"systemd/README.md|Reload (new config)")
+		case $cmd in
+		"hotproxy validate -c /etc/hotproxy/hotproxy.toml")
+			echo "step $q' (the example config)'; bin/hotproxy validate -c examples/hotproxy.toml; check \$? $q" >>"$script" ;;
+		*) echo "echo; echo 'readme-check: SKIP: ${cmd//\'/} (needs an editor, or systemd as init)'" >>"$script" ;;
+		esac
+		continue ;;
+	docs/containers.md\|*) continue ;; # skipped at #BLOCK
+	docs/benchmarks.md\|*)
+		run=${cmd//\/tmp\/steering.test/\$PWD/../steering.test}
+		case $run in
+		for\ *) loop=$run; continue ;; # a loop: gathered to its done
+		done)
+			echo "step $(printf '%q' "${loop} ... done"); $loop $lbody; done; check \$? 'the benchmark loop'" >>"$script"
+			loop=""; lbody=""
+			continue ;;
+		esac
+		if [[ -n ${loop:-} ]]; then lbody=$run; continue; fi
+		echo "step $q; $run; check \$? $q" >>"$script"
+		continue ;;
+	*)
+		echo "echo 'readme-check: FAIL: no rule for the sh block in ${block//\'/}: teach scripts/readme-check.sh to run it'; failed=1" >>"$script"
+		continue ;;
+	esac
 	case "$cmd" in
 	apt-get\ install*)
 		if [[ $(id -u) -eq 0 ]]; then
@@ -121,7 +228,19 @@ while IFS= read -r line; do
 		makerun=1
 		echo "step '$cmd  (in the background: the next block runs from another shell)'; $cmd >\"\$PWD/../make-run.log\" 2>&1 & makerun_pid=\$!; ready 0 || cat \"\$PWD/../make-run.log\"" >>"$script" ;;
 	*NEW_BINARY*)
-		echo "echo; echo 'readme-check: SKIP: $cmd (NEW_BINARY is a placeholder)'" >>"$script" ;;
+		swapped=${cmd//NEW_BINARY/\$swap_bin}
+		cat >>"$script" <<EOS
+step $q' (NEW_BINARY: a build of this clone with version readme-check-swap)'
+swap_bin=\$PWD/../hotproxy-swap
+go build -ldflags "-X github.com/hotproxy/hotproxy/internal/version.Version=readme-check-swap" -o "\$swap_bin" ./cmd/hotproxy
+check \$? 'go build NEW_BINARY'
+$swapped; check \$? $q
+st=\$(bin/hotproxy status)
+if ! grep -q '^supervisor pid [0-9]*, version readme-check-swap,' <<<"\$st" || ! grep -Eq '^[0-9]+ +[0-9]+ +serving .* readme-check-swap\$' <<<"\$st"; then
+	echo "readme-check: FAIL: after $cmd the new version does not serve:"; echo "\$st"; failed=1
+fi
+EOS
+		;;
 	*"&"|*"& "[a-z]*'=$!')
 		epoch=0
 		[[ $cmd =~ --restart-epoch\ ([0-9]+) ]] && epoch=${BASH_REMATCH[1]}

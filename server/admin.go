@@ -28,7 +28,7 @@ var adminEndpoints = []struct{ pattern, help string }{
 	{"GET /server_info", "version, state, epoch, pid, uptimes (JSON)"},
 	{"GET /config_dump", "the effective configuration (JSON)"},
 	{"GET /stats", "every stat of this base-id, all generations: name: value (?filter=REGEX, ?usedonly, ?format=json)"},
-	{"GET /stats/prometheus", "the same in the Prometheus text format (?filter=REGEX, ?usedonly)"},
+	{"GET /stats/prometheus", "the same in the Prometheus text format: hotproxy_ names, listener/cluster labels, seconds, classic le histograms (?filter=REGEX, ?usedonly, ?format=vmrange for VictoriaMetrics buckets)"},
 	{"GET /clusters", "every cluster's endpoints: health check, ejection, counters (?format=json)"},
 	{"POST /healthcheck/fail", "make /ready answer 503 (take this instance out of rotation)"},
 	{"POST /healthcheck/ok", "undo /healthcheck/fail"},

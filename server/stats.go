@@ -285,21 +285,30 @@ func exposeOptions(r *http.Request) (stats.ExposeOptions, error) {
 	return o, nil
 }
 
-// handleStats: GET /stats[?filter=REGEX][&usedonly][&format=json|prometheus].
+// handleStats: GET /stats[?filter=REGEX][&usedonly][&format=json|prometheus|vmrange].
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	format := r.URL.Query().Get("format")
 	switch format {
-	case "", "text", "json", "prometheus":
+	case "", "text", "json", "prometheus", "vmrange":
 	default:
-		http.Error(w, fmt.Sprintf("format %q: use text (the default), json or prometheus", format), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("format %q: use text (the default), json, prometheus or vmrange", format), http.StatusBadRequest)
 		return
 	}
 	s.writeStats(w, r, format)
 }
 
-// handleStatsPrometheus: GET /stats/prometheus[?filter=REGEX][&usedonly].
+// handleStatsPrometheus: GET /stats/prometheus[?filter=REGEX][&usedonly][&format=vmrange].
+// The default is classic le histograms, which Prometheus can use;
+// ?format=vmrange writes VictoriaMetrics vmrange buckets instead.
 func (s *Server) handleStatsPrometheus(w http.ResponseWriter, r *http.Request) {
-	s.writeStats(w, r, "prometheus")
+	switch format := r.URL.Query().Get("format"); format {
+	case "", "prometheus":
+		s.writeStats(w, r, "prometheus")
+	case "vmrange":
+		s.writeStats(w, r, "vmrange")
+	default:
+		http.Error(w, fmt.Sprintf("format %q: use prometheus (the default: classic le histograms) or vmrange (VictoriaMetrics buckets)", format), http.StatusBadRequest)
+	}
 }
 
 func (s *Server) writeStats(w http.ResponseWriter, r *http.Request, format string) {
@@ -320,6 +329,9 @@ func (s *Server) writeStats(w http.ResponseWriter, r *http.Request, format strin
 	case "prometheus":
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		err = stats.WritePrometheus(w, snap, o)
+	case "vmrange":
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		err = stats.WritePrometheusVMRange(w, snap, o)
 	default:
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		err = stats.WriteText(w, snap, o)

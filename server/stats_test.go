@@ -117,14 +117,19 @@ func TestStatsEndpoints(t *testing.T) {
 	}
 	code, body = get(t, adminURL+"/stats/prometheus")
 	for _, want := range []string{
-		"# TYPE listener_web_downstream_rq_total counter\n",
-		fmt.Sprintf("listener_web_downstream_rq_total %d\n", n),
-		"# TYPE server_live gauge\nserver_live 1\n",
-		"# TYPE listener_web_downstream_rq_time histogram\n",
+		"# TYPE hotproxy_listener_downstream_rq_total counter\n",
+		fmt.Sprintf("hotproxy_listener_downstream_rq_total{listener=\"web\"} %d\n", n),
+		"# TYPE hotproxy_server_live gauge\nhotproxy_server_live 1\n",
+		"# TYPE hotproxy_listener_downstream_rq_time_seconds histogram\n",
+		`hotproxy_listener_downstream_rq_time_seconds_bucket{listener="web",le="+Inf"}`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/stats/prometheus: %d, no %q in\n%s", code, want, body)
 		}
+	}
+	code, body = get(t, adminURL+"/stats/prometheus?format=vmrange")
+	if code != 200 || !strings.Contains(body, `hotproxy_listener_downstream_rq_time_seconds_bucket{listener="web",vmrange="`) || strings.Contains(body, `le="`) {
+		t.Errorf("/stats/prometheus?format=vmrange: %d\n%s", code, body)
 	}
 	if code := post(t, adminURL+"/stats"); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /stats: %d", code)

@@ -21,6 +21,10 @@ type Snapshot struct {
 }
 
 // Owner is one entry of the owner table (one per live generation).
+// State is OwnerDead when the entry says live but the kernel says its
+// generation is gone (its owner lock is free): a SIGKILLed generation
+// leaves its entry, heartbeat and gauges behind until the next one to
+// attach folds them, and a reader must not take them for a live proxy.
 type Owner struct {
 	Slot      int
 	State     OwnerState
@@ -187,30 +191,38 @@ func parseHeader(mem []byte) (geometry, error) {
 // region file). It never writes to mem and never panics on any input; mem
 // must be 8-byte aligned. It does not retry: a region being modified may
 // yield ErrBusy.
+//
+// Bytes alone cannot tell a dead owner from a live one (only the owner
+// locks of the file can), so Decode takes every owner its table says is
+// live at its word; Reader.Snapshot asks the kernel.
 func Decode(mem []byte) (*Snapshot, error) {
 	g, err := parseHeader(mem)
 	if err != nil {
 		return nil, err
 	}
-	return decodeBody(mem, g)
+	return decodeBody(mem, g, nil)
 }
+
+// ownerDeadFunc reports whether the generation of owner slot s is gone
+// although its entry says live (its owner lock is free). nil: none is.
+type ownerDeadFunc func(slot uint64) bool
 
 // decodeBody decodes the sections after parseHeader accepted the header.
 // A decoding error met while the sequence number changed is reported as
 // ErrBusy: it may be a torn read of a region being modified.
-func decodeBody(mem []byte, g geometry) (*Snapshot, error) {
+func decodeBody(mem []byte, g geometry, dead ownerDeadFunc) (*Snapshot, error) {
 	seq := load(mem, hSeq)
 	if seq&1 != 0 {
 		return nil, fmt.Errorf("%w: allocation or fold in progress (seq %d)", ErrBusy, seq)
 	}
-	s, err := decodeSections(mem, g, seq)
+	s, err := decodeSections(mem, g, seq, dead)
 	if err != nil && load(mem, hSeq) != seq {
 		return nil, fmt.Errorf("%w: changed while reading", ErrBusy)
 	}
 	return s, err
 }
 
-func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
+func decodeSections(mem []byte, g geometry, seq uint64, dead ownerDeadFunc) (*Snapshot, error) {
 	s := &Snapshot{Major: load32(mem, hVersion), Minor: load32(mem, hVersion+4), Seq: seq}
 	n, strUsed, valUsed, err := usedSizes(mem, g)
 	if err != nil {
@@ -218,9 +230,13 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 	}
 
 	// Owners: live ones contribute lanes; the newest live one feeds
-	// GaugeNewest.
+	// GaugeNewest. A dead one (its entry says live, its lock is free)
+	// still contributes its counter lanes, which the fold that retires
+	// it adds to the retired totals (so a counter reads the same before
+	// and after that fold), but no gauge: its connections are gone, and
+	// its server.live must not say it serves.
 	type liveOwner struct{ slot, lanes uint64 }
-	var live []liveOwner
+	var live, deadOwners []liveOwner
 	var liveMask uint64 // bits of the live owners' slots
 	allDeclare := true  // every live owner keeps declarations
 	newest := -1
@@ -234,12 +250,18 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 		if st == OwnerFree {
 			continue
 		}
+		if st == OwnerLive && dead != nil && dead(i) {
+			st = OwnerDead
+		}
 		ep, start := load(mem, o+oEpoch), load(mem, o+oStart)
 		s.Owners = append(s.Owners, Owner{
 			Slot: int(i), State: st, PID: int(int32(load(mem, o+oPID))), Epoch: ep,
 			Start: time.Unix(0, int64(start)), Heartbeat: time.Unix(0, int64(load(mem, o+oHeartbeat))),
 			Lanes: int(lanes), Declares: load(mem, o+oDeclares) == 1,
 		})
+		if st == OwnerDead {
+			deadOwners = append(deadOwners, liveOwner{i, lanes})
+		}
 		if st != OwnerLive {
 			continue
 		}
@@ -250,6 +272,8 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 			newest, newestEpoch, newestStart = len(live)-1, ep, start
 		}
 	}
+
+	counted := append(live[:len(live):len(live)], deadOwners...) // counter lanes
 
 	s.Stats = make([]Stat, 0, n)
 	for i := uint64(0); i < n; i++ {
@@ -264,7 +288,7 @@ func decodeSections(mem []byte, g geometry, seq uint64) (*Snapshot, error) {
 		switch kind {
 		case KindCounter:
 			v := load(mem, base)
-			for _, o := range live {
+			for _, o := range counted {
 				for l := uint64(0); l < o.lanes; l++ {
 					v += load(mem, g.lane(o.slot, l, i))
 				}

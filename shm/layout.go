@@ -189,6 +189,11 @@ const (
 	OwnerFree    OwnerState = 0
 	OwnerLive    OwnerState = 1
 	OwnerFolding OwnerState = 2
+	// OwnerDead is never stored: a reader reports it for an entry that
+	// says live while its owner lock is free (the generation exited
+	// without folding, or was killed). The next generation to attach
+	// folds it.
+	OwnerDead OwnerState = 3
 )
 
 func (s OwnerState) String() string {
@@ -199,6 +204,8 @@ func (s OwnerState) String() string {
 		return "live"
 	case OwnerFolding:
 		return "folding"
+	case OwnerDead:
+		return "dead"
 	}
 	return fmt.Sprintf("state(%d)", uint64(s))
 }

@@ -168,3 +168,14 @@ func (r *Region) Reap() error {
 		return r.repairLocked()
 	})
 }
+
+// ownerDead reports whether owner slot s's generation is gone (its owner
+// lock is free), for Snapshot. Our own slot is alive: our lock does not
+// conflict with us, so the kernel cannot be asked about it.
+func (r *Region) ownerDead(s uint64) bool {
+	if r.claimedSlot && s == r.slot {
+		return false
+	}
+	held, err := ofdLocked(r.f, ownerLockBase+int64(s))
+	return err == nil && !held
+}

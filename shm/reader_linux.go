@@ -107,7 +107,7 @@ func (r *Reader) Snapshot() (*Snapshot, error) {
 	var s *Snapshot
 	err = guardFault(func() error {
 		var err error
-		s, err = readRetry(r.mem[:g.totalSize], g)
+		s, err = readRetry(r.mem[:g.totalSize], g, r.ownerDead)
 		return err
 	})
 	if err != nil {
@@ -115,6 +115,14 @@ func (r *Reader) Snapshot() (*Snapshot, error) {
 	}
 	s.Path = r.path
 	return s, nil
+}
+
+// ownerDead asks the kernel whether owner slot s's generation is gone:
+// its owner lock is free. An error asking is taken as alive (the table's
+// word), never as a death the reader cannot prove.
+func (r *Reader) ownerDead(s uint64) bool {
+	held, err := ofdLockedRead(r.f, ownerLockBase+int64(s))
+	return err == nil && !held
 }
 
 // Path returns the region file's path.

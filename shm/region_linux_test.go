@@ -412,3 +412,83 @@ func TestFoldJournalReplay(t *testing.T) {
 		t.Fatalf("counter = %d, want 10", v)
 	}
 }
+
+// TestDeadOwnerReadsDead: a generation that dies without folding (its
+// owner lock freed by the kernel) leaves its entry saying live. A reader
+// reports it dead at once, before anyone folds it: its gauges no longer
+// count (a newest gauge such as server.live falls to the newest owner
+// still alive, or 0), its counters still do (the fold adds them to the
+// retired totals, so the value does not jump).
+func TestDeadOwnerReadsDead(t *testing.T) {
+	o := smallOptions(t)
+	older := openRegion(t, o)
+	c0, _ := older.Alloc("c", KindCounter, 0)
+	g0, _ := older.Alloc("g", KindGauge, GaugeSum)
+	n0, _ := older.Alloc("live", KindGauge, GaugeNewest)
+	atomic.AddUint64(lane(t, older, c0, 0), 5)
+	atomic.AddUint64(lane(t, older, g0, 0), 3)
+	atomic.StoreUint64(lane(t, older, n0, 0), 0) // draining
+
+	o.Epoch = 1
+	newer := openRegion(t, o)
+	c1, _ := newer.Alloc("c", KindCounter, 0)
+	g1, _ := newer.Alloc("g", KindGauge, GaugeSum)
+	n1, _ := newer.Alloc("live", KindGauge, GaugeNewest)
+	atomic.AddUint64(lane(t, newer, c1, 0), 7)
+	atomic.AddUint64(lane(t, newer, g1, 0), 2)
+	atomic.StoreUint64(lane(t, newer, n1, 0), 1)
+
+	rd := openReader(t, o.Path)
+	read := func() *Snapshot {
+		t.Helper()
+		s, err := rd.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	states := func(s *Snapshot) map[uint64]OwnerState {
+		m := map[uint64]OwnerState{}
+		for _, ow := range s.Owners {
+			m[ow.Epoch] = ow.State
+		}
+		return m
+	}
+	s := read()
+	if st := states(s); st[0] != OwnerLive || st[1] != OwnerLive {
+		t.Fatalf("both alive: states %v", st)
+	}
+	if v := statOf(t, s, "live").Gauge; v != 1 {
+		t.Fatalf("live = %d, want 1", v)
+	}
+
+	newer.abandon() // the serving one dies; nobody folds it
+	s = read()
+	if st := states(s); st[0] != OwnerLive || st[1] != OwnerDead {
+		t.Fatalf("after the newer one died: states %v, want epoch 0 live, epoch 1 dead", st)
+	}
+	if v := statOf(t, s, "live").Gauge; v != 0 {
+		t.Fatalf("live = %d after the serving generation died, want 0 (the older one drains)", v)
+	}
+	if v := statOf(t, s, "g").Gauge; v != 3 {
+		t.Fatalf("gauge = %d, want 3 (the dead one's 2 dropped)", v)
+	}
+	if v := statOf(t, s, "c").Counter; v != 12 {
+		t.Fatalf("counter = %d, want 12 (a dead owner's counts still count)", v)
+	}
+	if OwnerDead.String() != "dead" {
+		t.Fatalf("OwnerDead prints %q", OwnerDead.String())
+	}
+
+	older.abandon()
+	s = read()
+	if st := states(s); st[0] != OwnerDead || st[1] != OwnerDead {
+		t.Fatalf("after both died: states %v", st)
+	}
+	if v := statOf(t, s, "live").Gauge; v != 0 {
+		t.Fatalf("live = %d with no live owner, want 0", v)
+	}
+	if v := statOf(t, s, "c").Counter; v != 12 {
+		t.Fatalf("counter = %d, want 12", v)
+	}
+}

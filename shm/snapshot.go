@@ -17,12 +17,12 @@ func (r *Region) Snapshot() (*Snapshot, error) {
 		return nil, os.ErrClosed
 	}
 	var s *Snapshot
-	err := guardFault(func() (err error) { s, err = readRetry(r.mem, r.g); return err })
+	err := guardFault(func() (err error) { s, err = readRetry(r.mem, r.g, r.ownerDead); return err })
 	if isFault(err) && !isFull(explainFault(err, r.f, len(r.mem))) {
 		r.mu.Lock()
 		r.healLocked()
 		r.mu.Unlock()
-		err = guardFault(func() (err error) { s, err = readRetry(r.mem, r.g); return err })
+		err = guardFault(func() (err error) { s, err = readRetry(r.mem, r.g, r.ownerDead); return err })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("shm: region %s: %w", r.path, err)
@@ -37,11 +37,11 @@ const (
 	readSpins    = 20
 )
 
-func readRetry(mem []byte, g geometry) (*Snapshot, error) {
+func readRetry(mem []byte, g geometry, dead ownerDeadFunc) (*Snapshot, error) {
 	var err error
 	for i := 0; i < readAttempts; i++ {
 		var s *Snapshot
-		s, err = decodeBody(mem, g)
+		s, err = decodeBody(mem, g, dead)
 		if err == nil {
 			return s, nil
 		}

@@ -2,7 +2,6 @@ package stats
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/hotproxy/hotproxy/shm"
 )
 
@@ -72,6 +70,16 @@ func (o ExposeOptions) selected(snap *shm.Snapshot) []shm.Stat {
 	return out
 }
 
+// FormatSum writes a histogram's sum for a person: at most three
+// decimals (a microsecond for the *_time histograms, whose unit is the
+// millisecond), trailing zeros dropped: 3077.007, not the float's
+// 3077.0071629999943.
+func FormatSum(v float64) string {
+	s := strconv.FormatFloat(v, 'f', 3, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
 // Quantiles written by WriteText for histograms.
 var textQuantiles = []float64{0.5, 0.9, 0.99}
 
@@ -105,7 +113,7 @@ func appendText(b []byte, st shm.Stat) []byte {
 		b = fmt.Appendf(b, "%s: %d", st.Name, st.Gauge)
 	case shm.KindHistogram:
 		h := st.Histogram
-		b = fmt.Appendf(b, "%s: count=%d sum=%g", st.Name, h.Count, h.Sum)
+		b = fmt.Appendf(b, "%s: count=%d sum=%s", st.Name, h.Count, FormatSum(h.Sum))
 		for _, q := range textQuantiles {
 			b = fmt.Appendf(b, " p%s=%.4g", strconv.FormatFloat(q*100, 'f', -1, 64), Quantile(h.Buckets, q))
 		}
@@ -207,63 +215,4 @@ func SanitizeName(name string) string {
 		return "_"
 	}
 	return b.String()
-}
-
-// vmWritesMetadata reports whether metrics.Write* add "# TYPE" lines
-// themselves (metrics.ExposeMetadata(true) was called in this process).
-func vmWritesMetadata() bool {
-	var b bytes.Buffer
-	metrics.WriteMetadataIfNeeded(&b, "probe", "gauge")
-	return b.Len() > 0
-}
-
-// WritePrometheus writes the snapshot in the Prometheus text format with
-// "# TYPE" lines: counters and gauges through metrics.WriteCounterUint64 /
-// WriteGaugeUint64, histograms as VictoriaMetrics vmrange buckets
-// (name_bucket{vmrange="a...b"}) with name_sum and name_count. Names are
-// sanitised (SanitizeName); two stats that sanitise to the same name get
-// suffixes _2, _3, ... so no series is dropped or duplicated.
-func WritePrometheus(w io.Writer, snap *shm.Snapshot, o ExposeOptions) error {
-	bw := bufio.NewWriter(w)
-	meta := !vmWritesMetadata()
-	seen := map[string]int{}
-	for _, st := range o.selected(snap) {
-		name := SanitizeName(st.Name)
-		if n := seen[name]; n > 0 {
-			seen[name] = n + 1
-			name = name + "_" + strconv.Itoa(n+1)
-		}
-		seen[name]++
-		switch st.Kind {
-		case shm.KindCounter:
-			if meta {
-				fmt.Fprintf(bw, "# TYPE %s counter\n", name)
-			}
-			metrics.WriteCounterUint64(bw, name, st.Counter)
-		case shm.KindGauge:
-			if meta {
-				fmt.Fprintf(bw, "# TYPE %s gauge\n", name)
-			}
-			if st.Gauge >= 0 {
-				metrics.WriteGaugeUint64(bw, name, uint64(st.Gauge))
-			} else {
-				metrics.WriteGaugeFloat64(bw, name, float64(st.Gauge))
-			}
-		case shm.KindHistogram:
-			h := st.Histogram
-			fmt.Fprintf(bw, "# TYPE %s histogram\n", name)
-			for i, c := range h.Buckets {
-				if c != 0 {
-					fmt.Fprintf(bw, "%s_bucket{vmrange=%q} %d\n", name, VMRange(i), c)
-				}
-			}
-			if float64(int64(h.Sum)) == h.Sum {
-				fmt.Fprintf(bw, "%s_sum %d\n", name, int64(h.Sum))
-			} else {
-				fmt.Fprintf(bw, "%s_sum %g\n", name, h.Sum)
-			}
-			fmt.Fprintf(bw, "%s_count %d\n", name, h.Count)
-		}
-	}
-	return bw.Flush()
 }

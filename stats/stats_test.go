@@ -251,22 +251,29 @@ func TestExposition(t *testing.T) {
 	WritePrometheus(&prom, snap, ExposeOptions{})
 	out := prom.String()
 	for _, want := range []string{
-		"# TYPE listener_web_downstream_cx_total counter\nlistener_web_downstream_cx_total 12\n",
-		"# TYPE server_live gauge\nserver_live 1\n",
-		"neg_gauge_x -2\n",
-		"_9lives 1\n",
-		"# TYPE http_rq_time histogram\n",
+		"# TYPE hotproxy_listener_downstream_cx_total counter\nhotproxy_listener_downstream_cx_total{listener=\"web\"} 12\n",
+		"# TYPE hotproxy_server_live gauge\nhotproxy_server_live 1\n",
+		"hotproxy_neg_gauge_x -2\n",
+		"hotproxy__9lives_total 1\n",
+		"# TYPE hotproxy_http_rq_time histogram\n",
+		"hotproxy_http_rq_time_bucket{le=\"+Inf\"} 5\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("prometheus output lacks %q:\n%s", want, out)
 		}
 	}
-	// The histogram lines are exactly what metrics.Histogram writes.
+	// In the vmrange form, the bucket lines are exactly what
+	// metrics.Histogram writes (an unknown histogram keeps its unit).
+	var vmrange bytes.Buffer
+	WritePrometheusVMRange(&vmrange, snap, ExposeOptions{})
 	var vmOut bytes.Buffer
 	vm.WritePrometheus(&vmOut)
 	for _, line := range strings.Split(strings.TrimSpace(vmOut.String()), "\n") {
-		if !strings.Contains(out, line+"\n") {
-			t.Fatalf("line %q of metrics.Histogram missing from:\n%s", line, out)
+		if !strings.Contains(line, "_bucket{") {
+			continue
+		}
+		if !strings.Contains(vmrange.String(), "hotproxy_"+line+"\n") {
+			t.Fatalf("line %q of metrics.Histogram missing from:\n%s", line, vmrange.String())
 		}
 	}
 }

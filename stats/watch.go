@@ -125,7 +125,7 @@ func watchValue(st shm.Stat) string {
 		return strconv.FormatInt(st.Gauge, 10)
 	case shm.KindHistogram:
 		h := st.Histogram
-		return fmt.Sprintf("count=%d sum=%g %s", h.Count, h.Sum, quantileText(st.Name, h.Buckets))
+		return fmt.Sprintf("count=%d sum=%s %s", h.Count, FormatSum(h.Sum), quantileText(st.Name, h.Buckets))
 	}
 	return ""
 }

@@ -247,3 +247,32 @@ func TestWriteOwners(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("write failed") }
+
+// TestSumsAreReadable: a histogram's sum is written with at most three
+// decimals in text and in --watch blocks, never as the float's whole
+// expansion (3077.0071629999943).
+func TestSumsAreReadable(t *testing.T) {
+	for v, want := range map[float64]string{3077.0071629999943: "3077.007", 6.253: "6.253", 2: "2", 0: "0", 0.0004: "0", 12.5: "12.5"} {
+		if got := FormatSum(v); got != want {
+			t.Errorf("FormatSum(%v) = %q, want %q", v, got, want)
+		}
+	}
+	s := newStore(t, Options{})
+	h := s.Histogram("listener.web.downstream_rq_time")
+	for _, v := range []float64{1000.0023, 2077.0048629999943} {
+		h.Lane(0).Record(v)
+	}
+	s.Flush()
+	snap, _ := s.Snapshot()
+	var text, block bytes.Buffer
+	WriteText(&text, snap, ExposeOptions{Filter: regexp.MustCompile(`rq_time`)})
+	var w Watch
+	if err := w.WriteBlock(&block, snap, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"text": text.String(), "watch": block.String()} {
+		if !strings.Contains(out, "sum=3077.007 ") || regexp.MustCompile(`sum=\d+\.\d{4,}`).MatchString(out) {
+			t.Errorf("%s output has no readable sum=3077.007:\n%s", name, out)
+		}
+	}
+}

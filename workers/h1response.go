@@ -73,7 +73,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 			// anyway would open HTTP/2 past routing.
 			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to HTTP/2, which was not asked for"})
 		}
-		cc.status = 101 // for the access log; not a counted class
+		cc.sent(101) // downstream_rq_1xx, and the access log's status
 		// The tunnel gives the connection's state back to its pool:
 		// nothing of x may be touched after it.
 		x.tunnel()

@@ -31,8 +31,10 @@ const statCxOverflow = "downstream_cx_overflow"
 // write failed (a full disk).
 const statAccessLogDropped = "access_log.dropped"
 
-// statRq are the response-class counters, by status/100 - 2.
-var statRq = [4]string{"downstream_rq_2xx", "downstream_rq_3xx", "downstream_rq_4xx", "downstream_rq_5xx"}
+// statRq are the response-class counters, by status/100 - 1. 1xx counts
+// the final ones only: a 101 that upgrades the connection (WebSocket), not
+// an interim 100 Continue or 103 passed on before the real response.
+var statRq = [5]string{"downstream_rq_1xx", "downstream_rq_2xx", "downstream_rq_3xx", "downstream_rq_4xx", "downstream_rq_5xx"}
 
 // listenerStats are one worker's handles on one listener's stats, bound to
 // the worker's lane when the Manager is built: a connection or a request
@@ -43,7 +45,7 @@ type listenerStats struct {
 	cxDestroy stats.CounterLane
 	rqTotal   stats.CounterLane
 	rqActive  stats.GaugeLane
-	rq        [4]stats.CounterLane // 2xx..5xx
+	rq        [5]stats.CounterLane // 1xx..5xx
 	rqTime    *stats.HistogramLane
 	rxBytes   stats.CounterLane
 	txBytes   stats.CounterLane
@@ -113,9 +115,9 @@ func (ls *listenerStats) closed() {
 	ls.cxActive.Dec()
 }
 
-// status counts a response status in its class (0, 1xx: not counted).
+// status counts a final response status in its class (0: not counted).
 func (ls *listenerStats) status(code int) {
-	if k := code/100 - 2; k >= 0 && k < len(ls.rq) {
+	if k := code/100 - 1; k >= 0 && k < len(ls.rq) {
 		ls.rq[k].Inc()
 	}
 }

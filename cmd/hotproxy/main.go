@@ -121,6 +121,13 @@ func defaultBaseID() int {
 	return id
 }
 
+// baseIDChosen: --base-id was given (given), or $HOTPROXY_BASE_ID names
+// one; either way the user chose the instance, and nothing is searched.
+func baseIDChosen(given bool) bool {
+	_, env := parseBaseID(os.Getenv(envBaseID))
+	return given || env
+}
+
 func parseBaseID(s string) (int, bool) {
 	id, err := strconv.Atoi(s)
 	return id, err == nil && id >= 0

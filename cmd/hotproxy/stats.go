@@ -23,6 +23,7 @@ const (
 	statsFormatJSON       = "json"
 	statsFormatPrometheus = "prometheus"
 	statsFormatNDJSON     = "ndjson"
+	statsFormatVMRange    = "vmrange"
 )
 
 // statsCmd runs `hotproxy stats`: it maps the shared-memory stats region
@@ -31,7 +32,7 @@ const (
 func statsCmd(args []string, stdout, stderr io.Writer) int {
 	args = watchArgs(args)
 	fs := newFlags("stats [--base-id B | --path FILE | -c CONFIG] [--filter REGEX] [--usedonly]\n"+
-		"                      [--format text|json|prometheus|ndjson] [--owners] [--watch [DURATION]]\n"+
+		"                      [--format text|json|prometheus|vmrange|ndjson] [--owners] [--watch [DURATION]]\n"+
 		"       hotproxy stats --prune [--dir DIR | --path FILE | --base-id B]",
 		"Prints the stats of every generation of a hotproxy instance, read directly\n"+
 			"from its shared-memory region. It never touches the running proxy: no\n"+
@@ -39,8 +40,10 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 			"never written and never locked. So it answers even when the proxy is\n"+
 			"wedged, and it cannot disturb it.\n\n"+
 			"The region file is --path if given; otherwise the [stats] path of the\n"+
-			"config given with -c, if it sets one; otherwise\n"+
-			"/dev/shm/hotproxy.<base-id>.stats.\n\n"+
+			"config given with -c, if it sets one; otherwise, with -c and no\n"+
+			"--base-id (nor $HOTPROXY_BASE_ID), the region of the live instance that\n"+
+			"runs that config (its generations' command lines name it; none or\n"+
+			"several is an error); otherwise /dev/shm/hotproxy.<base-id>.stats.\n\n"+
 			"With --expect NAME=VALUE it prints nothing and exits 0 only if the stat\n"+
 			"has that value (as the text format prints it): a health check, e.g.\n"+
 			"--expect server.live=1, that needs no shell.\n\n"+
@@ -49,12 +52,12 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 			"expectation does not hold; 2 a bad command line.", stderr)
 	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats); default $HOTPROXY_BASE_ID if set, else 0")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
-	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path (the default region of --base-id if it sets none)")
+	cfgPath := fs.String("c", "", "read the region of this config `file`: its [stats] path, else that of the live instance that runs it (or of --base-id if given)")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	filter := fs.String("filter", "", "only the stats whose name matches this `regex` (Go RE2 syntax, unanchored)")
 	usedOnly := fs.Bool("usedonly", false, "skip stats whose value is zero (histograms with no samples)")
-	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (text exposition with # TYPE lines), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
-	owners := fs.Bool("owners", false, "also print the owner table (slot, pid, epoch, state, start, heartbeat age, lanes) before the stats; in json it is always there, in prometheus it is written as comments")
+	format := fs.String("format", statsFormatText, "output `format`: text (name: value lines), json (with the owner table and histogram buckets), prometheus (the Prometheus text format: hotproxy_ names, listener and cluster as labels, seconds, classic le histograms, # HELP and # TYPE, the generations as hotproxy_generation_alive{slot,pid,epoch}), vmrange (the same with VictoriaMetrics vmrange histogram buckets), or ndjson (with --watch: one JSON object per line and interval, with rates and the interval's quantiles)")
+	owners := fs.Bool("owners", false, "print the owner table (slot, pid, epoch, state: live, or dead when its process is gone, start, heartbeat age, lanes); alone, only the table; with --filter, --usedonly, --all or --retired, the table then those stats; in json it is always there, in prometheus it is written as comments")
 	watch := fs.Duration("watch", 0, "re-read the region every `interval` (--watch alone: 1s) until interrupted; text: a timestamped block of aligned columns with each counter's rate and each histogram's quantiles over the last interval; ndjson: a line per interval")
 	all := fs.Bool("all", false, "also the retired stats: of listeners and clusters that no live generation has any more (an older config's), marked (retired); hidden by default")
 	retiredOnly := fs.Bool("retired", false, "only the retired stats (see --all): what older configs' listeners and clusters counted")
@@ -80,7 +83,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		var paths []string
 		switch {
 		case set["path"] || set["base-id"] || set["c"] || set["config"]:
-			src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+			src, err := resolveStatsRegion(*path, *cfgPath, *baseID, baseIDChosen(set["base-id"]))
 			if err != nil {
 				fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 				return 1
@@ -100,9 +103,9 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch *format {
-	case statsFormatText, statsFormatJSON, statsFormatPrometheus, statsFormatNDJSON:
+	case statsFormatText, statsFormatJSON, statsFormatPrometheus, statsFormatVMRange, statsFormatNDJSON:
 	default:
-		fmt.Fprintf(stderr, "hotproxy stats: --format %q: want text, json, prometheus or ndjson\n", *format)
+		fmt.Fprintf(stderr, "hotproxy stats: --format %q: want text, json, prometheus, vmrange or ndjson\n", *format)
 		return exitUsage
 	}
 	if *watch < 0 {
@@ -122,6 +125,11 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	opts := statsPrint{owners: *owners}
+	// --owners alone is a question about the generations: the table,
+	// not every stat after it. A selection (--filter, --usedonly, --all,
+	// --retired) asks for the stats too.
+	opts.ownersOnly = *owners && *format == statsFormatText && *watch == 0 &&
+		!flagSet(fs, "filter") && !*usedOnly && !*all && !*retiredOnly
 	opts.expose.UsedOnly = *usedOnly
 	switch {
 	case *all:
@@ -138,7 +146,7 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		opts.expose.Filter = re
 	}
 
-	src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+	src, err := resolveStatsRegion(*path, *cfgPath, *baseID, baseIDChosen(flagSet(fs, "base-id")))
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
@@ -164,11 +172,18 @@ func statsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hotproxy stats: %v\n", err)
 		return 1
 	}
-	if n := stats.CountRetired(snap); n > 0 && opts.expose.Retired == stats.HideRetired && *format == statsFormatText {
+	if n := stats.CountRetired(snap); n > 0 && opts.expose.Retired == stats.HideRetired && *format == statsFormatText && !opts.ownersOnly {
 		// On stderr, so the output stays name: value lines.
 		fmt.Fprintf(stderr, "hotproxy stats: %d retired stats not shown (of listeners and clusters no live generation has): --all shows them too, --retired only them\n", n)
 	}
 	return 0
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // pruneRegions removes each region of paths that no process uses
@@ -198,6 +213,9 @@ func pruneRegions(stdout, stderr io.Writer, paths []string) int {
 type statsPrint struct {
 	expose stats.ExposeOptions
 	owners bool
+	// ownersOnly: the owner table and nothing else (text --owners with
+	// no selection of stats).
+	ownersOnly bool
 }
 
 // statsRegion is the region file to read and, for a missing file, the
@@ -208,8 +226,11 @@ type statsRegion struct {
 }
 
 // resolveStatsRegion picks the region file: path if set; else the config's
-// [stats] path if it sets one; else the default region of baseID.
-func resolveStatsRegion(path, cfgPath string, baseID int) (statsRegion, error) {
+// [stats] path if it sets one; else, for a config and no --base-id
+// (baseIDSet false), the region of the live instance that runs that
+// config (regionOfConfig: the base-id is on its command line only); else
+// the default region of baseID.
+func resolveStatsRegion(path, cfgPath string, baseID int, baseIDSet bool) (statsRegion, error) {
 	if path != "" {
 		return statsRegion{path: path, hint: "is hotproxy running with this [stats] path? check --path"}, nil
 	}
@@ -220,6 +241,13 @@ func resolveStatsRegion(path, cfgPath string, baseID int) (statsRegion, error) {
 		}
 		if cfg.Stats.Path != "" {
 			return statsRegion{path: cfg.Stats.Path, hint: fmt.Sprintf("it is the [stats] path of %s: is hotproxy running with that config?", cfgPath)}, nil
+		}
+		if !baseIDSet {
+			region, err := regionOfConfig(cfgPath)
+			if err != nil {
+				return statsRegion{}, err
+			}
+			return statsRegion{path: region, hint: fmt.Sprintf("it was the region of the instance that runs %s", cfgPath)}, nil
 		}
 	}
 	return statsRegion{
@@ -251,11 +279,14 @@ func writeStats(w io.Writer, snap *shm.Snapshot, format string, o statsPrint, no
 	switch format {
 	case statsFormatJSON:
 		return stats.WriteJSON(w, snap, o.expose)
-	case statsFormatPrometheus:
+	case statsFormatPrometheus, statsFormatVMRange:
 		if o.owners {
 			if err := stats.WriteOwnerComments(w, snap.Owners, now); err != nil {
 				return err
 			}
+		}
+		if format == statsFormatVMRange {
+			return stats.WritePrometheusVMRange(w, snap, o.expose)
 		}
 		return stats.WritePrometheus(w, snap, o.expose)
 	}
@@ -263,6 +294,9 @@ func writeStats(w io.Writer, snap *shm.Snapshot, format string, o statsPrint, no
 		if err := stats.WriteOwners(w, snap.Owners, now); err != nil {
 			return err
 		}
+	}
+	if o.ownersOnly {
+		return nil
 	}
 	return stats.WriteText(w, snap, o.expose)
 }

@@ -102,3 +102,67 @@ func TestStatsPrune(t *testing.T) {
 		t.Errorf("--prune --watch: exit %d, %q", code, stderr.String())
 	}
 }
+
+func TestConfigArg(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "-c", "a.toml", "--base-id", "3"}, "a.toml"},
+		{[]string{"serve", "--config=b.toml"}, "b.toml"},
+		{[]string{"serve", "-config", "c.toml"}, "c.toml"},
+		{[]string{"serve", "--c=d.toml"}, "d.toml"},
+		{[]string{"serve", "--base-id", "3"}, ""},
+		{[]string{"serve", "-c"}, ""},
+		{[]string{"serve", "--", "-c", "x"}, ""},
+		{[]string{"serve", "-cc", "x"}, ""},
+	} {
+		if got := configArg(c.args); got != c.want {
+			t.Errorf("configArg(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+// TestOwnersAloneIsTheTable: `stats --owners` prints the owner table and
+// no stat (it used to dump every stat after it); with --filter, the
+// table and those stats.
+func TestOwnersAloneIsTheTable(t *testing.T) {
+	s, path := liveRegion(t)
+	s.Counter("listener.web.downstream_rq_total").Lane(1).Add(3)
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"stats", "--path", path, "--owners"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("stats --owners: exit %d: %s", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.HasPrefix(out, "SLOT ") || strings.Contains(out, "downstream_rq_total") || strings.Contains(out, ": ") {
+		t.Errorf("stats --owners printed more than the owner table:\n%s", out)
+	}
+	stdout.Reset()
+	if code := run([]string{"stats", "--path", path, "--owners", "--filter", "rq_total"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("stats --owners --filter: exit %d: %s", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.HasPrefix(out, "SLOT ") || !strings.Contains(out, "listener.web.downstream_rq_total: 3\n") {
+		t.Errorf("stats --owners --filter rq_total: want the table then the stat:\n%s", out)
+	}
+}
+
+// TestStatsFormatVMRange: --format prometheus writes classic le buckets,
+// --format vmrange the VictoriaMetrics ones, with the same names.
+func TestStatsFormatVMRange(t *testing.T) {
+	s, path := liveRegion(t)
+	s.Histogram("listener.web.downstream_rq_time").Lane(1).Record(2.5)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for format, want := range map[string]string{
+		"prometheus": `hotproxy_listener_downstream_rq_time_seconds_bucket{listener="web",le="0.001"} 0`,
+		"vmrange":    `hotproxy_listener_downstream_rq_time_seconds_bucket{listener="web",vmrange="2.448e-03...2.783e-03"} 1`,
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"stats", "--path", path, "--format", format, "--filter", "rq_time"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("stats --format %s: exit %d: %s", format, code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), want+"\n") {
+			t.Errorf("stats --format %s has no %q:\n%s", format, want, stdout.String())
+		}
+	}
+}

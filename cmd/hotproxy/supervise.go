@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"text/tabwriter"
 	"time"
 
@@ -154,6 +155,9 @@ func printStatus(w io.Writer, st *supervisor.Status) {
 		st.PID, st.Version, time.Since(st.Started).Round(time.Second), st.BaseID, st.Config)
 	fmt.Fprintf(w, "reloads: %d ok, %d failed; re-executed %d times; keeps %d listening sockets for a crash\n",
 		st.Reloads, st.FailedReloads, st.Reexecs, st.KeptSockets)
+	if st.Waiting != "" {
+		fmt.Fprintf(w, "a reload waits: %s\n", st.Waiting)
+	}
 	if st.LastFailure != nil {
 		fmt.Fprintf(w, "last failure (%s ago): %s\n", time.Since(st.LastFailure.At).Round(time.Second), st.LastFailure.Reason)
 	}
@@ -166,6 +170,58 @@ func printStatus(w io.Writer, st *supervisor.Status) {
 	tw.Flush()
 }
 
+// reloadProgressAfter is how long `hotproxy reload` waits for its answer
+// before it asks the supervisor (status) what the reload waits for.
+const reloadProgressAfter = time.Second
+
+// callReporting is supervisor.CallRequest, and while the answer has not
+// come, every reloadProgressAfter it asks the supervisor's status on a
+// second connection and prints on stderr what the reload waits for and
+// for how long at most, each time that changes (a reload past
+// max_draining_generations waits for a generation to exit, which may take
+// a whole drain_time).
+func callReporting(path string, req supervisor.Request, timeout time.Duration, stderr io.Writer) (*supervisor.Response, error) {
+	type answer struct {
+		resp *supervisor.Response
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := supervisor.CallRequest(path, req, timeout)
+		done <- answer{resp, err}
+	}()
+	tick := time.NewTicker(reloadProgressAfter)
+	defer tick.Stop()
+	said := ""
+	for {
+		select {
+		case a := <-done:
+			return a.resp, a.err
+		case <-tick.C:
+		}
+		st, err := supervisor.Call(path, supervisor.OpStatus, reloadProgressAfter)
+		if err != nil || st.Status == nil || st.Status.Waiting == "" || st.Status.Waiting == said {
+			continue
+		}
+		// The ages in it change each time: print when what it waits for
+		// changes, not every tick.
+		key := waitingKey(st.Status.Waiting)
+		if key == said {
+			continue
+		}
+		said = key
+		fmt.Fprintf(stderr, "hotproxy reload: waiting: %s\n", st.Status.Waiting)
+	}
+}
+
+// waitingKey is a Waiting message without its ages ("told to stop 1.2s
+// ago"), so that the same wait is printed once.
+func waitingKey(w string) string {
+	return waitingAge.ReplaceAllString(w, "told to stop")
+}
+
+var waitingAge = regexp.MustCompile(`told to stop [0-9.a-zµ]+ ago`)
+
 // reloadCmd runs `hotproxy reload`.
 func reloadCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("reload [--base-id B | --control-socket PATH] [--wait-commit | --supervisor]",
@@ -177,7 +233,10 @@ func reloadCmd(args []string, stdout, stderr io.Writer) int {
 			"1 if the new generation died within it and the previous one serves\n"+
 			"again: what systemctl reload runs (systemd/hotproxy.service).\n"+
 			"With --supervisor, the supervisor re-executes its own binary in place\n"+
-			"instead (same pid, generations kept).", stderr)
+			"instead (same pid, generations kept).\n"+
+			"A reload that cannot start its generation at once (max_draining_generations\n"+
+			"reached: it waits for a generation told to stop to exit, up to a drain_time)\n"+
+			"says on stderr what it waits for and for how long at most.", stderr)
 	socket := controlFlags(fs)
 	self := fs.Bool("supervisor", false, "re-execute the supervisor itself in place (no new generation)")
 	waitCommit := fs.Bool("wait-commit", false, "also wait for the new generation's commit window; a rollback is a failure")
@@ -194,7 +253,7 @@ func reloadCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hotproxy reload: %v\n", err)
 		return 1
 	}
-	resp, err := supervisor.CallRequest(path, supervisor.Request{Op: op, WaitCommit: *waitCommit && !*self}, *timeout)
+	resp, err := callReporting(path, supervisor.Request{Op: op, WaitCommit: *waitCommit && !*self}, *timeout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy reload: %v\n", err)
 		return 1

@@ -42,10 +42,10 @@ func topCmd(args []string, stdin *os.File, stdout io.Writer, stderr io.Writer) i
 			"followed by a form feed line, with no escape codes (--frames bounds them).", stderr)
 	baseID := fs.Int("base-id", defaultBaseID(), "base `id` of the instance whose default region to read (/dev/shm/hotproxy.<id>.stats); default $HOTPROXY_BASE_ID if set, else 0")
 	path := fs.String("path", "", "region `file` to read; wins over -c and --base-id")
-	cfgPath := fs.String("c", "", "read the region named by this config `file`'s [stats] path")
+	cfgPath := fs.String("c", "", "read the region of this config `file`: its [stats] path, else that of the live instance that runs it (or of --base-id if given)")
 	fs.StringVar(cfgPath, "config", "", "same as -c")
 	interval := fs.Duration("interval", topDefaultInterval, "redraw every `interval`; rates and quantiles are over it")
-	sortBy := fs.String("sort", "name", "row `order`: name, rate (req/s, highest first) or p99 (highest first)")
+	sortBy := fs.String("sort", "name", "row `order`: name, rate or req/s (the header's word; highest first) or p99 (highest first)")
 	filter := fs.String("filter", "", "only the listeners and clusters whose name matches this `regex`")
 	frames := fs.Int("frames", 0, "draw this many frames, then exit (0: until q or Ctrl-C)")
 	size := fs.String("size", "", "screen `COLSxROWS`, e.g. 120x40 (default: the terminal's, else $COLUMNS and $LINES, else 80x24)")
@@ -64,12 +64,12 @@ func topCmd(args []string, stdin *os.File, stdout io.Writer, stderr io.Writer) i
 	switch *sortBy {
 	case "name":
 		top.Sort = stats.SortByName
-	case "rate":
+	case "rate", stats.SortByRate.String(): // the header says "sort req/s"
 		top.Sort = stats.SortByRate
 	case "p99":
 		top.Sort = stats.SortByLatency
 	default:
-		fmt.Fprintf(stderr, "hotproxy top: --sort %q: want name, rate or p99\n", *sortBy)
+		fmt.Fprintf(stderr, "hotproxy top: --sort %q: want name, rate (or req/s) or p99\n", *sortBy)
 		return exitUsage
 	}
 	if *filter != "" {
@@ -89,7 +89,7 @@ func topCmd(args []string, stdin *os.File, stdout io.Writer, stderr io.Writer) i
 		}
 		fixedCols, fixedRows = c, r
 	}
-	src, err := resolveStatsRegion(*path, *cfgPath, *baseID)
+	src, err := resolveStatsRegion(*path, *cfgPath, *baseID, baseIDChosen(flagSet(fs, "base-id")))
 	if err != nil {
 		fmt.Fprintf(stderr, "hotproxy top: %v\n", err)
 		return 1

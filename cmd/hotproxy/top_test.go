@@ -211,3 +211,20 @@ func TestTopShowsTheWatchdog(t *testing.T) {
 		t.Fatalf("top does not say %q:\n%s", want, stdout.String())
 	}
 }
+
+// TestTopSortTakesTheHeadersWord: the header says "sort req/s", so
+// --sort req/s is accepted (it used to be refused), as rate is.
+func TestTopSortTakesTheHeadersWord(t *testing.T) {
+	_, path := liveRegion(t)
+	for _, sortBy := range []string{"req/s", "rate"} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"top", "--path", path, "--frames", "1", "--size", "100x30", "--sort", sortBy}, &stdout, &stderr)
+		if code != 0 || !strings.Contains(stdout.String(), "  sort req/s  ") {
+			t.Errorf("top --sort %s: exit %d, stdout %q, stderr %q", sortBy, code, stdout.String(), stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"top", "--path", path, "--sort", "speed"}, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "req/s") {
+		t.Errorf("top --sort speed: exit %d, stderr %q: want a usage error naming the orders", code, stderr.String())
+	}
+}

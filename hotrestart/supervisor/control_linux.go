@@ -209,7 +209,7 @@ func (s *Supervisor) status() *Status {
 		PID: os.Getpid(), Version: version.Version, Started: s.started, BaseID: s.opts.BaseID,
 		Config: s.opts.ConfigPath, Binary: s.binary, Reexecs: s.reexecs, ServingEpoch: -1,
 		Reloads: s.reloads, FailedReloads: s.failed, LastFailure: s.lastFailure, Stopping: s.machine.stopping,
-		Generations: []GenerationStatus{}, Goroutines: runtime.NumGoroutine(),
+		Generations: []GenerationStatus{}, Goroutines: runtime.NumGoroutine(), Waiting: s.machine.waiting(),
 	}
 	if st.Config == "" {
 		st.Config = config.DefaultSource

@@ -85,6 +85,11 @@ type generation struct {
 	// hurried: told to stop (SIGTERM) because too many generations
 	// drained; it can no longer be rolled back to.
 	hurried bool
+	// hurriedAt is when it was hurried (for what a waiting reload says).
+	hurriedAt time.Time
+	// countedReload: it was counted in machine.reloads when it served;
+	// a rollback moves it to machine.failed.
+	countedReload bool
 	// exitStatus is set once the child was reaped while its readiness
 	// line was still awaited.
 	exited     bool

@@ -1,6 +1,11 @@
 package supervisor
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
 
 // The bound on generations alive at once (hot_restart.max_draining_generations):
 // reloads may come faster than generations drain. See machine.go.
@@ -45,7 +50,35 @@ func (m *machine) hurry(g *generation, why string) {
 	m.log.Info("hurrying a draining generation", "epoch", g.epoch, "pid", g.pid, "why", why,
 		"max_draining_generations", m.maxDraining())
 	g.hurried = true
+	g.hurriedAt = m.now()
 	m.procs.signal(g, SignalTerm)
+}
+
+// waiting says what a reload that has not started its generation yet
+// waits for, and for how long at most: "" when none waits for room. A
+// reload past max_draining_generations waits for a hurried generation to
+// exit, which can take a whole drain_time; `hotproxy reload` prints this
+// rather than saying nothing for that long.
+func (m *machine) waiting() string {
+	if m.stopping || m.op == nil || m.op.gen != nil || len(m.gens)+1 <= m.aliveLimit() {
+		return ""
+	}
+	now := m.now()
+	var hurried []string
+	for _, g := range m.gens {
+		switch {
+		case g.hurried && g.hurriedAt.IsZero(): // hurried before a re-execution: when is not kept
+			hurried = append(hurried, fmt.Sprintf("epoch %d (pid %d, told to stop)", g.epoch, g.pid))
+		case g.hurried:
+			hurried = append(hurried, fmt.Sprintf("epoch %d (pid %d, told to stop %s ago)", g.epoch, g.pid, now.Sub(g.hurriedAt).Round(100*time.Millisecond)))
+		}
+	}
+	what := "a draining generation has been told to stop and has exited"
+	if len(hurried) > 0 {
+		what = strings.Join(hurried, ", ") + " has exited"
+	}
+	return fmt.Sprintf("%d generations alive, the bound for hot_restart.max_draining_generations = %d (%d draining + the serving one + the one starting): the next generation starts when %s; a generation told to stop drains for up to server.drain_time (%s), its TCP connections up to server.parent_shutdown_time (%s)",
+		len(m.gens), m.maxDraining(), m.maxDraining(), what, m.cfg.Server.DrainTime.D(), m.cfg.Server.ParentShutdownTime.D())
 }
 
 // hurryOldestDraining keeps the draining generations within

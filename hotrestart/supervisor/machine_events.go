@@ -97,6 +97,7 @@ func (m *machine) finishOp(g *generation, failure string) {
 		// Not a reload: counted by neither.
 	case g != nil:
 		m.reloads++
+		g.countedReload = true
 	default:
 		m.failed++
 	}
@@ -232,10 +233,16 @@ func (m *machine) onServingDied(g *generation, e exit) {
 			res.ServingEpoch, res.ServingPID = parent.epoch, parent.pid
 			res.Error += fmt.Sprintf("; rolled back to epoch %d", parent.epoch)
 		}
-		m.failed++
 		m.answerCommitWaiters(g, res)
 	}
 	if parent != nil {
+		// A rolled-back reload failed: it is counted once, as failed,
+		// not as ok (when it served) and failed.
+		if g.countedReload {
+			m.reloads--
+			g.countedReload = false
+		}
+		m.failed++
 		parent.state = StateServing
 		parent.drainingSince = time.Time{}
 		m.log.Error("rolled back: the previous generation serves again", "reason", reason, "epoch", parent.epoch, "pid", parent.pid)

@@ -246,6 +246,11 @@ func TestMachineRollbackWithinCommitWindow(t *testing.T) {
 	if h.m.lastFailure == nil || !strings.Contains(h.m.lastFailure.Reason, "epoch 1") {
 		t.Errorf("last failure %+v does not name epoch 1", h.m.lastFailure)
 	}
+	// One reload, rolled back: one failed, none ok (it used to count as
+	// both, or as ok only when nobody waited for its commit).
+	if h.m.reloads != 0 || h.m.failed != 1 {
+		t.Errorf("after a rolled-back reload: %d ok, %d failed; want 0 ok, 1 failed", h.m.reloads, h.m.failed)
+	}
 }
 
 func TestMachineDeathAfterCommitWindowRestartsCold(t *testing.T) {
@@ -361,15 +366,31 @@ func TestMachineReloadWaitsForRoom(t *testing.T) {
 	if !h.signalled(g0, SignalTerm) {
 		t.Fatalf("epoch 0 not hurried: %v", h.table.signals)
 	}
+	if w := h.m.waiting(); w != "" {
+		t.Fatalf("waiting() = %q with no reload waiting", w)
+	}
 	h.m.requestReload(nil, false)
 	h.tick()
 	if len(h.table.started) != 3 || len(h.m.gens) != 3 {
 		t.Fatalf("a reload started with %d generations alive, bound %d", len(h.m.gens), h.m.aliveLimit())
 	}
+	// What `hotproxy reload` prints meanwhile: the bound, who it waits
+	// for since when, and for how long at most.
+	h.clock.advance(1500 * time.Millisecond)
+	w := h.m.waiting()
+	for _, want := range []string{"max_draining_generations = 1", fmt.Sprintf("epoch 0 (pid %d, told to stop 1.5s ago) has exited", g0.pid),
+		"server.drain_time (30s)", "server.parent_shutdown_time (45s)"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("waiting() = %q, lacks %q", w, want)
+		}
+	}
 	h.m.onExit(g0, exit{how: "exit status 0", clean: true})
 	h.tick()
 	if len(h.table.started) != 4 {
 		t.Fatal("the reload did not start once the hurried generation had exited")
+	}
+	if w := h.m.waiting(); w != "" {
+		t.Errorf("waiting() = %q once the reload started", w)
 	}
 	if len(h.m.gens) > h.m.aliveLimit() {
 		t.Fatalf("%d generations alive, bound %d", len(h.m.gens), h.m.aliveLimit())

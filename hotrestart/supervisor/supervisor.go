@@ -238,6 +238,9 @@ type Status struct {
 	FailedReloads int                `json:"failed_reloads"`
 	LastFailure   *Failure           `json:"last_failure,omitempty"`
 	Stopping      bool               `json:"stopping,omitempty"`
+	// Waiting says what a requested reload waits for before it can start
+	// its generation, and for how long at most ("" if none waits).
+	Waiting string `json:"waiting,omitempty"`
 	// Goroutines of the supervisor: a leak check across many reloads.
 	Goroutines int `json:"goroutines,omitempty"`
 	// RefusedControlPeers counts control connections turned away (another

@@ -207,3 +207,21 @@ func TestTextEscapes(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// TestDurationHasMicroseconds: %DURATION% is milliseconds to the
+// microsecond (a local answer takes 0.042 ms; whole milliseconds logged 0),
+// in text and as a JSON number.
+func TestDurationHasMicroseconds(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{{42 * time.Microsecond, "0.042"}, {1500 * time.Microsecond, "1.500"}, {2 * time.Second, "2000.000"}, {0, "0.000"}} {
+		f, err := compile("%DURATION%", "web", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(f.append(nil, &Record{Duration: c.d})); got != c.want+"\n" {
+			t.Errorf("%%DURATION%% of %v = %q, want %q", c.d, got, c.want)
+		}
+	}
+}

@@ -151,7 +151,9 @@ func (f *format) appendVar(b []byte, v variable, r *Record, json bool) []byte {
 	case varBytesSent:
 		return strconv.AppendInt(b, r.BytesSent, 10)
 	case varDuration:
-		return strconv.AppendInt(b, r.Duration.Milliseconds(), 10)
+		// Milliseconds to the microsecond: a request answered locally
+		// takes well under one, and whole milliseconds logged 0.
+		return strconv.AppendFloat(b, float64(r.Duration.Microseconds())/1000, 'f', 3, 64)
 	case varUpstreamCluster:
 		return str(b, []byte(r.Cluster))
 	case varUpstreamHost:
