@@ -343,44 +343,59 @@ func TestSupervisedReloadsWhileTheNextRestartSocketIsSquatted(t *testing.T) {
 // serving generation is SIGKILLed and another user binds its restart
 // socket the moment it is free. Today the supervisor's next epoch dialed
 // the squatter and served on its socket with its ticket key. Now the
-// supervisor tells the new epoch that nothing serves: it starts cold,
-// dials nothing, and serves the configured listener itself.
+// supervisor never sends the new epoch to a restart socket after a crash:
+// with hot_restart.keep_listeners (the default) it hands over the
+// listening sockets it kept itself; without, it tells the new epoch that
+// nothing serves, and it starts cold. Either way the squatter is never
+// spoken to and the configured listener is the proxy's own.
 func TestSupervisorCrashRestartIgnoresASquatter(t *testing.T) {
 	requireServeContract(t)
-	backend := harness.StartHTTPBackend(t, "b1")
-	c := supervisedProxyConfig(t, backend.Addr)
-	listener := c.Listeners[0].Address
-	s := startSupervised(t, supervisedOpts{Config: c.TOML()})
-	gen0, ok := s.mustStatus().Serving()
-	if !ok {
-		t.Fatal("nothing serves")
-	}
-	sq := startSquatter(t, fmt.Sprintf("@hotproxy.%d.0", s.baseID), listener, true)
-	if err := syscall.Kill(gen0.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	sq.waitListening(10 * time.Second)
+	for _, tc := range []struct {
+		keep bool
+		want string
+	}{
+		{true, "took over the listening sockets the supervisor kept of the previous generation"},
+		{false, "the supervisor says no generation serves: starting cold"},
+	} {
+		t.Run(fmt.Sprintf("keep_listeners=%v", tc.keep), func(t *testing.T) {
+			backend := harness.StartHTTPBackend(t, "b1")
+			c := supervisedProxyConfig(t, backend.Addr)
+			c.Extra = fmt.Sprintf("[hot_restart]\ncommit_window = \"300ms\"\nkeep_listeners = %v\n", tc.keep)
+			listener := c.Listeners[0].Address
+			s := startSupervised(t, supervisedOpts{Config: c.TOML()})
+			gen0, ok := s.mustStatus().Serving()
+			if !ok {
+				t.Fatal("nothing serves")
+			}
+			sq := startSquatter(t, fmt.Sprintf("@hotproxy.%d.0", s.baseID), listener, true)
+			if err := syscall.Kill(gen0.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			sq.waitListening(10 * time.Second)
 
-	var gen1 supervisorGeneration
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if g, ok := s.mustStatus().Serving(); ok && g.PID != gen0.PID {
-			gen1 = supervisorGeneration{epoch: g.Epoch, pid: g.PID}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no new generation serves within 30s of the crash\n%s", s.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	getOK(t, "http://"+listener+"/", 20)
-	sq.wantUntouched()
-	wantContains(t, "the supervisor's log", s.out.String(),
-		"the supervisor says no generation serves: starting cold")
-	// The configured address is the new generation's own socket, not one
-	// handed to it: its fds show a listener bound to that port.
-	if !ownsListener(t, gen1.pid, portOf(t, listener)) {
-		t.Errorf("epoch %d (pid %d) does not listen on %s itself", gen1.epoch, gen1.pid, listener)
+			var gen1 supervisorGeneration
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				if g, ok := s.mustStatus().Serving(); ok && g.PID != gen0.PID {
+					gen1 = supervisorGeneration{epoch: g.Epoch, pid: g.PID}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no new generation serves within 30s of the crash\n%s", s.out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			getOK(t, "http://"+listener+"/", 20)
+			sq.wantUntouched()
+			wantContains(t, "the supervisor's log", s.out.String(), tc.want)
+			// The configured address is a socket of the proxy's own (bound
+			// by the new generation, or kept from the old one), not one
+			// the squatter handed over: the new generation's fds show a
+			// listener bound to that port.
+			if !ownsListener(t, gen1.pid, portOf(t, listener)) {
+				t.Errorf("epoch %d (pid %d) does not listen on %s itself", gen1.epoch, gen1.pid, listener)
+			}
+		})
 	}
 }
 

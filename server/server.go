@@ -324,7 +324,11 @@ func (s *Server) Run(ctx context.Context) error {
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-		defer signal.Stop(sigs)
+		// Once Run returns the generation is on its way out: a stop
+		// signal then (a supervisor hurrying a draining generation that
+		// has just finished) must not kill it by the default action and
+		// turn a clean exit into "killed by SIGTERM".
+		defer signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	}
 
 	defer s.stopReopen()
