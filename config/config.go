@@ -166,7 +166,10 @@ type Config struct {
 	// HotRestart configures the hand-over between generations.
 	HotRestart HotRestart `toml:"hot_restart" json:"hot_restart"`
 	// Stats configures the shared-memory stats region.
-	Stats     Stats      `toml:"stats" json:"stats"`
+	Stats Stats `toml:"stats" json:"stats"`
+	// Overload configures the overload manager (overload.go); off unless
+	// an action is configured.
+	Overload  Overload   `toml:"overload" json:"overload"`
 	Listeners []Listener `toml:"listeners" json:"listeners"`
 	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
 
