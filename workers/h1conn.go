@@ -28,6 +28,7 @@ type h1Settings struct {
 	idleTimeout   time.Duration
 	writeTimeout  time.Duration // 0: none
 	trustXFF      bool
+	shrunkFrom    *h1Settings // overload.go: the listener's own, when these are shrunk
 }
 
 func newH1Settings(l *config.Listener) *h1Settings {
@@ -93,6 +94,10 @@ type clientConn struct {
 	// idleSince is when the connection last became idle between requests
 	// (monotime), or 0 while it is new, busy or tunnelling.
 	idleSince atomic.Int64
+	// heldSince and heldBytes: since which overload pass (plus one; 0:
+	// none) the connection holds buffers, and how many bytes of them,
+	// for reset_connections (overload.go).
+	heldSince, heldBytes atomic.Int64
 
 	// readable is the idle wait's callback (method value, made once);
 	// waited says whether it has already peeked in this wait.

@@ -70,6 +70,9 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// drain's GOAWAY went out.
 		w.Header().Set("Connection", "close")
 	}
+	if h.overloaded(w, &res) { // overload.go: 503, GOAWAY
+		return
+	}
 
 	// One load: the listener and the snapshot of its clusters must be
 	// of the same publication.

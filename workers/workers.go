@@ -95,7 +95,8 @@ type Manager struct {
 	// queueEmptyingEnv).
 	queueEmptying bool
 	// h2 is the HTTP/2 side: servers, upstream transports (h2.go).
-	h2 h2State
+	h2             h2State
+	overloadFields // overload.go
 	// stopMigrations ends countMigrations (Close); migrationsDone closes
 	// once it has counted the last migration.
 	stopMigrations chan struct{}
@@ -155,6 +156,9 @@ type worker struct {
 	view  atomic.Pointer[workerView]
 	stats []*listenerStats // index: listener
 	conns connSet          // long-lived connections: TCP sessions, upgrades
+	// overload is what the overload manager asks now (overload.go);
+	// nil: nothing.
+	overload atomic.Pointer[overloadView]
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by

@@ -30,6 +30,7 @@ var layers = map[string][]string{
 
 	"internal/accesslog": {"config"},
 	"internal/ratelog":   nil,
+	"internal/resmon":    nil, // heap, cgroup memory, fds: read for the overload manager
 	"internal/smuggle":   nil,
 	"internal/unixsock":  nil,
 	"internal/version":   nil,
@@ -49,7 +50,7 @@ var layers = map[string][]string{
 	"hotrestart/supervisor/supervisortest": {"config"},
 
 	// One generation's main goroutine builds everything from the config.
-	"server": {"config", "hotrestart", "internal/ratelog", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
+	"server": {"config", "hotrestart", "internal/ratelog", "internal/resmon", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
 	// Flag parsing and verb dispatch: it may reach every verb's package.
 	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
 
@@ -70,7 +71,7 @@ var layers = map[string][]string{
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
 var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
-	"internal/ratelog", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+	"internal/ratelog", "internal/resmon", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // TestLayers fails when a package imports one it may not, or when a
 // package has no place in the layering.
