@@ -73,7 +73,7 @@ func TestIssueConfig(t *testing.T) {
 		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout), MaxDrainingGenerations: DefaultMaxDrainingGenerations},
 		Stats:      Stats{FileMode: DefaultStatsFileMode, FlushInterval: Duration(DefaultStatsFlushInterval)},
 		Overload: Overload{Interval: Duration(250 * time.Millisecond), RetryAfter: Duration(5 * time.Second), ResetPerPass: 16,
-			ResetMinBusy: Duration(time.Second), MemoryLimitPercent: 80, TimeoutMinPercent: 10},
+			ResetMinBusy: Duration(5 * time.Second), MemoryLimitPercent: 80, TimeoutMinPercent: 10},
 		Listeners: []Listener{
 			{
 				Name: "web", Address: "127.0.0.1:8080", Protocol: ProtocolHTTP,

@@ -8,7 +8,9 @@ import (
 // Overload-manager monitors: what an action's trigger watches. Each
 // reports a pressure from 0 to 1.
 const (
-	// MonitorHeap: the Go heap's live bytes against overload.heap_limit_mib.
+	// MonitorHeap: the Go heap in use (live objects and garbage not yet
+	// swept, runtime/metrics /memory/classes/heap/objects:bytes) against
+	// overload.heap_limit_mib.
 	MonitorHeap = "heap"
 	// MonitorCgroupMemory: the cgroup's memory usage (less its inactive
 	// page cache) against its limit (memory.max in cgroup v2,
@@ -46,7 +48,7 @@ type Overload struct {
 	// ResetMinBusy: reset_connections resets only connections that have
 	// held their buffers for at least this long (a quick request is never
 	// the one holding memory).
-	ResetMinBusy Duration `toml:"reset_min_busy" json:"reset_min_busy" default:"1s" bound:"10ms..1h"`
+	ResetMinBusy Duration `toml:"reset_min_busy" json:"reset_min_busy" default:"5s" bound:"10ms..1h"`
 	// MemoryLimitPercent is the Go memory limit (debug.SetMemoryLimit)
 	// that shrink_heap sets, in percent of the smallest memory limit the
 	// monitors know (heap_limit_mib, the cgroup's limit).

@@ -95,9 +95,10 @@ type clientConn struct {
 	// (monotime), or 0 while it is new, busy or tunnelling.
 	idleSince atomic.Int64
 	// heldSince and heldBytes: since which overload pass (plus one; 0:
-	// none) the connection holds buffers, and how many bytes of them,
-	// for reset_connections (overload.go).
-	heldSince, heldBytes atomic.Int64
+	// none) the connection holds buffers, and how many bytes of them;
+	// requestsStarted: how many requests it has begun. For
+	// reset_connections (overload.go).
+	heldSince, heldBytes, requestsStarted atomic.Int64
 
 	// readable is the idle wait's callback (method value, made once);
 	// waited says whether it has already peeked in this wait.

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"net"
 	"net/http"
 	"slices"
@@ -216,13 +217,14 @@ func (h *h2Handler) overloaded(w http.ResponseWriter, res *h2Result) bool {
 // loads from the Manager, not a clock), and what it holds.
 
 // holdBuffers marks cc as holding buffers since the current pass, with
-// bytes of them (takeState). Two atomic stores: the reset pass reads them
-// from another goroutine.
+// bytes of them, for the request it starts (takeState). A few atomic
+// operations: the reset pass reads them from another goroutine.
 func (cc *clientConn) holdBuffers(bytes int) {
 	if cc.heldSince.Load() == 0 {
 		cc.heldSince.Store(cc.m.overloadPass.Load() + 1)
 	}
 	cc.heldBytes.Store(int64(bytes))
+	cc.requestsStarted.Add(1)
 }
 
 // releaseBuffers marks cc as holding no buffers (releaseState).
@@ -237,10 +239,12 @@ func (cc *clientConn) releaseBuffers() {
 func (m *Manager) AdvanceOverloadPass() { m.overloadPass.Add(1) }
 
 // ResetBiggest resets (RST) at most max of the HTTP client connections
-// that hold the most buffered bytes, largest first, the longest held first
-// among equals; only connections that have held their buffers for at
-// least minPasses overload passes are candidates, so that a quick request
-// is never cut. It returns how many it reset. Called on the main
+// that hold the most buffered bytes, largest first; among equals, those
+// on their first request first (a flood holds its connections on their
+// first request; a keep-alive client that has been served before is the
+// last to go), then the longest held. Only connections that have held
+// their buffers for at least minPasses overload passes are candidates, so
+// that a quick request is never cut. It returns how many it reset. Called on the main
 // goroutine (it counts on lane 0).
 func (m *Manager) ResetBiggest(max, minPasses int) int {
 	if max <= 0 {
@@ -248,9 +252,10 @@ func (m *Manager) ResetBiggest(max, minPasses int) int {
 	}
 	now := m.overloadPass.Load() + 1
 	type candidate struct {
-		cc    *clientConn
-		bytes int64
-		since int64
+		cc       *clientConn
+		bytes    int64
+		requests int64
+		since    int64
 	}
 	var cands []candidate
 	for _, wk := range m.workers {
@@ -264,15 +269,18 @@ func (m *Manager) ResetBiggest(max, minPasses int) int {
 			if since == 0 || now-since < int64(minPasses) || cc.idleSince.Load() != 0 {
 				continue
 			}
-			cands = append(cands, candidate{cc, cc.heldBytes.Load(), since})
+			cands = append(cands, candidate{cc, cc.heldBytes.Load(), cc.requestsStarted.Load(), since})
 		}
 		wk.conns.mu.Unlock()
 	}
 	slices.SortFunc(cands, func(a, b candidate) int {
 		if a.bytes != b.bytes {
-			return int(b.bytes - a.bytes)
+			return cmp.Compare(b.bytes, a.bytes)
 		}
-		return int(a.since - b.since)
+		if a.requests != b.requests {
+			return cmp.Compare(a.requests, b.requests)
+		}
+		return cmp.Compare(a.since, b.since)
 	})
 	oc := m.overloadStatsOf()
 	n := 0

@@ -18,8 +18,11 @@ var ErrNotSupported = errors.New("resmon: not supported on this platform")
 // heap in use, which also counts garbage not yet collected and so swings
 // with GC pacing.
 const (
-	heapLiveMetric  = "/gc/heap/live:bytes"
-	heapInUseMetric = "/memory/classes/heap/objects:bytes"
+	heapLiveMetric     = "/gc/heap/live:bytes"
+	heapInUseMetric    = "/memory/classes/heap/objects:bytes"
+	totalMetric        = "/memory/classes/total:bytes"
+	heapReleasedMetric = "/memory/classes/heap/released:bytes"
+	gcCyclesMetric     = "/gc/cycles/total:gc-cycles"
 )
 
 // Heap reads the Go heap. Not safe for concurrent use.
@@ -29,18 +32,33 @@ type Heap struct {
 
 // NewHeap returns a Heap reader.
 func NewHeap() *Heap {
-	return &Heap{samples: []metrics.Sample{{Name: heapLiveMetric}, {Name: heapInUseMetric}}}
+	return &Heap{samples: []metrics.Sample{{Name: heapLiveMetric}, {Name: heapInUseMetric}, {Name: totalMetric}, {Name: heapReleasedMetric}, {Name: gcCyclesMetric}}}
 }
 
-// Read returns the live heap (reachable at the last GC) and the heap in
-// use (live and unswept objects), in bytes.
-func (h *Heap) Read() (live, inUse uint64) {
+// HeapReading is one reading of the Go runtime's memory, in bytes.
+type HeapReading struct {
+	Live  uint64 // reachable at the last GC
+	InUse uint64 // heap objects, live and not yet swept
+	// Runtime is what the Go memory limit (debug.SetMemoryLimit) bounds:
+	// all memory mapped by the runtime but the heap returned to the OS
+	// (stacks and runtime metadata included).
+	Runtime uint64
+	// GCCycles counts the garbage collections completed so far.
+	GCCycles uint64
+}
+
+// Read reads the heap.
+func (h *Heap) Read() HeapReading {
 	metrics.Read(h.samples)
-	if v := h.samples[0].Value; v.Kind() == metrics.KindUint64 {
-		live = v.Uint64()
+	u := func(i int) uint64 {
+		if v := h.samples[i].Value; v.Kind() == metrics.KindUint64 {
+			return v.Uint64()
+		}
+		return 0
 	}
-	if v := h.samples[1].Value; v.Kind() == metrics.KindUint64 {
-		inUse = v.Uint64()
+	r := HeapReading{Live: u(0), InUse: u(1), GCCycles: u(4)}
+	if total, released := u(2), u(3); total > released {
+		r.Runtime = total - released
 	}
-	return live, inUse
+	return r
 }

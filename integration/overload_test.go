@@ -1,0 +1,368 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/integration/harness"
+)
+
+// Issue 24, Done means (a): a memory flood — many slow uploads and
+// responses a client never reads — against a generation whose heap limit
+// is 64 MiB. With the overload manager, hotproxy keeps its heap under the
+// limit, sheds the flood (connections closed at accept, the biggest
+// holders reset) and serves a concurrent well-behaved client without a
+// single failure; the same flood against the same generation without the
+// overload manager shows what it prevents (its heap goes past the limit).
+
+const (
+	floodHeapLimitMiB = 64
+	// floodConns is the flood's size: half slow uploads, half downloads
+	// nobody reads. Each holds a 32 KiB read buffer and more in hotproxy;
+	// sized so that, unchecked, they hold more than the 64 MiB limit.
+	floodConns    = 1600
+	floodDuration = 12 * time.Second
+)
+
+// overloadOnConfig is the [overload] table of the flood test: the heap
+// monitor only, so that the run measures what the heap does. No
+// refuse_requests: a 503 cannot tell the flood's requests from the
+// well-behaved client's, which must all be served.
+func overloadOnConfig() string {
+	return fmt.Sprintf(`[overload]
+interval = "25ms"
+heap_limit_mib = %d
+reset_per_pass = 32
+reset_min_busy = "3s"
+
+[overload.shrink_heap]
+monitors = ["heap"]
+pressure_percent = [30]
+
+[overload.stop_accepting]
+monitors = ["heap"]
+pressure_percent = [25]
+
+[overload.reset_connections]
+monitors = ["heap"]
+pressure_percent = [40]
+`, floodHeapLimitMiB)
+}
+
+func floodConfig(tb testing.TB, backend, overload string, stats statsRegion) string {
+	return fmt.Sprintf(`[server]
+concurrency = %d
+drain_time = "2s"
+max_connections = 10000
+
+[admin]
+address = %q
+
+[stats]
+path = %q
+flush_interval = "100ms"
+
+%s
+
+[[listeners]]
+name = "web"
+address = %q
+protocol = "http"
+idle_timeout = "60s"
+
+  [[listeners.routes]]
+  prefix = "/"
+  cluster = "backend"
+
+[[clusters]]
+name = "backend"
+endpoints = [%q]
+max_idle_per_endpoint = 8
+`, testConcurrency, harness.FreeAddr(tb), stats.Path, overload, harness.FreeAddr(tb), backend)
+}
+
+// floodResult is what one flood run measured.
+type floodResult struct {
+	peakHeapInUse int64 // server.memory_allocated, polled every 100ms
+	peakRSS       int64 // VmHWM at the end
+	goodOK        int64
+	goodFailed    int64
+	goodFirstErr  string
+	floodDials    int64 // flood connections opened
+	floodCut      int64 // flood connections the proxy closed or reset
+	stats         statValues
+	overload      []byte // GET /overload at the end
+	alive         bool   // the generation survived
+	adminMissed   int    // heap polls the admin API did not answer in 5s
+}
+
+// runFlood runs the flood and the well-behaved client against p for
+// floodDuration.
+func runFlood(t *testing.T, p *harness.Proxy) floodResult {
+	t.Helper()
+	addr := p.Addr("web")
+	var res floodResult
+	ctx, cancel := context.WithTimeout(context.Background(), floodDuration)
+	defer cancel()
+
+	// The well-behaved client: two keep-alive connections, each its own
+	// client, opened (and proved) before the flood starts, one small
+	// request at a time.
+	var goods [2]*http.Client
+	for i := range goods {
+		tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}
+		defer tr.CloseIdleConnections()
+		goods[i] = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	get := func(good *http.Client) error {
+		resp, err := good.Get("http://" + addr + "/")
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && (resp.StatusCode != http.StatusOK || string(body) != "b\n") {
+			err = fmt.Errorf("status %d, body %.40q", resp.StatusCode, body)
+		}
+		return err
+	}
+	for _, good := range goods {
+		if err := get(good); err != nil {
+			t.Fatalf("the well-behaved client before the flood: %v", err)
+		}
+	}
+
+	var wg sync.WaitGroup
+	var dials, cut, goodOK, goodFailed atomic.Int64
+	var firstErr atomic.Value
+	for i := range floodConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			floodConn(ctx, addr, i%2 == 0, &dials, &cut)
+		}()
+	}
+	for _, good := range goods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if err := get(good); err != nil {
+					goodFailed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				goodOK.Add(1)
+			}
+		}()
+	}
+	// The heap, as the generation samples it (server.memory_allocated,
+	// every stats flush), and whether it is still alive.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+poll:
+	for {
+		select {
+		case <-ctx.Done():
+			break poll
+		case <-p.Done():
+			break poll
+		case <-tick.C:
+			if v, ok := statOf(p, "server.memory_allocated"); ok {
+				res.peakHeapInUse = max(res.peakHeapInUse, v)
+			} else {
+				res.adminMissed++
+			}
+		}
+	}
+	res.peakRSS = peakRSS(p.PID())
+	cancel()
+	wg.Wait()
+	res.alive = !p.Exited()
+	res.goodOK, res.goodFailed = goodOK.Load(), goodFailed.Load()
+	if e, ok := firstErr.Load().(string); ok {
+		res.goodFirstErr = e
+	}
+	res.floodDials, res.floodCut = dials.Load(), cut.Load()
+	if res.alive {
+		res.stats = getStats(t, p)
+		_, res.overload = p.AdminGet("/overload")
+	}
+	return res
+}
+
+// floodConn is one flood client until ctx ends: a slow upload (a 100 MB
+// body sent 1 KiB per 100ms) or a 100 MB download read a byte per 100ms,
+// dialled again when the proxy cuts it.
+func floodConn(ctx context.Context, addr string, upload bool, dials, cut *atomic.Int64) {
+	chunk := make([]byte, 1024)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+			continue
+		}
+		dials.Add(1)
+		head := "GET /bytes?n=100000000 HTTP/1.1\r\nHost: flood\r\n\r\n"
+		if upload {
+			head = "POST /echo HTTP/1.1\r\nHost: flood\r\nContent-Length: 100000000\r\n\r\n"
+		}
+		_, err = io.WriteString(c, head)
+		for err == nil {
+			select {
+			case <-ctx.Done():
+				c.Close()
+				return
+			case <-tick.C:
+			}
+			if upload {
+				c.SetWriteDeadline(time.Now().Add(time.Second))
+				_, err = c.Write(chunk)
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					err = nil // a full window is what a slow upload is
+				}
+			} else {
+				c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+				_, err = c.Read(chunk[:1])
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					err = nil
+				}
+			}
+		}
+		c.Close()
+		if ctx.Err() == nil {
+			cut.Add(1)
+		}
+		// Dial again soon, not at once: a flood of dials alone would
+		// starve the machine every engineer shares, proxy or not.
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// statOf reads one stat through /stats?filter.
+func statOf(p *harness.Proxy, name string) (int64, bool) {
+	// Not AdminGet: an admin API too slow to answer under the flood is
+	// a finding of the run, not a failure of the test.
+	resp, body, err := p.AdminDo(http.MethodGet, "/stats?format=json&filter=^"+strings.ReplaceAll(name, ".", `\.`)+"$")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	var doc struct {
+		Stats []struct {
+			Value   *int64  `json:"value"`
+			Counter *uint64 `json:"counter"`
+		} `json:"stats"`
+	}
+	if json.Unmarshal(body, &doc) != nil || len(doc.Stats) == 0 {
+		return 0, false
+	}
+	switch s := doc.Stats[0]; {
+	case s.Value != nil:
+		return *s.Value, true
+	case s.Counter != nil:
+		return int64(*s.Counter), true
+	}
+	return 0, false
+}
+
+// peakRSS is a process's peak resident set (VmHWM), in bytes; 0 unknown.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func startFloodProxy(t *testing.T, overload string) *harness.Proxy {
+	t.Helper()
+	backend := harness.StartHTTPBackend(t, "b")
+	region := newStatsRegion(t)
+	p := harness.Launch(t, floodConfig(t, backend.Addr, overload, region), region.args()...)
+	if err := p.WaitReady(harness.DefaultReadyTimeout); err != nil {
+		t.Fatalf("hotproxy not ready: %v\n%s", err, p.Output())
+	}
+	return p
+}
+
+// TestOverloadMemoryFlood is Done means (a). Both runs in one test, one
+// after the other, so that they never compete for the machine.
+func TestOverloadMemoryFlood(t *testing.T) {
+	const limit = floodHeapLimitMiB << 20
+
+	off := startFloodProxy(t, "")
+	offRes := runFlood(t, off)
+	off.Stop()
+	t.Logf("overload manager off: peak heap in use %s, peak RSS %s, alive %v, admin polls unanswered %d; good client %d OK, %d failed (%s); flood %d connections, %d cut",
+		mib(offRes.peakHeapInUse), mib(offRes.peakRSS), offRes.alive, offRes.adminMissed, offRes.goodOK, offRes.goodFailed, offRes.goodFirstErr, offRes.floodDials, offRes.floodCut)
+
+	on := startFloodProxy(t, overloadOnConfig())
+	onRes := runFlood(t, on)
+	t.Logf("overload manager on: peak heap in use %s, peak RSS %s, alive %v, admin polls unanswered %d; good client %d OK, %d failed (%s); flood %d connections, %d cut; shed_total %d (closed at accept %d, reset %d, 503 %d)",
+		mib(onRes.peakHeapInUse), mib(onRes.peakRSS), onRes.alive, onRes.adminMissed, onRes.goodOK, onRes.goodFailed, onRes.goodFirstErr, onRes.floodDials, onRes.floodCut,
+		onRes.stats["overload.shed_total"], onRes.stats["overload.stop_accepting.closed"], onRes.stats["overload.reset_connections.reset"], onRes.stats["overload.refuse_requests.refused"])
+	t.Logf("GET /overload at the end: %s", onRes.overload)
+
+	// The flood is real: unchecked, it takes the heap past the limit.
+	if offRes.alive && offRes.peakHeapInUse <= limit {
+		t.Errorf("without the overload manager the flood took the heap only to %s, not past %s: the flood proves nothing (raise floodConns)",
+			mib(offRes.peakHeapInUse), mib(limit))
+	}
+	if !onRes.alive {
+		t.Fatalf("with the overload manager the generation died:\n%s", on.Output())
+	}
+	if onRes.peakHeapInUse >= limit {
+		t.Errorf("with the overload manager the heap reached %s, want under %s", mib(onRes.peakHeapInUse), mib(limit))
+	}
+	var rep struct {
+		PeakHeapInUse uint64 `json:"peak_heap_in_use_bytes"`
+	}
+	if err := json.Unmarshal(onRes.overload, &rep); err != nil || rep.PeakHeapInUse == 0 {
+		t.Errorf("GET /overload: %v %s", err, onRes.overload)
+	} else if rep.PeakHeapInUse >= limit {
+		t.Errorf("GET /overload: peak heap in use %s, want under %s", mib(int64(rep.PeakHeapInUse)), mib(limit))
+	}
+	if onRes.goodFailed != 0 || onRes.goodOK < 20 {
+		t.Errorf("the well-behaved client: %d OK, %d failed (first: %s); want every request served, and at least 20", onRes.goodOK, onRes.goodFailed, onRes.goodFirstErr)
+	}
+	if onRes.stats["overload.shed_total"] == 0 || onRes.floodCut == 0 {
+		t.Errorf("the flood was not shed: overload.shed_total %d, flood connections cut %d", onRes.stats["overload.shed_total"], onRes.floodCut)
+	}
+	if onRes.stats["overload.stop_accepting.active"] == 0 && onRes.stats["overload.stop_accepting.closed"] == 0 {
+		t.Errorf("stop_accepting never acted")
+	}
+	for _, msg := range []string{`"overload action started"`, `action=stop_accepting`} {
+		if !strings.Contains(on.Output(), strings.Trim(msg, `"`)) {
+			t.Errorf("the log does not say %s", msg)
+		}
+	}
+}
