@@ -48,15 +48,15 @@ reset_min_busy = "3s"
 
 [overload.shrink_heap]
 monitors = ["heap"]
-pressure_percent = [30]
+pressure_percent = [20]
 
 [overload.stop_accepting]
 monitors = ["heap"]
-pressure_percent = [25]
+pressure_percent = [15]
 
 [overload.reset_connections]
 monitors = ["heap"]
-pressure_percent = [40]
+pressure_percent = [30]
 `, floodHeapLimitMiB)
 }
 
@@ -348,7 +348,7 @@ func TestOverloadMemoryFlood(t *testing.T) {
 	}
 	if err := json.Unmarshal(onRes.overload, &rep); err != nil || rep.PeakHeapInUse == 0 {
 		t.Errorf("GET /overload: %v %s", err, onRes.overload)
-	} else if rep.PeakHeapInUse >= limit {
+	} else if t.Logf("GET /overload: peak heap in use %s (sampled every pass)", mib(int64(rep.PeakHeapInUse))); rep.PeakHeapInUse >= limit {
 		t.Errorf("GET /overload: peak heap in use %s, want under %s", mib(int64(rep.PeakHeapInUse)), mib(limit))
 	}
 	if onRes.goodFailed != 0 || onRes.goodOK < 20 {
