@@ -366,3 +366,143 @@ func TestOverloadMemoryFlood(t *testing.T) {
 		}
 	}
 }
+
+// testMemoryCgroup creates a memory cgroup of limit bytes below this test
+// process's own (cgroup v2, or the v1 memory controller), removed at
+// cleanup, and returns a function that moves a pid into it and one that
+// reads its peak usage (0: unknown). It skips the test, saying why, where
+// no cgroup can be created.
+func testMemoryCgroup(t *testing.T, limit int64) (join func(pid int), peak func() int64) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("creating a memory cgroup needs root")
+	}
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skipf("no /proc/self/cgroup: %v", err)
+	}
+	var v1, v2 string
+	for _, line := range strings.Split(string(own), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "memory" {
+				v1 = parts[2]
+			}
+		}
+	}
+	name := fmt.Sprintf("hotproxy-overload-test-%d-%d", os.Getpid(), testCgroups.Add(1))
+	var dir, limitFile, peakFile string
+	switch {
+	case v1 != "" && dirExists("/sys/fs/cgroup/memory"):
+		dir = "/sys/fs/cgroup/memory" + strings.TrimSuffix(v1, "/") + "/" + name
+		limitFile, peakFile = "memory.limit_in_bytes", "memory.max_usage_in_bytes"
+	case v2 != "" && fileExists("/sys/fs/cgroup/cgroup.controllers"):
+		dir = "/sys/fs/cgroup" + strings.TrimSuffix(v2, "/") + "/" + name
+		limitFile, peakFile = "memory.max", "memory.peak"
+	default:
+		t.Skip("neither the cgroup v1 memory controller nor cgroup v2 is mounted at /sys/fs/cgroup")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot create a memory cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		// Its processes have exited by now (the proxies' cleanups ran
+		// first: registered later); an empty cgroup is removed.
+		for range 50 {
+			if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("memory cgroup %s left behind", dir)
+	})
+	if err := os.WriteFile(dir+"/"+limitFile, []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		t.Skipf("cannot set %s/%s: %v (no memory controller delegated here?)", dir, limitFile, err)
+	}
+	join = func(pid int) {
+		if err := os.WriteFile(dir+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			t.Fatalf("moving pid %d into %s: %v", pid, dir, err)
+		}
+	}
+	peak = func() int64 {
+		b, err := os.ReadFile(dir + "/" + peakFile)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n
+	}
+	return join, peak
+}
+
+var testCgroups atomic.Int64
+
+func dirExists(p string) bool  { st, err := os.Stat(p); return err == nil && st.IsDir() }
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestOverloadMemoryFloodCgroup is (a) with a real cgroup memory limit:
+// the generation runs in a memory cgroup of 160 MiB and the overload
+// manager watches the cgroup (no heap_limit_mib). Without it the same
+// flood takes the cgroup to its limit (the kernel reclaims, then kills);
+// with it the generation lives, stays under the limit and serves the
+// well-behaved client without a failure.
+func TestOverloadMemoryFloodCgroup(t *testing.T) {
+	const limit = 160 << 20
+	run := func(overload string) (floodResult, int64, *harness.Proxy) {
+		join, peak := testMemoryCgroup(t, limit)
+		p := startFloodProxy(t, overload)
+		join(p.PID())
+		res := runFlood(t, p)
+		return res, peak(), p
+	}
+	offRes, offPeak, off := run("")
+	off.Stop()
+	t.Logf("overload manager off, cgroup limit %s: cgroup peak %s, alive %v; good client %d OK, %d failed (%s); flood %d connections, %d cut",
+		mib(limit), mib(offPeak), offRes.alive, offRes.goodOK, offRes.goodFailed, offRes.goodFirstErr, offRes.floodDials, offRes.floodCut)
+
+	onRes, onPeak, on := run(`[overload]
+interval = "25ms"
+reset_per_pass = 32
+reset_min_busy = "3s"
+
+[overload.shrink_heap]
+monitors = ["cgroup_memory"]
+pressure_percent = [30]
+
+[overload.stop_accepting]
+monitors = ["cgroup_memory"]
+pressure_percent = [25]
+
+[overload.reset_connections]
+monitors = ["cgroup_memory"]
+pressure_percent = [40]
+`)
+	t.Logf("overload manager on, cgroup limit %s: cgroup peak %s, alive %v; good client %d OK, %d failed (%s); flood %d connections, %d cut; shed_total %d",
+		mib(limit), mib(onPeak), onRes.alive, onRes.goodOK, onRes.goodFailed, onRes.goodFirstErr, onRes.floodDials, onRes.floodCut, onRes.stats["overload.shed_total"])
+	t.Logf("GET /overload at the end: %s", onRes.overload)
+
+	if offRes.alive && offPeak < limit*9/10 {
+		t.Errorf("without the overload manager the flood took the cgroup only to %s of %s: it proves nothing", mib(offPeak), mib(limit))
+	}
+	if !onRes.alive {
+		t.Fatalf("with the overload manager the generation died:\n%s", on.Output())
+	}
+	if onPeak >= limit*9/10 {
+		t.Errorf("with the overload manager the cgroup's usage peaked at %s, want under 90%% of %s", mib(onPeak), mib(limit))
+	}
+	if onRes.goodFailed != 0 || onRes.goodOK < 20 {
+		t.Errorf("the well-behaved client: %d OK, %d failed (first: %s)", onRes.goodOK, onRes.goodFailed, onRes.goodFirstErr)
+	}
+	if onRes.stats["overload.shed_total"] == 0 {
+		t.Error("the flood was not shed")
+	}
+	if !strings.Contains(string(onRes.overload), `"name": "cgroup_memory"`) || !strings.Contains(string(onRes.overload), `"limit": 167772160`) {
+		t.Errorf("GET /overload does not show the cgroup's limit: %s", onRes.overload)
+	}
+}

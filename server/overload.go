@@ -37,6 +37,10 @@ import (
 // interval, with the number of changes held back.
 const overloadLogEvery = 10 * time.Second
 
+// cgroupRefind is how often the cgroup memory monitor looks for its
+// cgroup again while it knows no limit.
+const cgroupRefind = time.Second
+
 // overloadMonitor is one resource monitor.
 type overloadMonitor struct {
 	name string
@@ -181,7 +185,15 @@ func newOverloadManager(cfg *config.Config, w *workers.Manager, st *stats.Store,
 		return float64(om.heapInUse) / float64(heapLimit), om.heapInUse, heapLimit, nil
 	})
 	cg, cgErr := resmon.FindCgroupMemory()
+	cgFound := time.Now()
 	addMonitor(config.MonitorCgroupMemory, func() (float64, uint64, uint64, error) {
+		// Without a limit (or a cgroup), look again now and then: a
+		// process moved into another cgroup (by systemd, a container
+		// runtime, an operator) is then measured against that one's.
+		if (cgErr != nil || om.cgroupLimit == 0) && time.Since(cgFound) >= cgroupRefind {
+			cg, cgErr = resmon.FindCgroupMemory()
+			cgFound = time.Now()
+		}
 		if cgErr != nil {
 			return 0, 0, 0, cgErr
 		}
