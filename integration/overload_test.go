@@ -332,6 +332,9 @@ func TestOverloadMemoryFlood(t *testing.T) {
 		onRes.stats["overload.shed_total"], onRes.stats["overload.stop_accepting.closed"], onRes.stats["overload.reset_connections.reset"], onRes.stats["overload.refuse_requests.refused"])
 	t.Logf("GET /overload at the end: %s", onRes.overload)
 
+	if offRes.alive && !strings.Contains(string(offRes.overload), `"enabled": false`) {
+		t.Errorf("GET /overload without [overload] actions: %s, want enabled false", offRes.overload)
+	}
 	// The flood is real: unchecked, it takes the heap past the limit.
 	if offRes.alive && offRes.peakHeapInUse <= limit {
 		t.Errorf("without the overload manager the flood took the heap only to %s, not past %s: the flood proves nothing (raise floodConns)",
@@ -348,7 +351,10 @@ func TestOverloadMemoryFlood(t *testing.T) {
 	}
 	if err := json.Unmarshal(onRes.overload, &rep); err != nil || rep.PeakHeapInUse == 0 {
 		t.Errorf("GET /overload: %v %s", err, onRes.overload)
-	} else if t.Logf("GET /overload: peak heap in use %s (sampled every pass)", mib(int64(rep.PeakHeapInUse))); rep.PeakHeapInUse >= limit {
+	} else {
+		t.Logf("GET /overload: peak heap in use %s (sampled every pass)", mib(int64(rep.PeakHeapInUse)))
+	}
+	if rep.PeakHeapInUse >= limit {
 		t.Errorf("GET /overload: peak heap in use %s, want under %s", mib(int64(rep.PeakHeapInUse)), mib(limit))
 	}
 	if onRes.goodFailed != 0 || onRes.goodOK < 20 {

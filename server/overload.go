@@ -103,6 +103,8 @@ type overloadManager struct {
 	baseMemoryLimit int64  // debug.SetMemoryLimit's value at start, restored
 	lastFreeOS      time.Time
 	resetTotal      uint64
+	lastState       workers.OverloadState // the state last published
+	published       bool
 	passes          uint64
 	// report is the last pass's state, for GET /overload (another
 	// goroutine).
@@ -309,7 +311,12 @@ func (om *overloadManager) pass(now time.Time) {
 			st.TimeoutPercent = 99
 		}
 	}
-	om.workers.SetOverload(st)
+	if !om.published || st != om.lastState {
+		// Only a change is published: the workers' words stay in their
+		// caches between changes.
+		om.workers.SetOverload(st)
+		om.lastState, om.published = st, true
+	}
 
 	if st.TimeoutPercent > 0 {
 		om.workers.CloseIdleShrunk(st.TimeoutPercent)
