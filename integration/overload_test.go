@@ -468,13 +468,13 @@ func dirExists(p string) bool  { st, err := os.Stat(p); return err == nil && st.
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // TestOverloadMemoryFloodCgroup is (a) with a real cgroup memory limit:
-// the generation runs in a memory cgroup of 160 MiB and the overload
+// the generation runs in a memory cgroup of 112 MiB and the overload
 // manager watches the cgroup (no heap_limit_mib). Without it the same
 // flood takes the cgroup to its limit (the kernel reclaims, then kills);
 // with it the generation lives, stays under the limit and serves the
 // well-behaved client without a failure.
 func TestOverloadMemoryFloodCgroup(t *testing.T) {
-	const limit = 160 << 20
+	const limit = 112 << 20
 	run := func(overload string) (floodResult, int64, *harness.Proxy) {
 		join, peak := testMemoryCgroup(t, limit)
 		p := startFloodProxy(t, overload)
@@ -523,7 +523,7 @@ pressure_percent = [40]
 	if onRes.stats["overload.shed_total"] == 0 {
 		t.Error("the flood was not shed")
 	}
-	if !strings.Contains(string(onRes.overload), `"name": "cgroup_memory"`) || !strings.Contains(string(onRes.overload), `"limit": 167772160`) {
+	if !strings.Contains(string(onRes.overload), `"name": "cgroup_memory"`) || !strings.Contains(string(onRes.overload), fmt.Sprintf(`"limit": %d`, limit)) {
 		t.Errorf("GET /overload does not show the cgroup's limit: %s", onRes.overload)
 	}
 }
