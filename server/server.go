@@ -123,10 +123,12 @@ type Server struct {
 	tls     *tlsconf.Set
 	health  healthMonitors // see health.go
 	workers *workers.Manager
+	adminLn *adminListener
+	admin   *http.Server
+
 	// overload is the overload manager (overload.go); nil: off.
 	overload *overloadManager
-	adminLn  *adminListener
-	admin    *http.Server
+
 	// takeover is the child side of hot restart, hr the parent side.
 	takeover takeover
 	hr       handover

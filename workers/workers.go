@@ -95,8 +95,10 @@ type Manager struct {
 	// queueEmptyingEnv).
 	queueEmptying bool
 	// h2 is the HTTP/2 side: servers, upstream transports (h2.go).
-	h2             h2State
-	overloadFields // overload.go
+	h2 h2State
+
+	overloadFields // the overload manager's pass count, counters (overload.go)
+
 	// stopMigrations ends countMigrations (Close); migrationsDone closes
 	// once it has counted the last migration.
 	stopMigrations chan struct{}
