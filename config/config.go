@@ -169,7 +169,10 @@ type Config struct {
 	Stats Stats `toml:"stats" json:"stats"`
 	// Watchdog configures the liveness checks of a generation's loops
 	// and the supervisor's watch over the serving generation.
-	Watchdog  Watchdog   `toml:"watchdog" json:"watchdog"`
+	Watchdog Watchdog `toml:"watchdog" json:"watchdog"`
+	// Overload configures the overload manager (overload.go); off unless
+	// an action is configured.
+	Overload  Overload   `toml:"overload" json:"overload"`
 	Listeners []Listener `toml:"listeners" json:"listeners"`
 	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
 

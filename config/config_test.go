@@ -73,6 +73,8 @@ func TestIssueConfig(t *testing.T) {
 		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout), MaxDrainingGenerations: DefaultMaxDrainingGenerations, KeepListeners: ptr(true)},
 		Stats:      Stats{FileMode: DefaultStatsFileMode, FlushInterval: Duration(DefaultStatsFlushInterval)},
 		Watchdog:   Watchdog{MissTimeout: Duration(200 * time.Millisecond), MegaMissTimeout: Duration(time.Second), SupervisorTimeout: Duration(30 * time.Second)},
+		Overload: Overload{Interval: Duration(250 * time.Millisecond), RetryAfter: Duration(5 * time.Second), ResetPerPass: 16,
+			ResetMinBusy: Duration(5 * time.Second), MemoryLimitPercent: 80, TimeoutMinPercent: 10},
 		Listeners: []Listener{
 			{
 				Name: "web", Address: "127.0.0.1:8080", Protocol: ProtocolHTTP,

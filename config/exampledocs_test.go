@@ -135,6 +135,12 @@ func mentionsValue(texts []string, v any) bool {
 		return mentions(texts, kBool, 0) || containsIn(texts, strconv.FormatBool(v))
 	case string:
 		return containsIn(texts, strconv.Quote(v)) || containsIn(texts, v)
+	case []string:
+		quoted := make([]string, len(v))
+		for i, s := range v {
+			quoted[i] = strconv.Quote(s)
+		}
+		return containsIn(texts, "["+strings.Join(quoted, ", ")+"]")
 	}
 	return false
 }

@@ -26,6 +26,7 @@ func (c *Config) Validate() error {
 	v.log()
 	v.hotRestart()
 	v.stats()
+	v.overload()
 	v.listeners()
 	v.clusters()
 	return v.ps.err(c.Source)

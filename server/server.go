@@ -137,6 +137,10 @@ type Server struct {
 	workers *workers.Manager
 	adminLn *adminListener
 	admin   *http.Server
+
+	// overload is the overload manager (overload.go); nil: off.
+	overload *overloadManager
+
 	// takeover is the child side of hot restart, hr the parent side.
 	takeover takeover
 	hr       handover
@@ -291,6 +295,7 @@ func New(opts Options) (*Server, error) {
 			return fail(fmt.Errorf("admin: address %q: %w%s", cfg.Admin.Address, err, bindHint(err)))
 		}
 	}
+	s.overload = newOverloadManager(cfg, s.workers, s.stats, log)
 	s.adminLn = &adminListener{Listener: adminLn}
 	s.admin = s.newAdminServer()
 	return s, nil
@@ -332,6 +337,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	defer s.stopReopen()
+	overloadTick, stopOverloadTick := s.overload.ticker()
+	defer stopOverloadTick()
+	defer s.overload.stop()
 
 	s.workers.Start()
 	go s.hr.listener.Serve()
@@ -398,6 +406,8 @@ func (s *Server) Run(ctx context.Context) error {
 			s.commitHandover("the next generation has served for the commit window")
 		case err := <-drained:
 			s.onDrained(err)
+		case now := <-overloadTick:
+			s.overload.pass(now)
 		}
 	}
 	s.stopWatchdog()

@@ -162,6 +162,9 @@ func (t *Top) interval() interval {
 //	NAME  REQ/S  5XX/S  CONN  RX/S  TX/S  P50  P90  P99  REQ/S TREND
 //	CLUSTERS
 //	NAME  REQ/S  FAIL/S  CONN  HEALTHY  P50  P90  P99
+//	OVERLOAD (only where a generation runs the overload manager)
+//	PRESSURE  heap 41%  ...
+//	ACTIONS   stop_accepting ON  ...  shed/s 120
 //
 // with a blank line between sections (the second line is the first). Rates and quantiles are "-" until
 // there are two snapshots, and quantiles "-" for an interval without a
@@ -250,6 +253,10 @@ func (t *Top) Frame(rows, cols int) []string {
 	lines = append(lines, table(ct, "lrrrrrrr")...)
 	if len(cs) == 0 {
 		add("(none)")
+	}
+	if ol := t.overloadLines(); ol != nil {
+		add("")
+		lines = append(lines, ol...)
 	}
 	return clip(lines, rows, cols)
 }

@@ -3,6 +3,7 @@ package stats
 import (
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/hotproxy/hotproxy/shm"
@@ -124,4 +125,39 @@ func (t *Top) sortRows(rows []topRow) {
 		}
 		return rows[i].name < rows[j].name
 	})
+}
+
+// overloadLines is the OVERLOAD section of a frame: the overload
+// manager's monitors and actions (server/overload.go), or nothing when no
+// generation has one. One line of monitors' pressure, one of actions:
+//
+//	PRESSURE  heap 41%  cgroup_memory 12%  connections 3%  file_descriptors 1%
+//	ACTIONS   stop_accepting ON  reset_connections ON  shrink_timeouts 40%  shed/s 120
+func (t *Top) overloadLines() []string {
+	if t.cur == nil {
+		return nil
+	}
+	iv := t.interval()
+	monitors := groupNames(t.cur, "overload.monitor.", ".pressure_percent")
+	actions := groupNames(t.cur, "overload.", ".scale_percent")
+	if len(monitors) == 0 && len(actions) == 0 {
+		return nil
+	}
+	p := "PRESSURE "
+	for _, m := range monitors {
+		p += "  " + m + " " + strconv.FormatInt(iv.gauge("overload.monitor."+m+".pressure_percent"), 10) + "%"
+	}
+	a := "ACTIONS  "
+	for _, n := range actions {
+		switch {
+		case iv.gauge("overload."+n+".active") == 1 && n == "shrink_timeouts":
+			a += "  " + n + " " + strconv.FormatInt(iv.gauge("overload."+n+".scale_percent"), 10) + "%"
+		case iv.gauge("overload."+n+".active") == 1:
+			a += "  " + n + " ON"
+		default:
+			a += "  " + n + " off"
+		}
+	}
+	a += "  shed/s " + rateText(iv.rate("overload.shed_total"), false)
+	return []string{"OVERLOAD", p, a}
 }

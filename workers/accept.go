@@ -105,6 +105,9 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 // admit takes a connection slot for c and counts it, or closes c at once
 // if a bound refuses it or the process is out of descriptors.
 func (a *acceptor) admit(c *net.TCPConn) bool {
+	if a.overloadClosesAccepted(c) {
+		return false
+	}
 	if budget := a.m.budget; budget.spareMissing() {
 		c.Close()
 		budget.reopenSpare()
@@ -131,6 +134,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 			return
 		}
 		cc := m.newClientConn(a, c)
+		cc.cfg = a.wk.overloadSettings(cc.cfg, a.li)
 		if !a.wk.conns.add(cc) {
 			cc.Close() // gives the slot back and counts the close
 			continue

@@ -29,6 +29,7 @@ type h1Settings struct {
 	idleTimeout   time.Duration
 	writeTimeout  time.Duration // 0: none
 	trustXFF      bool
+	shrunkFrom    *h1Settings // overload.go: the listener's own, when these are shrunk
 }
 
 // Buffers. A connection holds a read buffer only while a request is in
@@ -84,6 +85,11 @@ type clientConn struct {
 	// idleSince is when the connection last became idle between requests
 	// (monotime), or 0 while it is new, busy or tunnelling.
 	idleSince atomic.Int64
+	// heldSince and heldBytes: since which overload pass (plus one; 0:
+	// none) the connection holds buffers, and how many bytes of them;
+	// requestsStarted: how many requests it has begun. For
+	// reset_connections (overload.go).
+	heldSince, heldBytes, requestsStarted atomic.Int64
 
 	// readable is the idle wait's callback (method value, made once);
 	// waited says whether it has already peeked in this wait.

@@ -44,6 +44,7 @@ func (cc *clientConn) handle() bool {
 		rt = lv.match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni)
 	}
 	switch {
+	case cc.overloaded(&keep): // overload.go: 503, keep-alive off, shrunk timeouts
 	case req.Connect && rt == nil:
 		keep = cc.answer(http.StatusMethodNotAllowed, "CONNECT is not allowed here (no route with connect = true for this host)", false)
 	case req.Connect:

@@ -44,6 +44,7 @@ func (cc *clientConn) takeState() {
 	if cc.ex == nil {
 		cc.ex = h1States.Get().(*h1State)
 	}
+	cc.holdBuffers(cap(cc.rbuf) + cap(cc.ex.wbuf))
 }
 
 // releaseState gives the buffers back; only when nothing is buffered.
@@ -58,5 +59,8 @@ func (cc *clientConn) releaseState() {
 		cc.ex.xchg = exchange{}
 		h1States.Put(cc.ex)
 		cc.ex = nil
+	}
+	if cc.rbuf == nil {
+		cc.releaseBuffers()
 	}
 }

@@ -66,6 +66,9 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// No "Connection: close" during a drain (x/net would answer it with
 	// a GOAWAY of its own at once): every connection gets the drain's
 	// graceful GOAWAY (h2guard.go), late ones included.
+	if h.overloaded(w, &res) { // overload.go: 503, GOAWAY
+		return
+	}
 
 	// One load: the listener and the snapshot of its clusters must be
 	// of the same publication.

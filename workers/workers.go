@@ -100,6 +100,9 @@ type Manager struct {
 	queueEmptying bool
 	// h2 is the HTTP/2 side: servers, upstream transports (h2.go).
 	h2 h2State
+
+	overloadFields // the overload manager's pass count, counters (overload.go)
+
 	// stopMigrations ends countMigrations (Close); migrationsDone closes
 	// once it has counted the last migration.
 	stopMigrations chan struct{}
@@ -167,6 +170,9 @@ type worker struct {
 	view  atomic.Pointer[workerView]
 	stats []*listenerStats // index: listener
 	conns connSet          // long-lived connections: TCP sessions, upgrades
+	// overload is what the overload manager asks now (overload.go);
+	// nil: nothing.
+	overload atomic.Pointer[overloadView]
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by

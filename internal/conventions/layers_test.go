@@ -31,6 +31,7 @@ var layers = map[string][]string{
 
 	"internal/accesslog":             {"config", "internal/ratelog", "internal/safefile"},
 	"internal/ratelog":               nil,
+	"internal/resmon":                nil, // heap, cgroup memory, fds: read for the overload manager
 	"internal/smuggle":               nil,
 	"internal/unixsock":              {"internal/safefile"},
 	"internal/safefile":              nil,
@@ -52,7 +53,7 @@ var layers = map[string][]string{
 	"hotrestart/supervisor/supervisortest": {"config"},
 
 	// One generation's main goroutine builds everything from the config.
-	"server": {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
+	"server": {"config", "hotrestart", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
 	// Flag parsing and verb dispatch: it may reach every verb's package.
 	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
 
@@ -73,7 +74,7 @@ var layers = map[string][]string{
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
 var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
-	"internal/ratelog", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw
 // config (its types, Load, Parse): the snapshot builder, the one door into

@@ -1,0 +1,337 @@
+package workers
+
+import (
+	"cmp"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotproxy/hotproxy/stats"
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// The workers' side of the overload manager (server/overload.go, DESIGN
+// §3d). The manager decides on the main goroutine; what it asks of the
+// workers reaches each one as an immutable overloadView behind an atomic
+// pointer of the worker's own, loaded once at accept and once at request
+// start. nil, the common case, costs that one load and nothing else: no
+// lock, no lookup by name.
+
+// OverloadState is what the overload manager asks of the workers.
+type OverloadState struct {
+	// StopAccepting closes new connections at accept, counted.
+	StopAccepting bool
+	// RefuseRequests answers new requests 503 with Retry-After.
+	RefuseRequests bool
+	// DisableKeepAlive closes HTTP/1.1 connections after their response
+	// and sends HTTP/2 ones a GOAWAY.
+	DisableKeepAlive bool
+	// TimeoutPercent scales the HTTP header and idle timeouts (1..100;
+	// 0 or 100: as configured).
+	TimeoutPercent int
+	// RetryAfter is the Retry-After of a refused request (rounded up to
+	// whole seconds, at least 1).
+	RetryAfter time.Duration
+}
+
+// active reports whether st asks anything of the workers.
+func (st OverloadState) active() bool {
+	return st.StopAccepting || st.RefuseRequests || st.DisableKeepAlive || (st.TimeoutPercent > 0 && st.TimeoutPercent < 100)
+}
+
+// overloadView is one published OverloadState, with what the request path
+// needs of it built once: the 503's bytes, the shrunk settings of every
+// HTTP listener.
+type overloadView struct {
+	OverloadState
+	refusal    []byte        // the whole HTTP/1.1 503 response
+	retryAfter []string      // the Retry-After header's value, for HTTP/2
+	h1         []*h1Settings // by listener index; nil: timeouts as configured
+}
+
+// overloadStats are the workers' shed counts, one lane per worker (w+1).
+//
+//	overload.shed_total                 every connection or request shed
+//	overload.stop_accepting.closed      connections closed at accept
+//	overload.refuse_requests.refused    requests answered 503
+//	overload.reset_connections.reset    connections reset (ResetBiggest)
+type overloadStats struct {
+	shed    *stats.Counter
+	closed  *stats.Counter
+	refused *stats.Counter
+	reset   *stats.Counter
+}
+
+const overloadRefusalBody = "overloaded: try again later"
+
+// overloadStatsOf returns the Manager's overload counters, registering
+// them on first use.
+func (m *Manager) overloadStatsOf() *overloadStats {
+	if p := m.overloadCounters.Load(); p != nil {
+		return p
+	}
+	p := &overloadStats{
+		shed:    m.stats.Counter("overload.shed_total"),
+		closed:  m.stats.Counter("overload.stop_accepting.closed"),
+		refused: m.stats.Counter("overload.refuse_requests.refused"),
+		reset:   m.stats.Counter("overload.reset_connections.reset"),
+	}
+	if m.overloadCounters.CompareAndSwap(nil, p) {
+		return p
+	}
+	return m.overloadCounters.Load()
+}
+
+// SetOverload publishes st to every worker. Called by the overload
+// manager (one goroutine); a connection or request that has already
+// passed its check is not affected, the next one is.
+func (m *Manager) SetOverload(st OverloadState) {
+	m.overloadStatsOf() // registered before the first shed, so a reader sees 0
+	var v *overloadView
+	if st.active() {
+		v = &overloadView{OverloadState: st}
+		secs := max(int64((st.RetryAfter+time.Second-1)/time.Second), 1)
+		v.retryAfter = []string{strconv.FormatInt(secs, 10)}
+		b := appendStatusLine(nil, http.StatusServiceUnavailable, "")
+		b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nRetry-After: "...)
+		b = strconv.AppendInt(b, secs, 10)
+		b = append(b, "\r\nContent-Length: "...)
+		b = strconv.AppendInt(b, int64(len(overloadRefusalBody)+1), 10)
+		b = append(b, "\r\nConnection: close\r\n\r\n"+overloadRefusalBody+"\n"...)
+		v.refusal = b
+		if p := st.TimeoutPercent; p > 0 && p < 100 {
+			v.h1 = make([]*h1Settings, len(m.listeners))
+			for i, ml := range m.listeners {
+				if ml.h1 == nil {
+					continue
+				}
+				s := *ml.h1
+				s.headerTimeout = max(s.headerTimeout*time.Duration(p)/100, time.Millisecond)
+				s.idleTimeout = max(s.idleTimeout*time.Duration(p)/100, time.Millisecond)
+				s.shrunkFrom = ml.h1
+				v.h1[i] = &s
+			}
+		}
+	}
+	for _, wk := range m.workers {
+		wk.overload.Store(v)
+	}
+}
+
+// overloadClosesAccepted is the accept-time check: with stop_accepting,
+// c is closed at once and counted, and true says so.
+func (a *acceptor) overloadClosesAccepted(c *net.TCPConn) bool {
+	v := a.wk.overload.Load()
+	if v == nil || !v.StopAccepting {
+		return false
+	}
+	c.SetLinger(0) // a reset: the client learns now and retries elsewhere
+	c.Close()
+	oc := a.m.overloadStatsOf()
+	oc.closed.Lane(a.wk.id + 1).Inc()
+	oc.shed.Lane(a.wk.id + 1).Inc()
+	return true
+}
+
+// overloadSettings is the settings a new HTTP connection starts with:
+// the listener's own, or their shrunk copy while shrink_timeouts acts.
+func (w *worker) overloadSettings(s *h1Settings, li int) *h1Settings {
+	if v := w.overload.Load(); v != nil && v.h1 != nil && v.h1[li] != nil {
+		return v.h1[li]
+	}
+	return s
+}
+
+// overloaded is the HTTP/1.1 request-start check. Under no overload it
+// only puts back the listener's own settings if shrunk ones were in use.
+// Otherwise it applies the published state: shrunk timeouts for this
+// connection, keep-alive off, or (true) the request answered 503 with
+// Retry-After and the connection to close.
+func (cc *clientConn) overloaded(keep *bool) bool {
+	v := cc.wk.overload.Load()
+	if v == nil {
+		if s := cc.cfg.shrunkFrom; s != nil {
+			cc.cfg = s
+		}
+		return false
+	}
+	return cc.overloadedSlow(v, keep)
+}
+
+func (cc *clientConn) overloadedSlow(v *overloadView, keep *bool) bool {
+	switch {
+	case v.h1 != nil && v.h1[cc.li] != nil:
+		cc.cfg = v.h1[cc.li]
+	case cc.cfg.shrunkFrom != nil:
+		cc.cfg = cc.cfg.shrunkFrom
+	}
+	if v.DisableKeepAlive {
+		*keep = false
+	}
+	if !v.RefuseRequests {
+		return false
+	}
+	req := &cc.ex.req
+	cc.r += req.HeadLen
+	cc.sent(http.StatusServiceUnavailable)
+	oc := cc.m.overloadStatsOf()
+	oc.refused.Lane(cc.wk.id + 1).Inc()
+	oc.shed.Lane(cc.wk.id + 1).Inc()
+	*keep = false
+	if cc.write(v.refusal) == nil && req.Framing != http1.FramingNone {
+		cc.lingerClose() // the body is unread: let the client read the answer
+	}
+	return true
+}
+
+// overloaded is the HTTP/2 request-start check: keep-alive off sends the
+// connection a GOAWAY (x/net does, for "Connection: close"); refused, the
+// stream is answered 503 with Retry-After (true).
+func (h *h2Handler) overloaded(w http.ResponseWriter, res *h2Result) bool {
+	v := h.cc.wk.overload.Load()
+	if v == nil {
+		return false
+	}
+	if v.DisableKeepAlive || v.RefuseRequests {
+		w.Header().Set("Connection", "close")
+	}
+	if !v.RefuseRequests {
+		return false
+	}
+	cc := h.cc
+	oc := cc.m.overloadStatsOf()
+	oc.refused.Lane(cc.wk.id + 1).Inc()
+	oc.shed.Lane(cc.wk.id + 1).Inc()
+	w.Header()["Retry-After"] = v.retryAfter
+	res.status = h2Answer(w, cc.st, http.StatusServiceUnavailable, overloadRefusalBody)
+	res.sent = int64(len(overloadRefusalBody) + 1)
+	return true
+}
+
+// Buffer holding, for reset_connections. A connection marks when it took
+// its buffers (takeState) in overload passes, a count the manager
+// advances once per interval (so the request path stores a number it
+// loads from the Manager, not a clock), and what it holds.
+
+// holdBuffers marks cc as holding buffers since the current pass, with
+// bytes of them, for the request it starts (takeState). A few atomic
+// operations: the reset pass reads them from another goroutine.
+func (cc *clientConn) holdBuffers(bytes int) {
+	if cc.heldSince.Load() == 0 {
+		cc.heldSince.Store(cc.m.overloadPass.Load() + 1)
+	}
+	cc.heldBytes.Store(int64(bytes))
+	cc.requestsStarted.Add(1)
+}
+
+// releaseBuffers marks cc as holding no buffers (releaseState).
+func (cc *clientConn) releaseBuffers() {
+	if cc.heldSince.Load() != 0 {
+		cc.heldSince.Store(0)
+	}
+}
+
+// AdvanceOverloadPass counts one overload-manager pass: the clock by
+// which ResetBiggest tells how long a connection has held its buffers.
+func (m *Manager) AdvanceOverloadPass() { m.overloadPass.Add(1) }
+
+// ResetBiggest resets (RST) at most max of the HTTP client connections
+// that hold the most buffered bytes, largest first; among equals, those
+// on their first request first (a flood holds its connections on their
+// first request; a keep-alive client that has been served before is the
+// last to go), then the longest held. Only connections that have held
+// their buffers for at least minPasses overload passes are candidates, so
+// that a quick request is never cut. It returns how many it reset. Called on the main
+// goroutine (it counts on lane 0).
+func (m *Manager) ResetBiggest(max, minPasses int) int {
+	if max <= 0 {
+		return 0
+	}
+	now := m.overloadPass.Load() + 1
+	type candidate struct {
+		cc       *clientConn
+		bytes    int64
+		requests int64
+		since    int64
+	}
+	var cands []candidate
+	for _, wk := range m.workers {
+		wk.conns.mu.Lock()
+		for c := range wk.conns.m {
+			cc, ok := c.(*clientConn)
+			if !ok {
+				continue
+			}
+			since := cc.heldSince.Load()
+			if since == 0 || now-since < int64(minPasses) || cc.idleSince.Load() != 0 {
+				continue
+			}
+			cands = append(cands, candidate{cc, cc.heldBytes.Load(), cc.requestsStarted.Load(), since})
+		}
+		wk.conns.mu.Unlock()
+	}
+	slices.SortFunc(cands, func(a, b candidate) int {
+		if a.bytes != b.bytes {
+			return cmp.Compare(b.bytes, a.bytes)
+		}
+		if a.requests != b.requests {
+			return cmp.Compare(a.requests, b.requests)
+		}
+		return cmp.Compare(a.since, b.since)
+	})
+	oc := m.overloadStatsOf()
+	n := 0
+	for _, c := range cands[:min(len(cands), max)] {
+		c.cc.tcp.SetLinger(0)
+		c.cc.Close()
+		oc.reset.Lane(0).Inc()
+		oc.shed.Lane(0).Inc()
+		n++
+	}
+	return n
+}
+
+// CloseIdleShrunk closes the HTTP connections idle between requests for
+// longer than percent of their listener's idle_timeout (shrink_timeouts:
+// connections already waiting keep the timeout they started waiting
+// with), and returns how many.
+func (m *Manager) CloseIdleShrunk(percent int) int {
+	now := monotime()
+	var idle []*clientConn
+	for _, wk := range m.workers {
+		wk.conns.mu.Lock()
+		for c := range wk.conns.m {
+			cc, ok := c.(*clientConn)
+			if !ok {
+				continue
+			}
+			base := m.listeners[cc.li].h1
+			if base != nil && cc.idleFor(now) > base.idleTimeout*time.Duration(percent)/100 && cc.idleFor(now) > 0 {
+				idle = append(idle, cc)
+			}
+		}
+		wk.conns.mu.Unlock()
+	}
+	for _, cc := range idle {
+		cc.Close()
+	}
+	return len(idle)
+}
+
+// OpenConnections returns the open client connections of all listeners
+// and the server-wide bound on them (0: none), for the connections
+// monitor.
+func (m *Manager) OpenConnections() (open, bound int64) {
+	return m.budget.openTotal(), m.budget.max
+}
+
+// overloadFields are the Manager's overload state (embedded in Manager).
+type overloadFields struct {
+	// overloadPass counts overload-manager passes (clientConn.heldSince
+	// stores it plus one: 0 there is "not holding").
+	overloadPass     atomic.Int64
+	overloadCounters atomic.Pointer[overloadStats]
+}
