@@ -41,7 +41,9 @@
 #
 # As root it runs in its own network and mount namespaces (unshare), with
 # private /dev/shm and /run/hotproxy, so the README's fixed ports and
-# base-id 0 cannot collide with anything else on the machine.
+# base-id 0 cannot collide with anything else on the machine (/run/hotproxy
+# mode 0700: the control socket's directory must be private, or supervise
+# refuses it).
 #
 #   scripts/readme-check.sh                 # clones HEAD of this repository
 #   README_CHECK_MAKE_TEST=1 scripts/readme-check.sh
@@ -53,7 +55,7 @@ if [[ ${README_CHECK_INNER:-} != 1 && $(id -u) -eq 0 ]] && command -v unshare >/
 		set -e
 		ip link set lo up
 		mount -t tmpfs tmpfs /dev/shm
-		mkdir -p /run/hotproxy && mount -t tmpfs tmpfs /run/hotproxy
+		mkdir -p /run/hotproxy && mount -t tmpfs -o mode=0700 tmpfs /run/hotproxy
 		exec "$0" "$@"' "$0" "$@"
 fi
 [[ ${README_CHECK_INNER:-} == 1 ]] || echo "readme-check: not root (or no unshare): running without namespaces; ports 10000, 9901, 8080 and base-id 0 must be free"
