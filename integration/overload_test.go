@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -227,6 +228,25 @@ poll:
 	return res
 }
 
+// floodDialer dials the flood's connections with small socket buffers:
+// the flood is to fill the proxy's heap, not the kernel's TCP memory. A
+// download nobody reads, in the default buffers, holds hundreds of KiB of
+// kernel memory at both ends; a flood of them reaches tcp_mem, and the
+// kernel then resets connections machine-wide ("TCP: out of memory"),
+// other tests' among them.
+var floodDialer = net.Dialer{Timeout: 2 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096); serr == nil {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}}
+
 // floodConn is one flood client until ctx ends: a slow upload (a 100 MB
 // body sent 1 KiB per 100ms) or a 100 MB download read a byte per 100ms,
 // dialled again when the proxy cuts it.
@@ -235,7 +255,7 @@ func floodConn(ctx context.Context, addr string, upload bool, dials, cut *atomic
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		c, err := floodDialer.Dial("tcp", addr)
 		if err != nil {
 			select {
 			case <-ctx.Done():
