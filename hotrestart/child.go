@@ -220,31 +220,7 @@ func (ch *Child) Sockets() ([]Socket, []*os.File, error) {
 	if err := ch.c.send(&Message{Type: MsgGetSockets}, nil); err != nil {
 		return nil, nil, err
 	}
-	var sockets []Socket
-	var files []*os.File
-	for {
-		m, fs, err := ch.c.recv(0)
-		if err != nil {
-			CloseFiles(files)
-			return nil, nil, err
-		}
-		switch m.Type {
-		case MsgError:
-			CloseFiles(fs)
-			CloseFiles(files)
-			return nil, nil, fmt.Errorf("%w: %s", ErrRefused, m.Error)
-		case MsgSockets:
-		default:
-			CloseFiles(fs)
-			CloseFiles(files)
-			return nil, nil, fmt.Errorf("expected sockets, got %s", m.Type)
-		}
-		sockets = append(sockets, m.Sockets...)
-		files = append(files, fs...)
-		if !m.More {
-			return sockets, files, nil
-		}
-	}
+	return recvSockets(ch.c)
 }
 
 // SessionTicketKeys asks the parent for its listeners' TLS session-ticket
