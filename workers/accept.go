@@ -134,7 +134,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 			return
 		}
 		cc := m.newClientConn(a, c)
-		cc.cfg = a.wk.overloadSettings(cc.cfg, a.li)
+		cc.settings = a.wk.overloadSettings(cc.settings, a.li)
 		if !a.wk.conns.add(cc) {
 			cc.Close() // gives the slot back and counts the close
 			continue

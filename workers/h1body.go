@@ -102,8 +102,8 @@ func (x *exchange) pumpBody() (err error) {
 	}
 	upDeadline := time.Time{}
 	writeUp := func(p []byte) error {
-		if now := time.Now(); upDeadline.IsZero() || now.Sub(upDeadline) > -cc.cfg.idleTimeout+deadlineSlack {
-			upDeadline = now.Add(cc.cfg.idleTimeout)
+		if now := time.Now(); upDeadline.IsZero() || now.Sub(upDeadline) > -cc.settings.idleTimeout+deadlineSlack {
+			upDeadline = now.Add(cc.settings.idleTimeout)
 			x.up.SetWriteDeadline(upDeadline)
 		}
 		_, err := x.up.Write(p)
@@ -169,7 +169,7 @@ func (x *exchange) pumpBody() (err error) {
 		// Deadline first, then the stop flag: waitPump sets the flag and
 		// then a deadline in the past, so either this sees the flag or
 		// the read sees that deadline.
-		cc.setReadDeadline(cc.cfg.idleTimeout)
+		cc.setReadDeadline(cc.settings.idleTimeout)
 		if x.stop.Load() {
 			return errPumpStopped
 		}

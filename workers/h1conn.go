@@ -59,12 +59,12 @@ type clientConn struct {
 	sni       string
 	handshook bool // the TLS handshake completed
 
-	m   *Manager
-	wk  *worker
-	li  int
-	st  *listenerStats
-	set *connSet
-	cfg *h1Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
+	m        *Manager
+	wk       *worker
+	li       int
+	st       *listenerStats
+	set      *connSet
+	settings *h1Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
 	// slots is the connection slot accept took (connlimit.go); Close
 	// gives it back, once.
 	slots *connSlots
@@ -110,7 +110,7 @@ type clientConn struct {
 var _ io.Closer = (*clientConn)(nil)
 
 func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
-	cc := &clientConn{c: c, tcp: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, cfg: m.listeners[a.li].h1, slots: a.slots}
+	cc := &clientConn{c: c, tcp: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, settings: m.listeners[a.li].h1, slots: a.slots}
 	if lt := m.listeners[a.li].tls; lt != nil {
 		cc.tls = tls.Server(c, lt.config)
 		cc.c = cc.tls
@@ -195,7 +195,7 @@ func (cc *clientConn) serve() {
 func (cc *clientConn) waitReadable() bool {
 	cc.idleSince.Store(max(monotime(), 1))
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.cfg.idleTimeout)
+	cc.setReadDeadline(cc.settings.idleTimeout)
 	cc.waited = false
 	err := cc.raw.Read(cc.readableFn)
 	// EOF or an error shows itself to the read that follows.
@@ -235,7 +235,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 }
 
 func (cc *clientConn) setWriteDeadline() {
-	d := cc.cfg.writeTimeout
+	d := cc.settings.writeTimeout
 	if d <= 0 {
 		return
 	}
@@ -303,7 +303,7 @@ func (cc *clientConn) readHead() bool {
 	for {
 		err := http1.ErrIncomplete
 		if parse {
-			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.cfg.limits)
+			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.limits)
 		}
 		if err == nil {
 			return true
@@ -319,7 +319,7 @@ func (cc *clientConn) readHead() bool {
 		// Incomplete: make room and read more, within the header timeout
 		// from the first byte of this head.
 		if first {
-			cc.setReadDeadline(cc.cfg.headerTimeout)
+			cc.setReadDeadline(cc.settings.headerTimeout)
 			first = false
 		}
 		if cc.w == len(cc.rbuf) {
@@ -349,14 +349,14 @@ func (cc *clientConn) readHead() bool {
 func crosses(a, b, limit int) bool { return a < limit && b >= limit }
 
 func (cc *clientConn) maxRequestLine() int {
-	if n := cc.cfg.limits.MaxRequestLine; n > 0 {
+	if n := cc.settings.limits.MaxRequestLine; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxRequestLine
 }
 
 func (cc *clientConn) maxHeadBytes() int {
-	if n := cc.cfg.limits.MaxHeadBytes; n > 0 {
+	if n := cc.settings.limits.MaxHeadBytes; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxHeadBytes

@@ -141,7 +141,7 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		if len(name) == 4 && http1.EqualFold(name, "host") {
 			continue
 		}
-		switch upstreamFieldOf(bytesString(name), cc.cfg.trustXFF) {
+		switch upstreamFieldOf(bytesString(name), cc.settings.trustXFF) {
 		case fieldDrop, fieldForwardedFor:
 			continue // the proxy's own below, or never
 		case fieldRequestID:
@@ -155,7 +155,7 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, "X-Forwarded-For: "...)
-	if cc.cfg.trustXFF {
+	if cc.settings.trustXFF {
 		for i := range req.NFields {
 			f := &req.Fields[i]
 			if http1.EqualFold(f.Name.Bytes(head), "x-forwarded-for") && f.Value.Len() > 0 {

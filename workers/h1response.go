@@ -163,7 +163,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 // setUpstreamReadDeadline bounds the wait for the next body bytes from the
 // upstream by the listener's idle timeout.
 func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
-	d := x.cc.cfg.idleTimeout
+	d := x.cc.settings.idleTimeout
 	now := time.Now()
 	if last.IsZero() || now.Add(d).Sub(*last) > deadlineSlack {
 		*last = now.Add(d)

@@ -43,7 +43,7 @@ func (cc *clientConn) waitForRequest() bool {
 func (cc *clientConn) waitTLSRecord() bool {
 	cc.idleSince.Store(max(monotime(), 1))
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.cfg.idleTimeout)
+	cc.setReadDeadline(cc.settings.idleTimeout)
 	if n, _ := cc.tls.Read(cc.idleByte[:]); n == 0 {
 		return false // EOF, the idle timeout or a drain's close
 	}

@@ -143,7 +143,7 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 		// end with it.
 		Context:    m.ctx,
 		BaseConfig: hl.base,
-		Handler:    &h2StreamGuard{next: &h2Handler{cc: cc, rqHTTP2: cc.st.rqHTTP2}, guard: conn.guard, writeTimeout: cc.cfg.writeTimeout},
+		Handler:    &h2StreamGuard{next: &h2Handler{cc: cc, rqHTTP2: cc.st.rqHTTP2}, guard: conn.guard, writeTimeout: cc.settings.writeTimeout},
 	})
 }
 

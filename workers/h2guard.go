@@ -263,7 +263,7 @@ func newH2Guard(cc *clientConn) *h2Guard {
 		deliveredPreface: len(http2.ClientPreface),
 		control:          newH2Budget(h2ControlBurst, h2ControlPerSecond, h2ControlPerFrameSent),
 		resets:           newH2Budget(h2ResetBurst, h2ResetPerSecond, 0),
-		writeTimeout:     cc.cfg.writeTimeout,
+		writeTimeout:     cc.settings.writeTimeout,
 		gone:             make(chan struct{}),
 	}
 }

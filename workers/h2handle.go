@@ -78,7 +78,7 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res.status = h2Answer(w, st, http.StatusMethodNotAllowed, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
 		return
 	}
-	if err := checkH2Request(r, cc.cfg.limits); err != nil {
+	if err := checkH2Request(r, cc.settings.limits); err != nil {
 		res.status = h2Answer(w, st, err.Status, err.Reason)
 		res.sent = int64(len(err.Reason) + 1)
 		return

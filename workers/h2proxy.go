@@ -116,7 +116,7 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 			"Trailer", "Host", "Content-Length":
 			continue
 		}
-		switch upstreamFieldOf(name, cc.cfg.trustXFF) {
+		switch upstreamFieldOf(name, cc.settings.trustXFF) {
 		case fieldDrop, fieldForwardedFor:
 			continue // the proxy's own below, or never
 		case fieldRequestID:
@@ -134,7 +134,7 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 		}
 	}
 	b = append(b, "X-Forwarded-For: "...)
-	if cc.cfg.trustXFF {
+	if cc.settings.trustXFF {
 		for _, v := range r.Header["X-Forwarded-For"] {
 			if v != "" {
 				b = append(b, v...)

@@ -83,7 +83,7 @@ func (x *h2Exchange) startPump() {
 	x.pump = pump
 	up, body, trailer := x.up, x.r.Body, x.r.Trailer
 	chunked := x.r.ContentLength < 0
-	idle := x.h.cc.cfg.idleTimeout
+	idle := x.h.cc.settings.idleTimeout
 	go func() { pump <- pumpH2Body(up, body, trailer, chunked, idle) }()
 }
 
@@ -237,7 +237,7 @@ func (x *h2Exchange) readUpstream(deadline *time.Time) error {
 		x.uw = copy(x.ub, x.ub[x.ur:x.uw])
 		x.ur = 0
 	}
-	d := x.h.cc.cfg.idleTimeout
+	d := x.h.cc.settings.idleTimeout
 	if now := time.Now(); deadline.IsZero() || now.Add(d).Sub(*deadline) > deadlineSlack {
 		*deadline = now.Add(d)
 		x.up.SetReadDeadline(*deadline)

@@ -138,7 +138,7 @@ func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
 		if h2HopByHop(k) {
 			continue
 		}
-		switch upstreamFieldOf(k, cc.cfg.trustXFF) {
+		switch upstreamFieldOf(k, cc.settings.trustXFF) {
 		case fieldDrop, fieldForwardedFor:
 			continue // the proxy's own below, or never
 		case fieldRequestID:
@@ -151,7 +151,7 @@ func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
 		dst[k] = vs
 	}
 	xff := string(cc.clientIP)
-	if prior := r.Header["X-Forwarded-For"]; cc.cfg.trustXFF && len(prior) > 0 {
+	if prior := r.Header["X-Forwarded-For"]; cc.settings.trustXFF && len(prior) > 0 {
 		xff = joinXFF(prior, xff)
 	}
 	dst["X-Forwarded-For"] = []string{xff}

@@ -183,7 +183,7 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 		if f.Hop || http1.EqualFold(name, "host") {
 			continue
 		}
-		switch upstreamFieldOf(bytesString(name), cc.cfg.trustXFF) {
+		switch upstreamFieldOf(bytesString(name), cc.settings.trustXFF) {
 		case fieldDrop, fieldForwardedFor:
 			continue // the proxy's own below, or never
 		case fieldRequestID:
@@ -195,7 +195,7 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 		out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
 	}
 	xff := string(cc.clientIP)
-	if cc.cfg.trustXFF {
+	if cc.settings.trustXFF {
 		var prior []string
 		for i := range req.NFields {
 			f := &req.Fields[i]
@@ -330,7 +330,7 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 		}
 		// Deadline first, then the flag: stop sets the flag and then a
 		// deadline in the past (as waitPump does for the pump).
-		cc.setReadDeadline(cc.cfg.idleTimeout)
+		cc.setReadDeadline(cc.settings.idleTimeout)
 		if b.halt.Load() {
 			return 0, errBodyStopped
 		}

@@ -153,8 +153,8 @@ func (w *worker) overloadSettings(s *h1Settings, li int) *h1Settings {
 func (cc *clientConn) overloaded(keep *bool) bool {
 	v := cc.wk.overload.Load()
 	if v == nil {
-		if s := cc.cfg.shrunkFrom; s != nil {
-			cc.cfg = s
+		if s := cc.settings.shrunkFrom; s != nil {
+			cc.settings = s
 		}
 		return false
 	}
@@ -164,9 +164,9 @@ func (cc *clientConn) overloaded(keep *bool) bool {
 func (cc *clientConn) overloadedSlow(v *overloadView, keep *bool) bool {
 	switch {
 	case v.h1 != nil && v.h1[cc.li] != nil:
-		cc.cfg = v.h1[cc.li]
-	case cc.cfg.shrunkFrom != nil:
-		cc.cfg = cc.cfg.shrunkFrom
+		cc.settings = v.h1[cc.li]
+	case cc.settings.shrunkFrom != nil:
+		cc.settings = cc.settings.shrunkFrom
 	}
 	if v.DisableKeepAlive {
 		*keep = false
