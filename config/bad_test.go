@@ -161,19 +161,12 @@ func TestBadConfigs(t *testing.T) {
 		{"max_idle negative", "[[clusters]]\nname = \"c\"\nendpoints = [\"a:1\"]\nmax_idle_per_endpoint = -3\n", []string{`clusters[0] ("c").max_idle_per_endpoint`, "-3"}, 0},
 	}
 	seen := map[string]bool{}
-	dump := os.Getenv(dumpBadConfigsEnv)
 	for i, tt := range tests {
 		if seen[tt.name] {
 			t.Fatalf("two rows named %q", tt.name)
 		}
 		seen[tt.name] = true
-		if dump != "" {
-			// For integration's TestValidateAndServeAgreeOnBadConfigs,
-			// which runs both verbs on every row.
-			if err := os.WriteFile(filepath.Join(dump, fmt.Sprintf("%03d.toml", i)), []byte(tt.toml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		dumpBadConfig(t, "bad", i, tt.toml)
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Parse([]byte(tt.toml), "bad.toml")
 			if err == nil {
@@ -203,9 +196,24 @@ func TestBadConfigs(t *testing.T) {
 	}
 }
 
-// dumpBadConfigsEnv names a directory TestBadConfigs writes each of its
-// configs to, as NNN.toml.
+// dumpBadConfigsEnv names a directory the bad-config tables
+// (TestBadConfigs, TestRoutingKeysRefused, TestResilienceInvalid) write
+// each of their configs to, as TABLE-NNN.toml: integration's
+// TestValidateAndServeAgreeOnBadConfigs runs both verbs on every row.
 const dumpBadConfigsEnv = "HOTPROXY_DUMP_BAD_CONFIGS"
+
+// dumpBadConfig writes row i of a bad-config table where
+// dumpBadConfigsEnv says.
+func dumpBadConfig(t *testing.T, table string, i int, data string) {
+	t.Helper()
+	dir := os.Getenv(dumpBadConfigsEnv)
+	if dir == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%03d.toml", table, i)), []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func containsAll(s string, subs []string) bool {
 	for _, sub := range subs {

@@ -42,7 +42,7 @@ endpoints = ["127.0.0.1:9000"]
 }
 
 func TestResilienceInvalid(t *testing.T) {
-	for _, tc := range []struct{ body, want string }{
+	for i, tc := range []struct{ body, want string }{
 		{`[clusters.health_check]
 path = "healthz"`, `health_check.path: "healthz": must start with "/"`},
 		{`[clusters.health_check]
@@ -65,6 +65,7 @@ max_request = 5`, `unknown key (did you mean max_requests?)`},
 timeout = "20s"`, `health_check.timeout: "20s": must be shorter than [hot_restart] handoff_timeout ("10s")`},
 	} {
 		data := "[[clusters]]\nname = \"a\"\nendpoints = [\"127.0.0.1:9000\"]\n" + tc.body + "\n"
+		dumpBadConfig(t, "resilience", i, data)
 		_, err := Parse([]byte(data), "r.toml")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse:\n%s\ngot %v\nwant an error containing %q", data, err, tc.want)

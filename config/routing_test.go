@@ -37,7 +37,8 @@ func TestRoutingKeysRefused(t *testing.T) {
 		{"access_log on tcp", listener("address = \"127.0.0.1:8080\"\nprotocol = \"tcp\"\ncluster = \"c\"\n[[listeners.access_log]]\npath = \"/tmp/a.log\"") + clusterC,
 			[]string{`access_log: [[listeners.access_log]]: applies only to http listeners`}},
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
+		dumpBadConfig(t, "routing", i, tt.data)
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.data), "r.toml")
 			if err == nil {

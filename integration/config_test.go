@@ -261,19 +261,26 @@ func TestVersion(t *testing.T) {
 }
 
 // TestValidateAndServeAgreeOnBadConfigs runs validate and serve on every
-// config of config's bad-config table (TestBadConfigs, which writes them
-// out when HOTPROXY_DUMP_BAD_CONFIGS names a directory): both refuse each,
-// with the same message.
+// config of config's bad-config tables (TestBadConfigs,
+// TestRoutingKeysRefused, TestResilienceInvalid, which write them out
+// when HOTPROXY_DUMP_BAD_CONFIGS names a directory): both refuse each,
+// with the same message. (TestTLSConfigProblems' rows name files in its
+// own temporary directory, gone once it ends.)
 func TestValidateAndServeAgreeOnBadConfigs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestBadConfigs$", "./config")
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^(TestBadConfigs|TestRoutingKeysRefused|TestResilienceInvalid)$", "./config")
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "HOTPROXY_DUMP_BAD_CONFIGS="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go test ./config -run TestBadConfigs: %v\n%s", err, out)
+		t.Fatalf("go test ./config (the bad-config tables): %v\n%s", err, out)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
+	for _, table := range []string{"bad", "routing", "resilience"} {
+		if rows, _ := filepath.Glob(filepath.Join(dir, table+"-*.toml")); len(rows) < 10 {
+			t.Fatalf("only %d configs of the %s table written: the dump is broken", len(rows), table)
+		}
+	}
 	if len(files) < 50 {
 		t.Fatalf("only %d bad configs written: the dump is broken", len(files))
 	}
