@@ -156,15 +156,10 @@ func (x *exchange) pumpBody() (err error) {
 			}
 		}
 		// Need more from the client.
-		if cc.r == cc.w {
-			cc.r, cc.w = 0, 0
-		} else if cc.w == len(cc.rbuf) {
-			if cc.r == 0 {
-				// A chunk-size line or trailer larger than the
-				// buffer: the decoder refuses those first.
-				return errClientBody
-			}
-			cc.compact()
+		if !cc.roomForBody() {
+			// A chunk-size line or trailer larger than the
+			// buffer: the decoder refuses those first.
+			return errClientBody
 		}
 		// Deadline first, then the stop flag: waitPump sets the flag and
 		// then a deadline in the past, so either this sees the flag or

@@ -34,7 +34,9 @@ type h1Settings struct {
 // Buffers. A connection holds a read buffer only while a request is in
 // progress or pipelined bytes wait in it; an idle plaintext keep-alive
 // connection holds none (it waits for readability first). An idle TLS one
-// holds what crypto/tls keeps between records (see waitTLSRecord).
+// holds what crypto/tls keeps between records (see waitTLSRecord). The
+// buffer starts small (smallBufSize) and grows to ioBufSize for a large
+// head or a body (h1state.go).
 const (
 	ioBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
@@ -93,9 +95,10 @@ type clientConn struct {
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
 
-	rbuf []byte // nil while idle
+	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
 	ex   *h1State
+	held atomic.Int64 // bytes of buffers and state held now (BufferBytes)
 
 	readDeadline  time.Time
 	writeDeadline time.Time
@@ -356,17 +359,19 @@ func (cc *clientConn) maxHeadBytes() int {
 	return http1.DefaultMaxHeadBytes
 }
 
-// growForHead swaps rbuf for one big enough for the largest allowed head.
-// The rare large head pays for its own buffer; it is not pooled.
+// growForHead swaps a full rbuf for a larger one: the small buffer for
+// the large pooled one, and that for one big enough for the largest
+// allowed head (the rare head larger than ioBufSize pays for its own
+// buffer; it is not pooled). readHead parses again after it.
 func (cc *clientConn) growForHead() bool {
 	limit := cc.maxHeadBytes()
-	if len(cc.rbuf) >= limit+1 {
+	switch {
+	case len(cc.rbuf) >= limit+1:
 		return false
+	case len(cc.rbuf) < ioBufSize:
+		cc.growRead(ioBufSize)
+	default:
+		cc.growRead(limit + 1)
 	}
-	nb := make([]byte, limit+1)
-	cc.w = copy(nb, cc.rbuf[cc.r:cc.w])
-	cc.r = 0
-	putBuf(cc.rbuf)
-	cc.rbuf = nb
 	return true
 }

@@ -81,7 +81,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	}
 	defer func() {
 		if x.ub != nil {
-			putBuf(x.ub)
+			cc.giveBuf(x.ub)
 			x.ub = nil
 		}
 	}()
@@ -171,10 +171,15 @@ func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
 	}
 }
 
-// readUpstream reads more of the response into ub, after compacting.
+// readUpstream reads more of the response into ub, after compacting. A
+// body streams through the large buffer: the small one the head was read
+// into is swapped for it at the first refill.
 func (x *exchange) readUpstream(deadline *time.Time) error {
 	if x.ur == x.uw {
 		x.ur, x.uw = 0, 0
+	}
+	if len(x.ub) < ioBufSize {
+		x.growUpstreamBuf()
 	} else if x.uw == len(x.ub) {
 		x.uw = copy(x.ub, x.ub[x.ur:x.uw])
 		x.ur = 0
@@ -189,6 +194,17 @@ func (x *exchange) readUpstream(deadline *time.Time) error {
 		err = io.ErrNoProgress
 	}
 	return err
+}
+
+// growUpstreamBuf moves ub[ur:uw] to the front of a large buffer and
+// gives the small one back. Spans into ub are stale after it: the head is
+// parsed again (readResponseHead), or it was already copied out.
+func (x *exchange) growUpstreamBuf() {
+	nb := x.cc.takeBuf(ioBufSize)
+	x.uw = copy(nb, x.ub[x.ur:x.uw])
+	x.ur = 0
+	x.cc.giveBuf(x.ub)
+	x.ub = nb
 }
 
 // copyLength sends head and a body of n bytes: head and what is buffered
@@ -341,7 +357,7 @@ func (x *exchange) tunnel() {
 	}
 	up := x.up
 	// x lives in the state released by relay: only locals from now on.
-	putBuf(x.ub)
+	cc.giveBuf(x.ub)
 	x.ub = nil
 	cc.relay(up.Stream())
 	up.Discard()

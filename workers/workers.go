@@ -99,6 +99,9 @@ type Manager struct {
 	// once it has counted the last migration.
 	stopMigrations chan struct{}
 	migrationsDone chan struct{}
+	// reclaimDone closes when the reclaimer (reclaim.go), which
+	// stopMigrations ends too, has returned.
+	reclaimDone chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -159,6 +162,7 @@ type worker struct {
 	view  atomic.Pointer[workerView]
 	stats []*listenerStats // index: listener
 	conns connSet          // long-lived connections: TCP sessions, upgrades
+	bufs  bufHolding       // HTTP/1.1 buffers its connections hold (reclaim.go)
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -243,6 +247,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 
 		stopMigrations: make(chan struct{}),
 		migrationsDone: make(chan struct{}),
+		reclaimDone:    make(chan struct{}),
 		drainDone:      make(chan struct{}),
 	}
 	for i, name := range snap.order {
@@ -336,6 +341,10 @@ func (m *Manager) Start() {
 	go func() {
 		defer close(m.migrationsDone)
 		m.countMigrations(m.stopMigrations)
+	}()
+	go func() {
+		defer close(m.reclaimDone)
+		m.runReclaimer(m.stopMigrations)
 	}()
 	for _, ml := range m.listeners {
 		for _, s := range ml.sockets {
