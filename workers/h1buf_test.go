@@ -188,3 +188,26 @@ func TestBuffersGivenBackAfterEachRequest(t *testing.T) {
 		}
 	}
 }
+
+// A connection that ends with bytes still buffered (here: a refused
+// request with more behind it) gives its buffers back too, so that what
+// the workers count as held, which the reclaimer watches, returns to zero.
+func TestBuffersGivenBackWhenAConnectionEndsMidBuffer(t *testing.T) {
+	cb := newCaptureBackend(t, okResponse)
+	m := startManager(t, proxyConfig(cb.addr), 1)
+	bad := "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+	resp, _ := exchangeRaw(t, addr(t, m, "web"), bad+headOfLen(t, "/behind", 1500))
+	if !strings.HasPrefix(resp, "HTTP/1.1 400 ") {
+		t.Fatalf("CL+TE: %q, want 400", firstLine(resp))
+	}
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /cut HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("c", 3000))
+	readResponses(t, bufio.NewReader(c), 1)
+	c.Close() // the second head never ends
+	waitFor(t, 5*time.Second, "every connection to end holding nothing", func() bool {
+		return m.workers[0].conns.len() == 0 && m.workers[0].bufs.held.Load() == 0
+	})
+}

@@ -150,7 +150,7 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 // serve runs the connection until it closes.
 func (cc *clientConn) serve() {
 	defer func() {
-		cc.releaseState()
+		cc.endState()
 		cc.closeAtEnd()
 		cc.m.httpWG.Done()
 	}()

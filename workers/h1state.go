@@ -137,6 +137,15 @@ func (cc *clientConn) releaseState() {
 	}
 }
 
+// endState is releaseState at the connection's end, when what is still
+// buffered (bytes after a refused request, a request cut short) will never
+// be read: the buffer is given back all the same, so that the workers'
+// count of what is held (reclaim.go) returns to zero.
+func (cc *clientConn) endState() {
+	cc.r = cc.w
+	cc.releaseState()
+}
+
 // growRead moves the unconsumed bytes rbuf[r:w] to the front of a buffer
 // of size bytes (ioBufSize from its pool, anything larger made for the
 // rare head that needs it) and gives the old one back. Every span into
