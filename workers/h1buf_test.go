@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -210,4 +211,60 @@ func TestBuffersGivenBackWhenAConnectionEndsMidBuffer(t *testing.T) {
 	waitFor(t, 5*time.Second, "every connection to end holding nothing", func() bool {
 		return m.workers[0].conns.len() == 0 && m.workers[0].bufs.held.Load() == 0
 	})
+}
+
+// Random pipelines of heads and bodies around the small buffer's size,
+// written in random pieces: the backend receives exactly what was sent,
+// request by request (the attacker's view of the buffer's boundary).
+func TestRandomPipelinesAcrossTheSmallBuffer(t *testing.T) {
+	cb := newCaptureBackend(t, okResponse)
+	m := startManager(t, proxyConfig(cb.addr), 1)
+	a := addr(t, m, "web")
+	rng := rand.New(rand.NewPCG(22, 2))
+	for iter := range 40 {
+		var raw strings.Builder
+		n := 1 + rng.IntN(6)
+		for i := range n {
+			path := fmt.Sprintf("/r%d-%d", iter, i)
+			size := smallBufSize - 300 + rng.IntN(600)
+			if rng.IntN(4) == 0 {
+				size = 64 + rng.IntN(smallBufSize*3)
+			}
+			if rng.IntN(3) == 0 {
+				body := strings.Repeat("b", rng.IntN(3*smallBufSize))
+				h := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nX-Pad: %s\r\n\r\n", path, len(body), strings.Repeat("q", rng.IntN(smallBufSize)))
+				raw.WriteString(h + body)
+				continue
+			}
+			raw.WriteString(headOfLen(t, path, max(size, 64)))
+		}
+		want := clientRequests(t, raw.String())
+		before, nBefore := cb.received()
+		c, err := net.Dial("tcp", a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		var pieces []string // random pieces, cut here: rng is not the writer's
+		for s := raw.String(); len(s) > 0; {
+			k := min(len(s), 1+rng.IntN(3*smallBufSize))
+			pieces, s = append(pieces, s[:k]), s[k:]
+		}
+		go func() { // while the responses are read
+			for _, p := range pieces {
+				if _, err := io.WriteString(c, p); err != nil {
+					return
+				}
+			}
+		}()
+		readResponses(t, bufio.NewReader(c), len(want))
+		c.Close()
+		got, nGot := cb.received()
+		if nGot-nBefore != len(want) {
+			t.Fatalf("iteration %d: the backend answered %d requests, want %d", iter, nGot-nBefore, len(want))
+		}
+		if g := backendRequests(t, got[len(before):]); strings.Join(g, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("iteration %d: the backend received:\n%.400s\nwant:\n%.400s", iter, strings.Join(g, "\n"), strings.Join(want, "\n"))
+		}
+	}
 }
