@@ -115,6 +115,9 @@ func (x *exchange) pumpBody() (err error) {
 		}
 		if x.bodyLeft > 0 && cc.r < cc.w {
 			n := min(x.bodyLeft, int64(cc.w-cc.r))
+			if n == x.bodyLeft {
+				x.bodyRead.Store(true)
+			}
 			if err := writeUp(cc.rbuf[cc.r : cc.r+int(n)]); err != nil {
 				return err
 			}
@@ -142,6 +145,7 @@ func (x *exchange) pumpBody() (err error) {
 				out = appendChunk(out, data, trailer, done)
 				if done {
 					x.bodyLeft = 0
+					x.bodyRead.Store(true)
 					break
 				}
 			}

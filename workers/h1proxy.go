@@ -43,6 +43,9 @@ type exchange struct {
 	bodyLeft int64
 	pump     chan error // the body pump's result, while one runs
 	stop     atomic.Bool
+	// bodyRead: the pump has read the client's whole body, and what is
+	// left of its work is writing the last of it to the upstream.
+	bodyRead atomic.Bool
 
 	// The upstream's read buffer and its unconsumed bytes.
 	ub     []byte

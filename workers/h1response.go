@@ -88,15 +88,27 @@ func (x *exchange) forwardResponse(keep bool) bool {
 
 	// The request body may still be coming: an early answer. The client
 	// connection then closes after it, and the upstream one is not reused.
+	// But a pump that has read the client's whole body is only finishing
+	// its last write to the upstream (a backend that read the body may
+	// answer before the pump reports, most often when the body did not
+	// fit the small buffer the head came in): it is waited for, bounded
+	// by the upstream write deadline as waitPump is, and the client
+	// connection stays open.
+	upBroken := false
 	if x.pump != nil {
-		select {
-		case err := <-x.pump:
+		if x.bodyRead.Load() {
+			upBroken = <-x.pump != nil
 			x.pump = nil
-			if err != nil {
-				return cc.failBeforeResponse(x, err)
+		} else {
+			select {
+			case err := <-x.pump:
+				x.pump = nil
+				if err != nil {
+					return cc.failBeforeResponse(x, err)
+				}
+			default:
+				keep = false
 			}
-		default:
-			keep = false
 		}
 	}
 	head := x.ub[x.ur : x.ur+resp.HeadLen]
@@ -124,7 +136,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	ex.wbuf = h
 	cc.sent(status)
 
-	upClean := !resp.Close
+	upClean := !resp.Close && !upBroken
 	var err error
 	switch resp.Framing {
 	case http1.FramingNone:
