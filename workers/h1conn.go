@@ -303,6 +303,7 @@ func (cc *clientConn) readHead() bool {
 			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.cfg.limits)
 		}
 		if err == nil {
+			cc.fillAfterHead()
 			return true
 		}
 		if perr, ok := err.(*http1.Error); ok {
@@ -340,6 +341,28 @@ func (cc *clientConn) readHead() bool {
 			crosses(before-cc.r, cc.w-cc.r, cc.maxRequestLine()+2) ||
 			crosses(before-cc.r, cc.w-cc.r, cc.maxHeadBytes())
 	}
+}
+
+// fillAfterHead: a head that came with the start of a Content-Length
+// body and filled the small buffer most likely has the rest of what the
+// client sent right behind it, in the socket: one more read, into the
+// large buffer, so that head and body still go to the upstream in one
+// write (as they did when every request started with the large buffer).
+// Only when more of the body is due, so the read does not wait for bytes
+// that will not come; an error shows itself to the body pump's read.
+// The head's spans stay valid: growRead keeps rbuf[r:] at the same
+// offsets from r.
+func (cc *clientConn) fillAfterHead() {
+	req := &cc.ex.req
+	if req.Framing != http1.FramingLength || cc.w < len(cc.rbuf) || len(cc.rbuf) >= ioBufSize {
+		return
+	}
+	if buffered := int64(cc.w - cc.r - req.HeadLen); buffered <= 0 || buffered >= req.ContentLength {
+		return
+	}
+	cc.growRead(ioBufSize)
+	cc.setReadDeadline(cc.cfg.idleTimeout)
+	cc.read()
 }
 
 // crosses reports whether a count that went from a to b reached limit.

@@ -223,13 +223,22 @@ func (x *exchange) growUpstreamBuf() {
 // in one write, then the rest as it comes.
 func (x *exchange) copyLength(head []byte, n int64) error {
 	cc := x.cc
+	var deadline time.Time
+	if x.uw == len(x.ub) && len(x.ub) < ioBufSize && x.ur < x.uw && int64(x.uw-x.ur) < n {
+		// The head came with the start of its body and filled the
+		// small buffer: the rest is most likely there already. One
+		// more read, into the large buffer, so that head and body
+		// still go out in one write.
+		if err := x.readUpstream(&deadline); err != nil {
+			return err
+		}
+	}
 	k := min(n, int64(x.uw-x.ur))
 	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.ur+int(k)]); err != nil {
 		return err
 	}
 	x.ur += int(k)
 	n -= k
-	var deadline time.Time
 	for n > 0 {
 		if err := x.readUpstream(&deadline); err != nil {
 			return err
