@@ -6,7 +6,8 @@
 # Per proxy and mode (keep-alive, and a new connection per request; then
 # the same over TLS): req/s and p99 from wrk, and the CPU time of the
 # proxy's whole process tree per request completed. Then the resident
-# memory each idle keep-alive connection costs, and the CPU seconds per GiB
+# memory each idle keep-alive connection costs, the memory a burst of
+# simultaneous first requests leaves behind, and the CPU seconds per GiB
 # through a TCP (L4) listener. Rounds are interleaved, the proxies in
 # rotating order, and the medians are compared with the better of nginx and
 # HAProxy.
@@ -46,13 +47,17 @@
 #   MODES="tls-keepalive tls-close tls-resume" ROUNDS=1 DURATION=3s scripts/bench-peers.sh
 #
 # Environment (defaults in brackets):
-#   MODES [keepalive close tls-keepalive tls-close tls-resume memory tcp]:
+#   MODES [keepalive close tls-keepalive tls-close tls-resume memory burst tcp]:
 #       what to measure; the first five are the HTTP modes above, memory
-#       the idle-connection memory, tcp the TCP bulk transfer
+#       the idle-connection memory, burst the memory after a burst
+#       (BURST_CONNS clients connect, then all send one request at the same
+#       moment, none reading a response before all are sent, then stay
+#       idle: the RSS of the proxy's tree 6 s later, per connection), tcp
+#       the TCP bulk transfer
 #   TLS_VERSION [1.3]: 1.3 or 1.2, for all three proxies (the probe lines
 #       in environment.txt say what each negotiated)
 #   ROUNDS [3]  DURATION [10s]  WARMUP [2s]  CONNECTIONS [64]
-#   IDLE_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
+#   IDLE_CONNS [4000]  BURST_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
 #   HOTPROXY [bin/hotproxy, built with `make build`]
 #   OUT [a new /tmp/bench-peers.XXXXXX]: where the raw numbers and the
 #       summary go; it is kept
@@ -69,9 +74,10 @@ duration=${DURATION:-10s}
 warmup=${WARMUP:-2s}
 connections=${CONNECTIONS:-64}
 idle_conns=${IDLE_CONNS:-4000}
+burst_conns=${BURST_CONNS:-4000}
 tcp_bytes=${TCP_BYTES:-1073741824}
 port_base=${PORT_BASE:-19100}
-all_modes="keepalive close tls-keepalive tls-close tls-resume memory tcp"
+all_modes="keepalive close tls-keepalive tls-close tls-resume memory burst tcp"
 modes=${MODES:-$all_modes}
 tls_version=${TLS_VERSION:-1.3}
 
@@ -80,7 +86,7 @@ die() {
 	exit 1
 }
 
-for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base"; do
+for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns" "BURST_CONNS:$burst_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base"; do
 	[[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*}=${pair#*:}: want a positive whole number"
 done
 [ "$rounds" -le 100 ] || die "ROUNDS=$rounds: at most 100"
@@ -88,7 +94,7 @@ done
 http_modes=()
 for mode in $modes; do
 	[[ " $all_modes " == *" $mode "* ]] || die "MODES: $mode: not a mode (choose from: $all_modes)"
-	[[ $mode == memory || $mode == tcp ]] || http_modes+=("$mode")
+	[[ $mode == memory || $mode == burst || $mode == tcp ]] || http_modes+=("$mode")
 done
 # wants MODE: succeeds if MODES holds MODE.
 wants() { [[ " $modes " == *" $1 "* ]]; }
@@ -119,6 +125,8 @@ nofile=$(ulimit -Hn)
 ulimit -n "$nofile"
 [ "$nofile" -ge $((idle_conns + 1024)) ] ||
 	die "the open-file limit is $nofile, too low for IDLE_CONNS=$idle_conns (raise the hard limit, or lower IDLE_CONNS)"
+[ "$nofile" -ge $((2 * burst_conns + 1024)) ] ||
+	die "the open-file limit is $nofile, too low for BURST_CONNS=$burst_conns: a burst can open an upstream connection per client (raise the hard limit, or lower BURST_CONNS)"
 
 bench_install wrk:wrk nginx:nginx haproxy:haproxy curl:curl openssl:openssl
 
@@ -584,7 +592,7 @@ tcp_proxies=(hotproxy haproxy)
 	echo "hotproxy: $("$hotproxy" version 2>&1 | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 	echo "nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'); haproxy: $(haproxy -v 2>&1 | head -1)"
 	echo "modes: ${modes}"
-	echo "wrk: -t1 -c${connections} -d${duration} --latency; rounds: ${rounds}; idle connections: ${idle_conns}; TCP: ${tcp_bytes} bytes"
+	echo "wrk: -t1 -c${connections} -d${duration} --latency; rounds: ${rounds}; idle connections: ${idle_conns}; burst: ${burst_conns}; TCP: ${tcp_bytes} bytes"
 	if [ "$tls_wanted" = 1 ]; then
 		echo "TLS: ${tls_name} (ECDSA P-256, examples/tls), TLS_VERSION ${tls_version}, ALPN http/1.1; tls-close and tls-resume: scripts/tlsload -c${connections} -d${duration}, X25519"
 		for proxy in "${proxies[@]}"; do
@@ -620,6 +628,30 @@ for proxy in "${proxies[@]}"; do
 	fi
 	alive "$proxy" || continue
 	printf '%s\t%s\n' "$proxy" "$(tr ' ' '\n' <<<"$result" | cut -d= -f2 | paste -sd '\t' -)" >>"$mem_raw"
+	printf '  %-9s %s\n' "$proxy" "$result"
+done
+
+# A burst (issue 22): BURST_CONNS connections, then every request at once,
+# all sent before any response is read, then idle; RSS of the proxy's
+# tree 6 s later. Also before the rounds, one proxy at a time, each
+# restarted first: memory an earlier mode left in its heap would be
+# reused by the burst and hide what the burst costs.
+burst_raw=$out/burst.tsv
+printf 'proxy\tconns\tpss_before_kb\tpss_after_kb\trss_before_kb\trss_after_kb\tpss_kb_per_conn\trss_kb_per_conn\n' >"$burst_raw"
+wants burst && echo "burst: ${burst_conns} simultaneous first requests per proxy, then idle for 6 s"
+for proxy in "${proxies[@]}"; do
+	wants burst || break
+	alive "$proxy" || continue
+	stop_pid "${proxy_pid[$proxy]}"
+	start_proxy "$proxy"
+	alive "$proxy" || continue
+	pids=$(bench_tree_pids "${proxy_pid[$proxy]}" | paste -sd, -)
+	if ! result=$(taskset -c 1 "$work/idleconns" -burst -settle 6s -timeout 30s -addr "127.0.0.1:${http_port[$proxy]}" -conns "$burst_conns" -pids "$pids" 2>&1); then
+		echo "bench-peers: measuring a burst through $proxy failed: $result" | tee -a "$failures" >&2
+		continue
+	fi
+	alive "$proxy" || continue
+	printf '%s\t%s\n' "$proxy" "$(tr ' ' '\n' <<<"$result" | cut -d= -f2 | paste -sd '\t' -)" >>"$burst_raw"
 	printf '  %-9s %s\n' "$proxy" "$result"
 done
 
@@ -735,6 +767,19 @@ verdict() {
 		printf 'hotproxy / better peer: %s; bar: <= 8 KB per connection: %s\n' "$r" \
 			"$(verdict "$(mem hotproxy)" "<=" 8)"
 
+	fi
+	if wants burst; then
+		echo
+		echo "memory per connection 6 s after a burst (${burst_conns} simultaneous first requests, then idle; VmRSS of the process tree, Pss beside it)"
+		printf '%-9s %12s %12s\n' proxy "RSS KB/conn" "Pss KB/conn"
+		for proxy in "${proxies[@]}"; do
+			printf '%-9s %12s %12s\n' "$proxy" \
+				"$(awk -F'\t' -v p="$proxy" '$1 == p {print $8}' "$burst_raw")" "$(awk -F'\t' -v p="$proxy" '$1 == p {print $7}' "$burst_raw")"
+		done
+		burst_rss() { awk -F'\t' -v p="$1" '$1 == p {print $8}' "$burst_raw"; }
+		r=$(ratio "$(burst_rss hotproxy)" "$(better LOWER "$(burst_rss nginx)" "$(burst_rss haproxy)")")
+		printf 'hotproxy / better peer: %s; bar: <= 8 KiB per connection: %s\n' "$r" \
+			"$(verdict "$(burst_rss hotproxy)" "<=" 8)"
 	fi
 	if wants tcp; then
 		echo

@@ -207,6 +207,7 @@ func (m *Manager) Close() error {
 		close(m.stopMigrations)
 		if started {
 			<-m.migrationsDone
+			<-m.reclaimDone
 		}
 		for _, ml := range m.listeners {
 			if ml.steer != nil {

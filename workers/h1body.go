@@ -115,6 +115,9 @@ func (x *exchange) pumpBody() (err error) {
 		}
 		if x.bodyLeft > 0 && cc.r < cc.w {
 			n := min(x.bodyLeft, int64(cc.w-cc.r))
+			if n == x.bodyLeft {
+				x.bodyRead.Store(true)
+			}
 			if err := writeUp(cc.rbuf[cc.r : cc.r+int(n)]); err != nil {
 				return err
 			}
@@ -142,6 +145,7 @@ func (x *exchange) pumpBody() (err error) {
 				out = appendChunk(out, data, trailer, done)
 				if done {
 					x.bodyLeft = 0
+					x.bodyRead.Store(true)
 					break
 				}
 			}
@@ -156,15 +160,10 @@ func (x *exchange) pumpBody() (err error) {
 			}
 		}
 		// Need more from the client.
-		if cc.r == cc.w {
-			cc.r, cc.w = 0, 0
-		} else if cc.w == len(cc.rbuf) {
-			if cc.r == 0 {
-				// A chunk-size line or trailer larger than the
-				// buffer: the decoder refuses those first.
-				return errClientBody
-			}
-			cc.compact()
+		if !cc.roomForBody() {
+			// A chunk-size line or trailer larger than the
+			// buffer: the decoder refuses those first.
+			return errClientBody
 		}
 		// Deadline first, then the stop flag: waitPump sets the flag and
 		// then a deadline in the past, so either this sees the flag or

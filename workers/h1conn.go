@@ -35,7 +35,9 @@ type h1Settings struct {
 // Buffers. A connection holds a read buffer only while a request is in
 // progress or pipelined bytes wait in it; an idle plaintext keep-alive
 // connection holds none (it waits for readability first). An idle TLS one
-// holds what crypto/tls keeps between records (see waitTLSRecord).
+// holds what crypto/tls keeps between records (see waitTLSRecord). The
+// buffer starts small (smallBufSize) and grows to ioBufSize for a large
+// head or a body (h1state.go).
 const (
 	ioBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
@@ -99,9 +101,10 @@ type clientConn struct {
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
 
-	rbuf []byte // nil while idle
+	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
 	ex   *h1State
+	held atomic.Int64 // bytes of buffers and state held now (BufferBytes)
 
 	readDeadline  time.Time
 	writeDeadline time.Time
@@ -153,7 +156,7 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 // serve runs the connection until it closes.
 func (cc *clientConn) serve() {
 	defer func() {
-		cc.releaseState()
+		cc.endState()
 		cc.closeAtEnd()
 		cc.m.httpWG.Done()
 	}()
@@ -306,6 +309,7 @@ func (cc *clientConn) readHead() bool {
 			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.limits)
 		}
 		if err == nil {
+			cc.fillAfterHead()
 			return true
 		}
 		if perr, ok := err.(*http1.Error); ok {
@@ -345,6 +349,28 @@ func (cc *clientConn) readHead() bool {
 	}
 }
 
+// fillAfterHead: a head that came with the start of a Content-Length
+// body and filled the small buffer most likely has the rest of what the
+// client sent right behind it, in the socket: one more read, into the
+// large buffer, so that head and body still go to the upstream in one
+// write (as they did when every request started with the large buffer).
+// Only when more of the body is due, so the read does not wait for bytes
+// that will not come; an error shows itself to the body pump's read.
+// The head's spans stay valid: growRead keeps rbuf[r:] at the same
+// offsets from r.
+func (cc *clientConn) fillAfterHead() {
+	req := &cc.ex.req
+	if req.Framing != http1.FramingLength || cc.w < len(cc.rbuf) || len(cc.rbuf) >= ioBufSize {
+		return
+	}
+	if buffered := int64(cc.w - cc.r - req.HeadLen); buffered <= 0 || buffered >= req.ContentLength {
+		return
+	}
+	cc.growRead(ioBufSize)
+	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.read()
+}
+
 // crosses reports whether a count that went from a to b reached limit.
 func crosses(a, b, limit int) bool { return a < limit && b >= limit }
 
@@ -362,17 +388,19 @@ func (cc *clientConn) maxHeadBytes() int {
 	return http1.DefaultMaxHeadBytes
 }
 
-// growForHead swaps rbuf for one big enough for the largest allowed head.
-// The rare large head pays for its own buffer; it is not pooled.
+// growForHead swaps a full rbuf for a larger one: the small buffer for
+// the large pooled one, and that for one big enough for the largest
+// allowed head (the rare head larger than ioBufSize pays for its own
+// buffer; it is not pooled). readHead parses again after it.
 func (cc *clientConn) growForHead() bool {
 	limit := cc.maxHeadBytes()
-	if len(cc.rbuf) >= limit+1 {
+	switch {
+	case len(cc.rbuf) >= limit+1:
 		return false
+	case len(cc.rbuf) < ioBufSize:
+		cc.growRead(ioBufSize)
+	default:
+		cc.growRead(limit + 1)
 	}
-	nb := make([]byte, limit+1)
-	cc.w = copy(nb, cc.rbuf[cc.r:cc.w])
-	cc.r = 0
-	putBuf(cc.rbuf)
-	cc.rbuf = nb
 	return true
 }

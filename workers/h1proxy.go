@@ -43,6 +43,9 @@ type exchange struct {
 	bodyLeft int64
 	pump     chan error // the body pump's result, while one runs
 	stop     atomic.Bool
+	// bodyRead: the pump has read the client's whole body, and what is
+	// left of its work is writing the last of it to the upstream.
+	bodyRead atomic.Bool
 
 	// The upstream's read buffer and its unconsumed bytes.
 	ub     []byte
@@ -272,7 +275,7 @@ func isProxyAuth(name []byte) bool {
 func (x *exchange) readResponseHead() error {
 	cc := x.cc
 	if x.ub == nil {
-		x.ub = getBuf()
+		x.ub = cc.takeBuf(smallBufSize)
 	}
 	resp := &cc.ex.resp
 	// As for request heads: parse again only once a line has ended (or
@@ -285,11 +288,15 @@ func (x *exchange) readResponseHead() error {
 		}
 		if err == http1.ErrIncomplete {
 			if x.uw == len(x.ub) {
-				if x.ur == 0 {
+				switch {
+				case x.ur > 0:
+					x.uw = copy(x.ub, x.ub[x.ur:x.uw])
+					x.ur = 0
+				case len(x.ub) < ioBufSize:
+					x.growUpstreamBuf() // the head is parsed again
+				default:
 					return &http1.Error{Status: 502, Reason: "upstream response head too large"}
 				}
-				x.uw = copy(x.ub, x.ub[x.ur:x.uw])
-				x.ur = 0
 			}
 			n, err := x.up.Read(x.ub[x.uw:])
 			x.uw += n
@@ -340,7 +347,7 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 		x.wc.RecordRequest(x.start, false)
 	}
 	if x.ub != nil {
-		putBuf(x.ub)
+		cc.giveBuf(x.ub)
 		x.ub = nil
 	}
 	if errors.Is(err, errClientBody) {

@@ -81,22 +81,34 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	}
 	defer func() {
 		if x.ub != nil {
-			putBuf(x.ub)
+			cc.giveBuf(x.ub)
 			x.ub = nil
 		}
 	}()
 
 	// The request body may still be coming: an early answer. The client
 	// connection then closes after it, and the upstream one is not reused.
+	// But a pump that has read the client's whole body is only finishing
+	// its last write to the upstream (a backend that read the body may
+	// answer before the pump reports, most often when the body did not
+	// fit the small buffer the head came in): it is waited for, bounded
+	// by the upstream write deadline as waitPump is, and the client
+	// connection stays open.
+	upBroken := false
 	if x.pump != nil {
-		select {
-		case err := <-x.pump:
+		if x.bodyRead.Load() {
+			upBroken = <-x.pump != nil
 			x.pump = nil
-			if err != nil {
-				return cc.failBeforeResponse(x, err)
+		} else {
+			select {
+			case err := <-x.pump:
+				x.pump = nil
+				if err != nil {
+					return cc.failBeforeResponse(x, err)
+				}
+			default:
+				keep = false
 			}
-		default:
-			keep = false
 		}
 	}
 	head := x.ub[x.ur : x.ur+resp.HeadLen]
@@ -124,7 +136,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	ex.wbuf = h
 	cc.sent(status)
 
-	upClean := !resp.Close
+	upClean := !resp.Close && !upBroken
 	var err error
 	switch resp.Framing {
 	case http1.FramingNone:
@@ -171,10 +183,15 @@ func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
 	}
 }
 
-// readUpstream reads more of the response into ub, after compacting.
+// readUpstream reads more of the response into ub, after compacting. A
+// body streams through the large buffer: the small one the head was read
+// into is swapped for it at the first refill.
 func (x *exchange) readUpstream(deadline *time.Time) error {
 	if x.ur == x.uw {
 		x.ur, x.uw = 0, 0
+	}
+	if len(x.ub) < ioBufSize {
+		x.growUpstreamBuf()
 	} else if x.uw == len(x.ub) {
 		x.uw = copy(x.ub, x.ub[x.ur:x.uw])
 		x.ur = 0
@@ -191,17 +208,37 @@ func (x *exchange) readUpstream(deadline *time.Time) error {
 	return err
 }
 
+// growUpstreamBuf moves ub[ur:uw] to the front of a large buffer and
+// gives the small one back. Spans into ub are stale after it: the head is
+// parsed again (readResponseHead), or it was already copied out.
+func (x *exchange) growUpstreamBuf() {
+	nb := x.cc.takeBuf(ioBufSize)
+	x.uw = copy(nb, x.ub[x.ur:x.uw])
+	x.ur = 0
+	x.cc.giveBuf(x.ub)
+	x.ub = nb
+}
+
 // copyLength sends head and a body of n bytes: head and what is buffered
 // in one write, then the rest as it comes.
 func (x *exchange) copyLength(head []byte, n int64) error {
 	cc := x.cc
+	var deadline time.Time
+	if x.uw == len(x.ub) && len(x.ub) < ioBufSize && x.ur < x.uw && int64(x.uw-x.ur) < n {
+		// The head came with the start of its body and filled the
+		// small buffer: the rest is most likely there already. One
+		// more read, into the large buffer, so that head and body
+		// still go out in one write.
+		if err := x.readUpstream(&deadline); err != nil {
+			return err
+		}
+	}
 	k := min(n, int64(x.uw-x.ur))
 	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.ur+int(k)]); err != nil {
 		return err
 	}
 	x.ur += int(k)
 	n -= k
-	var deadline time.Time
 	for n > 0 {
 		if err := x.readUpstream(&deadline); err != nil {
 			return err
@@ -341,7 +378,7 @@ func (x *exchange) tunnel() {
 	}
 	up := x.up
 	// x lives in the state released by relay: only locals from now on.
-	putBuf(x.ub)
+	cc.giveBuf(x.ub)
 	x.ub = nil
 	cc.relay(up.Stream())
 	up.Discard()

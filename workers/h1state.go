@@ -2,21 +2,66 @@ package workers
 
 import (
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
-// ioBufs are the 32 KiB read buffers of client and upstream connections,
-// taken for a request and given back when it is done (see ioBufSize).
-var ioBufs = sync.Pool{New: func() any { return new([ioBufSize]byte) }}
+// Read buffers come in two sizes, each in its own pool. A request starts
+// with a small one (smallBufSize: most request heads, and most response
+// heads, fit); it grows to the large one (ioBufSize) only for a head that
+// does not fit or a body that streams through it, and whichever it holds
+// goes back to its pool when the request is done. So a burst of small
+// requests takes small buffers, and what it leaves in the pools goes at
+// the next GCs (sync.Pool drops its contents over two of them; see
+// reclaim.go for what makes the heap give the pages back).
+const smallBufSize = 2 << 10
 
+var (
+	smallBufs = sync.Pool{New: func() any { return new([smallBufSize]byte) }}
+	ioBufs    = sync.Pool{New: func() any { return new([ioBufSize]byte) }}
+)
+
+// getBuf is a large buffer, for the transient users that stream: the
+// re-chunking of a request body, the lingering close.
 func getBuf() []byte { return ioBufs.Get().(*[ioBufSize]byte)[:] }
 
+func getSmallBuf() []byte { return smallBufs.Get().(*[smallBufSize]byte)[:] }
+
+// putBuf gives b back to the pool of its size; a buffer of another size
+// (a head larger than ioBufSize, growForHead) is left to the GC.
 func putBuf(b []byte) {
-	if cap(b) == ioBufSize {
+	switch cap(b) {
+	case ioBufSize:
 		ioBufs.Put((*[ioBufSize]byte)(b[:ioBufSize]))
+	case smallBufSize:
+		smallBufs.Put((*[smallBufSize]byte)(b[:smallBufSize]))
 	}
 }
+
+// bufHolding counts the bytes of read buffers and request states that
+// connections hold: per connection (what the overload manager's "reset
+// the biggest buffer holders" ranks by, BufferBytes) and per worker (what
+// the reclaimer watches for the end of a burst). The goroutine that takes
+// or gives back a buffer counts it.
+type bufHolding struct {
+	_    [64]byte // apart from the worker's other fields, which other cores read
+	held atomic.Int64
+	peak atomic.Int64 // the most held at once since the reclaimer last looked
+	_    [48]byte
+}
+
+func (h *bufHolding) add(n int64) {
+	v := h.held.Add(n)
+	if n > 0 && v > h.peak.Load() {
+		h.peak.Store(v) // a racy max is enough: the reclaimer wants the order of magnitude
+	}
+}
+
+// h1StateBytes is what one pooled h1State costs, counted as held while a
+// connection has it.
+const h1StateBytes = int64(4<<10+256) + int64(unsafe.Sizeof(h1State{}))
 
 // h1State is what a connection needs only while it has a request in hand:
 // parsed heads, write scratch. Pooled, so an idle connection holds none.
@@ -36,13 +81,43 @@ var h1States = sync.Pool{New: func() any {
 	return &h1State{wbuf: make([]byte, 0, 4<<10), path: make([]byte, 0, 256)}
 }}
 
+// takeBuf takes a pooled read buffer of size (smallBufSize or ioBufSize)
+// and counts it as held by the connection.
+func (cc *clientConn) takeBuf(size int) []byte {
+	var b []byte
+	if size == smallBufSize {
+		b = getSmallBuf()
+	} else {
+		b = getBuf()
+	}
+	cc.hold(int64(len(b)))
+	return b
+}
+
+// giveBuf gives back a buffer takeBuf (or growRead) counted.
+func (cc *clientConn) giveBuf(b []byte) {
+	cc.hold(-int64(len(b)))
+	putBuf(b)
+}
+
+func (cc *clientConn) hold(n int64) {
+	cc.held.Add(n)
+	cc.wk.bufs.add(n)
+}
+
+// BufferBytes is what the connection holds now in read buffers (its own
+// and its exchange's upstream one) and request state, in bytes: 0 while
+// idle. Safe from any goroutine.
+func (cc *clientConn) BufferBytes() int64 { return cc.held.Load() }
+
 func (cc *clientConn) takeState() {
 	if cc.rbuf == nil {
-		cc.rbuf = getBuf()
+		cc.rbuf = cc.takeBuf(smallBufSize)
 		cc.r, cc.w = 0, 0
 	}
 	if cc.ex == nil {
 		cc.ex = h1States.Get().(*h1State)
+		cc.hold(h1StateBytes)
 	}
 	cc.holdBuffers(cap(cc.rbuf) + cap(cc.ex.wbuf))
 }
@@ -50,7 +125,7 @@ func (cc *clientConn) takeState() {
 // releaseState gives the buffers back; only when nothing is buffered.
 func (cc *clientConn) releaseState() {
 	if cc.rbuf != nil && cc.r == cc.w {
-		putBuf(cc.rbuf)
+		cc.giveBuf(cc.rbuf)
 		cc.rbuf = nil
 		cc.r, cc.w = 0, 0
 	}
@@ -59,8 +134,57 @@ func (cc *clientConn) releaseState() {
 		cc.ex.xchg = exchange{}
 		h1States.Put(cc.ex)
 		cc.ex = nil
+		cc.hold(-h1StateBytes)
 	}
 	if cc.rbuf == nil {
 		cc.releaseBuffers()
 	}
+}
+
+// endState is releaseState at the connection's end, when what is still
+// buffered (bytes after a refused request, a request cut short) will never
+// be read: the buffer is given back all the same, so that the workers'
+// count of what is held (reclaim.go) returns to zero.
+func (cc *clientConn) endState() {
+	cc.r = cc.w
+	cc.releaseState()
+}
+
+// growRead moves the unconsumed bytes rbuf[r:w] to the front of a buffer
+// of size bytes (ioBufSize from its pool, anything larger made for the
+// rare head that needs it) and gives the old one back. Every span into
+// rbuf is stale after it: the callers parse again (readHead) or hold no
+// span (a body refill, with everything before r consumed).
+func (cc *clientConn) growRead(size int) {
+	var nb []byte
+	if size == ioBufSize {
+		nb = cc.takeBuf(ioBufSize)
+	} else {
+		nb = make([]byte, size)
+		cc.hold(int64(size))
+	}
+	cc.w = copy(nb, cc.rbuf[cc.r:cc.w])
+	cc.r = 0
+	cc.giveBuf(cc.rbuf)
+	cc.rbuf = nb
+}
+
+// roomForBody makes room in rbuf for the next read of a request body: a
+// body streams through the large buffer (a small one would cost a read
+// per 2 KiB, and would refuse a chunk line or trailer that the large one
+// holds). false: rbuf is full of one unconsumed chunk line or trailer.
+func (cc *clientConn) roomForBody() bool {
+	if cc.r == cc.w {
+		cc.r, cc.w = 0, 0
+	}
+	switch {
+	case len(cc.rbuf) < ioBufSize:
+		cc.growRead(ioBufSize)
+	case cc.w < len(cc.rbuf):
+	case cc.r == 0:
+		return false
+	default:
+		cc.compact()
+	}
+	return true
 }

@@ -319,14 +319,9 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 			continue
 		}
 		// Read more from the client.
-		if cc.r == cc.w {
-			cc.r, cc.w = 0, 0
-		} else if cc.w == len(cc.rbuf) {
-			if cc.r == 0 {
-				b.failed = true // a chunk line larger than the buffer
-				continue
-			}
-			cc.compact()
+		if !cc.roomForBody() {
+			b.failed = true // a chunk line larger than the buffer
+			continue
 		}
 		// Deadline first, then the flag: stop sets the flag and then a
 		// deadline in the past (as waitPump does for the pump).

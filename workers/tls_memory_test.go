@@ -18,7 +18,8 @@ import (
 )
 
 // idleClientEnv makes TestIdleClientProcess the client of
-// TestTLSIdleMemory: "address count tls|plain".
+// TestTLSIdleMemory and TestBurstMemoryGivenBack: "address count
+// tls|plain|burst".
 const idleClientEnv = "HOTPROXY_TEST_IDLE_CLIENT"
 
 // TestTLSIdleMemory measures what an idle keep-alive connection costs the
@@ -118,6 +119,10 @@ func TestIdleClientProcess(t *testing.T) {
 	f := strings.Fields(spec)
 	a, mode := f[0], f[2]
 	n, _ := strconv.Atoi(f[1])
+	if mode == "burst" {
+		burstClient(t, a, n)
+		return
+	}
 	var conns []net.Conn
 	for range n {
 		var c net.Conn
@@ -135,6 +140,35 @@ func TestIdleClientProcess(t *testing.T) {
 		}
 		readResponses(t, bufio.NewReader(c), 1)
 		conns = append(conns, c)
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// burstClient is TestIdleClientProcess for TestBurstMemoryGivenBack: it
+// opens n connections, then sends a request on every one before it reads
+// any response, reads them all, says "ready" and holds the connections
+// until its stdin closes.
+func burstClient(t *testing.T, a string, n int) {
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", a)
+		if err != nil {
+			t.Fatalf("connection %d of %d: %v", i+1, n, err)
+		}
+		conns[i] = c
+	}
+	for i, c := range conns {
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+			t.Fatalf("request %d of %d: %v", i+1, n, err)
+		}
+	}
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		readResponses(t, bufio.NewReader(c), 1)
 	}
 	fmt.Println("ready")
 	io.Copy(io.Discard, os.Stdin)

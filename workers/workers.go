@@ -109,6 +109,9 @@ type Manager struct {
 	migrationsDone chan struct{}
 	// heartbeatEvery is Options.HeartbeatInterval.
 	heartbeatEvery time.Duration
+	// reclaimDone closes when the reclaimer (reclaim.go), which
+	// stopMigrations ends too, has returned.
+	reclaimDone chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -173,6 +176,7 @@ type worker struct {
 	// overload is what the overload manager asks now (overload.go);
 	// nil: nothing.
 	overload atomic.Pointer[overloadView]
+	bufs     bufHolding // HTTP/1.1 buffers its connections hold (reclaim.go)
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -257,6 +261,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 
 		stopMigrations: make(chan struct{}),
 		migrationsDone: make(chan struct{}),
+		reclaimDone:    make(chan struct{}),
 		drainDone:      make(chan struct{}),
 		heartbeatEvery: opts.HeartbeatInterval,
 	}
@@ -351,6 +356,10 @@ func (m *Manager) Start() {
 	go func() {
 		defer close(m.migrationsDone)
 		m.countMigrations(m.stopMigrations)
+	}()
+	go func() {
+		defer close(m.reclaimDone)
+		m.runReclaimer(m.stopMigrations)
 	}()
 	for _, ml := range m.listeners {
 		for _, s := range ml.sockets {

@@ -9,6 +9,13 @@
 // map them, so nginx's master and worker are not counted twice) and, for
 // reference, of VmRSS from /proc/<pid>/status. Linux only.
 //
+// With -burst the connections arrive as a burst instead (issue 22): all
+// of them are opened first, then each sends its request at the same
+// moment, and no response is read before every request has been sent, so
+// that the proxy has them all in hand at once; then the responses are
+// read and the connections stay idle. What is left resident -settle later
+// is what the burst did not give back.
+//
 // The result is one line of key=value pairs on stdout. It exits non-zero,
 // saying why, when the figure would be wrong: a connection that could not
 // be opened, a request that did not get a 200, or a connection the proxy
@@ -40,6 +47,7 @@ func main() {
 	parallel := flag.Int("parallel", 64, "connections being opened at once")
 	pidList := flag.String("pids", "", "the proxy's `pids`, comma or space separated: every process of its tree")
 	settle := flag.Duration("settle", time.Second, "wait this long with every connection idle before the second reading")
+	burst := flag.Bool("burst", false, "open every connection first, then send all requests at once, reading no response until all are sent")
 	timeout := flag.Duration("timeout", 10*time.Second, "bound on connecting and on each request")
 	flag.Parse()
 	pids, err := parsePids(*pidList)
@@ -53,13 +61,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "idleconns: %v\n", err)
 		os.Exit(2)
 	}
+	run := runIdle
+	if *burst {
+		run = runBurst
+	}
 	if err := run(*addr, *conns, *parallel, pids, *settle, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "idleconns: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, conns, parallel int, pids []int, settle, timeout time.Duration) error {
+func runIdle(addr string, conns, parallel int, pids []int, settle, timeout time.Duration) error {
 	before, err := readMemory(pids)
 	if err != nil {
 		return err
@@ -133,6 +145,113 @@ func run(addr string, conns, parallel int, pids []int, settle, timeout time.Dura
 	return nil
 }
 
+// runBurst is -burst: connect all, send all, then read all.
+func runBurst(addr string, conns, parallel int, pids []int, settle, timeout time.Duration) error {
+	before, err := readMemory(pids)
+	if err != nil {
+		return err
+	}
+	open := make([]net.Conn, conns)
+	defer func() {
+		for _, c := range open {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	// forEach runs f for every connection index, parallel at once, and
+	// returns the first error and how many failed.
+	forEach := func(f func(i int) error) (int, error) {
+		var (
+			mu       sync.Mutex // guards firstErr and failed
+			firstErr error
+			failed   int
+			wg       sync.WaitGroup
+		)
+		todo := make(chan int)
+		for range min(parallel, conns) {
+			wg.Go(func() {
+				for i := range todo {
+					if err := f(i); err != nil {
+						mu.Lock()
+						failed++
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for i := range conns {
+			todo <- i
+		}
+		close(todo)
+		wg.Wait()
+		return failed, firstErr
+	}
+	// The connections are open before any request leaves.
+	if failed, err := forEach(func(i int) error {
+		c, err := net.DialTimeout("tcp", addr, timeout)
+		open[i] = c
+		return err
+	}); failed > 0 {
+		hint := ""
+		if errors.Is(err, syscall.EMFILE) {
+			hint = " (raise ulimit -n)"
+		}
+		return fmt.Errorf("%d of %d connections to %s failed; the first: %w%s", failed, conns, addr, err, hint)
+	}
+	// Every request is sent before any response is read: one goroutine
+	// per connection, released together.
+	req := []byte("GET / HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: idleconns\r\n\r\n")
+	var (
+		sent    sync.WaitGroup
+		release = make(chan struct{})
+		sendErr = make([]error, conns)
+	)
+	for i, c := range open {
+		sent.Go(func() {
+			<-release
+			c.SetWriteDeadline(time.Now().Add(timeout))
+			_, sendErr[i] = c.Write(req)
+		})
+	}
+	close(release)
+	sent.Wait()
+	if err := errors.Join(sendErr...); err != nil {
+		return fmt.Errorf("sending the burst's requests to %s: %w", addr, err)
+	}
+	if failed, err := forEach(func(i int) error { return readIdleResponse(open[i], timeout) }); failed > 0 {
+		return fmt.Errorf("%d of %d responses through %s failed; the first: %w", failed, conns, addr, err)
+	}
+	var closedByPeer atomic.Int64
+	for _, c := range open {
+		go func() {
+			var b [1]byte
+			c.Read(b[:])
+			closedByPeer.Add(1)
+		}()
+	}
+	time.Sleep(settle)
+	after, err := readMemory(pids)
+	if err != nil {
+		return err
+	}
+	if n := closedByPeer.Load(); n > 0 {
+		return fmt.Errorf("the proxy at %s closed %d of %d idle connections before the memory was read (is its keep-alive idle timeout shorter than the test?)", addr, n, conns)
+	}
+	printMemory(conns, before, after)
+	return nil
+}
+
+func printMemory(conns int, before, after memory) {
+	fmt.Printf("conns=%d pss_before_kb=%d pss_after_kb=%d rss_before_kb=%d rss_after_kb=%d pss_kb_per_conn=%.2f rss_kb_per_conn=%.2f\n",
+		conns, before.pssKB, after.pssKB, before.rssKB, after.rssKB,
+		float64(after.pssKB-before.pssKB)/float64(conns),
+		float64(after.rssKB-before.rssKB)/float64(conns))
+}
+
 // openIdle connects, makes one keep-alive request and reads its whole
 // response, so that the connection is idle in the proxy's keep-alive wait.
 func openIdle(addr string, timeout time.Duration) (net.Conn, error) {
@@ -145,11 +264,21 @@ func openIdle(addr string, timeout time.Duration) (net.Conn, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := readIdleResponse(c, timeout); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// readIdleResponse reads one whole 200 response from c that leaves it
+// keep-alive and with nothing more buffered; the deadline is then cleared.
+func readIdleResponse(c net.Conn, timeout time.Duration) error {
+	c.SetDeadline(time.Now().Add(timeout))
 	br := bufio.NewReaderSize(c, 4096)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("reading the response: %w", err)
+		return fmt.Errorf("reading the response: %w", err)
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
@@ -164,11 +293,10 @@ func openIdle(addr string, timeout time.Duration) (net.Conn, error) {
 		err = fmt.Errorf("%d bytes after the response", br.Buffered())
 	}
 	if err != nil {
-		c.Close()
-		return nil, err
+		return err
 	}
 	c.SetDeadline(time.Time{})
-	return c, nil
+	return nil
 }
 
 type memory struct{ pssKB, rssKB int64 }

@@ -1,0 +1,84 @@
+package workers
+
+import (
+	"runtime"
+	"runtime/debug"
+	"time"
+)
+
+// Giving a burst's memory back. A burst of simultaneous requests takes a
+// read buffer and a request state for each (h1state.go); when it is over
+// they wait in their sync.Pools, and the heap keeps the pages: nothing
+// allocates any more, so no GC runs to empty the pools (sync.Pool drops
+// its contents over two GCs) or to shrink the goroutine stacks the
+// requests grew, and the Go scavenger returns free pages only down to
+// about the heap goal the burst itself set, at about 1% of a CPU. Measured
+// (4,000 simultaneous first requests, then idle; scripts/bench-peers.sh
+// burst): the pools alone left ~25 KiB of RSS per connection six seconds
+// later, as much as the 32 KiB buffers did.
+//
+// So the reclaimer watches what the workers' connections hold and, once a
+// burst that held at least reclaimMinPeak has fallen to an eighth of its
+// peak and stayed there for a whole poll, runs one GC (the pools' contents
+// move to their victim caches, stacks shrink) and debug.FreeOSMemory (a
+// second GC frees them, and the free pages go back to the OS at once).
+// Both run on the reclaimer's goroutine, never on a request's, at most
+// once per reclaimMinInterval; a steady load, however high, never triggers
+// them, as what it holds does not fall.
+const (
+	reclaimPoll         = 500 * time.Millisecond
+	reclaimMinPeak      = 8 << 20 // about 600 requests' state at once
+	reclaimMinInterval  = 10 * time.Second
+	reclaimFallenToPart = 8
+)
+
+// reclaimer is the burst detector's state, owned by its goroutine.
+type reclaimer struct {
+	peak  int64 // the most held since the last reclaim (per-worker peaks summed)
+	quiet bool  // the previous poll already found the burst over
+	last  time.Time
+	// freeOS gives the memory back: debug.FreeOSMemory after a GC; a
+	// test may count the calls.
+	freeOS func()
+}
+
+func freeOSMemory() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
+// runReclaimer polls until stop is closed.
+func (m *Manager) runReclaimer(stop <-chan struct{}) {
+	rc := reclaimer{freeOS: freeOSMemory}
+	t := time.NewTicker(reclaimPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			rc.poll(m.workers, now)
+		}
+	}
+}
+
+// poll looks once at what the workers hold, and reclaims when a burst is
+// over. It reports whether it did.
+func (rc *reclaimer) poll(workers []*worker, now time.Time) bool {
+	var held, peak int64
+	for _, wk := range workers {
+		h := wk.bufs.held.Load()
+		held += h
+		peak += wk.bufs.peak.Swap(h)
+	}
+	rc.peak = max(rc.peak, peak)
+	over := rc.peak >= reclaimMinPeak && held <= rc.peak/reclaimFallenToPart
+	wasQuiet := rc.quiet
+	rc.quiet = over
+	if !over || !wasQuiet || now.Sub(rc.last) < reclaimMinInterval {
+		return false
+	}
+	rc.freeOS()
+	rc.peak, rc.quiet, rc.last = held, false, now
+	return true
+}
