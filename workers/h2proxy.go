@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,13 @@ type h2Exchange struct {
 
 func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *listenerView, rt *route, wc *upstream.WorkerCluster, hr *h2Request, start time.Time, res *h2Result) {
 	x := &h2Exchange{h: h, r: r, wc: wc, method: methodOther}
+	if isGRPC(r.Header["Content-Type"]) {
+		// Sent on all the same (the upstream may bridge), but a gRPC
+		// server answers HTTP/1.1 with bytes that are no response: every
+		// call a 502, and the operator would be told nothing.
+		h.cc.m.grpcToHTTP1.Warn("a gRPC request is routed to a cluster that speaks HTTP/1.1; gRPC needs HTTP/2 to its server: set http2 = true on the cluster",
+			"listener", lv.name, "cluster", wc.Name(), "path", r.URL.Path)
+	}
 	x.hasBody = r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 	switch r.Method {
 	case "HEAD":
@@ -294,4 +302,15 @@ func h2HashKey(h *hashSource, r *http.Request, clientIP []byte) uint64 {
 		}
 	}
 	return 0
+}
+
+// isGRPC reports whether a request's content type is gRPC's
+// (application/grpc, or application/grpc+proto and the like), not
+// gRPC-Web's, which HTTP/1.1 carries.
+func isGRPC(contentType []string) bool {
+	if len(contentType) != 1 {
+		return false
+	}
+	ct, ok := strings.CutPrefix(contentType[0], "application/grpc")
+	return ok && (ct == "" || ct[0] == '+' || ct[0] == ';')
 }

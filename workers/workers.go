@@ -19,6 +19,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
+	"github.com/hotproxy/hotproxy/internal/ratelog"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/steering"
@@ -75,11 +76,14 @@ type Options struct {
 
 // Manager owns all workers of one generation.
 type Manager struct {
-	log       hclog.Logger
-	n         int
-	listeners []*mlistener
-	workers   []*worker
-	stats     *stats.Store
+	log hclog.Logger
+	// grpcToHTTP1 warns, rate-limited, of gRPC requests routed to a
+	// cluster that speaks HTTP/1.1 (h2proxy.go).
+	grpcToHTTP1 ratelog.Limiter
+	n           int
+	listeners   []*mlistener
+	workers     []*worker
+	stats       *stats.Store
 	// budget bounds the open client connections (connlimit.go).
 	budget *connBudget
 
@@ -251,13 +255,14 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		log:        log,
-		n:          n,
-		stats:      st,
-		ctx:        ctx,
-		cancel:     cancel,
-		stopAccept: make(chan struct{}),
-		force:      make(chan struct{}),
+		log:         log,
+		grpcToHTTP1: ratelog.Limiter{Log: log},
+		n:           n,
+		stats:       st,
+		ctx:         ctx,
+		cancel:      cancel,
+		stopAccept:  make(chan struct{}),
+		force:       make(chan struct{}),
 
 		stopMigrations: make(chan struct{}),
 		migrationsDone: make(chan struct{}),
