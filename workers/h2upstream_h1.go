@@ -98,7 +98,10 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream
 	defer reply.done()
 	u.wc.RecordRequest(start, true)
 
-	isHead := req.Method.Len() == 4 && http1.EqualFold(req.Method.Bytes(head), "HEAD")
+	// Not req.Method's span of head: reading the body (the transport
+	// did, through h1RequestBody) may have grown or compacted rbuf, and
+	// head is then another connection's buffer, or the body's bytes.
+	isHead := out.Method == http.MethodHead
 	bodyless := isHead || resp.StatusCode == 204 || resp.StatusCode == 304 || resp.StatusCode < 200
 	var bodyLen int64 = -1
 	switch {
