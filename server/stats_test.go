@@ -18,11 +18,18 @@ import (
 	"github.com/hotproxy/hotproxy/stats"
 )
 
-// isolateStats gives cfg a stats region of its own in a temporary
-// directory, so that tests never share one or touch /dev/shm.
+// isolateStats gives cfg a stats region and a restart-socket directory
+// of its own in temporary directories, so that tests never share one,
+// touch /dev/shm, or meet a real generation's restart socket.
 func isolateStats(tb testing.TB, cfg *config.Config) string {
 	tb.Helper()
 	cfg.Stats.Path = filepath.Join(tb.TempDir(), "hotproxy.stats")
+	// The restart socket too: every test server is base-id 0, epoch 0,
+	// whose abstract name a real generation on this machine (make run)
+	// may hold. A private directory of the test's own is nobody else's.
+	if cfg.HotRestart.SocketDir == "" {
+		cfg.HotRestart.SocketDir = tb.TempDir()
+	}
 	return cfg.Stats.Path
 }
 
