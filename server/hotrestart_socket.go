@@ -34,6 +34,13 @@ func (s *Server) listenForSuccessor() error {
 		Supervisor:   s.opts.SupervisorPID,
 	})
 	if errors.Is(err, hotrestart.ErrGenerationRunning) {
+		if s.opts.SupervisorPID != 0 {
+			// A supervisor picks the epochs; --restart-epoch is not
+			// this generation's to give.
+			return fmt.Errorf("%w: a generation with base-id %d and epoch %d is already running, not this supervisor's; "+
+				"start the supervisor with --take-over to take over from it, or give it another --base-id (or $HOTPROXY_BASE_ID)",
+				err, s.opts.BaseID, s.opts.Epoch)
+		}
 		return fmt.Errorf("%w: a generation with base-id %d and epoch %d is already running; "+
 			"take over from it with --restart-epoch %d, or run this one with another --base-id",
 			err, s.opts.BaseID, s.opts.Epoch, s.opts.Epoch+1)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -283,6 +284,50 @@ protocol = "http"
 	for _, want := range []string{"admin", held.Addr().String(), "address already in use"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// TestRunningGenerationAdvice: a generation whose restart socket another
+// generation of this user holds says what to do, in the words of how it
+// was started: by hand, take over with --restart-epoch; under a
+// supervisor, which picks the epochs, --take-over or another base-id.
+func TestRunningGenerationAdvice(t *testing.T) {
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+[admin]
+address = "127.0.0.1:0"
+[[listeners]]
+name = "web"
+address = %q
+protocol = "http"
+  [[listeners.routes]]
+  prefix = "/"
+  direct_response = { status = 200, body = "x" }
+`, freeAddr(t))), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	isolateStats(t, cfg)
+	first, err := New(Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	for _, tc := range []struct {
+		opts       Options
+		want, not  string
+		startedHow string
+	}{
+		{Options{Config: cfg}, "take over from it with --restart-epoch 1", "--take-over", "by hand"},
+		{Options{Config: cfg, SupervisorPID: os.Getppid()}, "start the supervisor with --take-over", "--restart-epoch", "under a supervisor"},
+	} {
+		srv, err := New(tc.opts)
+		if err == nil {
+			srv.Close()
+			t.Fatalf("%s: a second generation of base-id 0, epoch 0 started", tc.startedHow)
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "another --base-id") || strings.Contains(msg, tc.not) {
+			t.Errorf("%s: %q, want it to say %q and another --base-id, not %q", tc.startedHow, msg, tc.want, tc.not)
 		}
 	}
 }
