@@ -128,8 +128,9 @@ func (m *machine) finishOp(g *generation, failure string) {
 		return
 	}
 	if op != nil && op.initial && g == nil {
-		m.exitErr = fmt.Errorf("epoch 0 did not start: %s", failure)
-		m.beginStop("epoch 0 did not start")
+		// The first generation is epoch 0, or past it with --take-over.
+		m.exitErr = fmt.Errorf("epoch %d did not start: %s", epoch, failure)
+		m.beginStop(fmt.Sprintf("epoch %d did not start", epoch))
 		return
 	}
 	if m.queued != nil {

@@ -489,3 +489,28 @@ func TestMachineReloadWaitingForTheCommit(t *testing.T) {
 		t.Fatalf("a reload superseded by a newer one answered %+v, want OK", r)
 	}
 }
+
+// TestMachineFailedTakeOverNamesItsEpoch: with --take-over the first
+// generation is past epoch 0 (after the one it takes over from); when it
+// fails, the supervisor's error names that epoch, not "epoch 0".
+func TestMachineFailedTakeOverNamesItsEpoch(t *testing.T) {
+	cfg := &config.Config{}
+	cfg.SetDefaults()
+	table := &fakeTable{}
+	m := newMachine(table, cfg, hclog.NewNullLogger())
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	m.now = clock.now
+	m.lastEpoch = 2 // the running generation to take over from
+	m.op = &reloadOp{initial: true}
+	if err := m.spawn(m.op, true); err != nil {
+		t.Fatal(err)
+	}
+	g := table.started[len(table.started)-1]
+	if g.epoch != 3 {
+		t.Fatalf("the take-over started epoch %d, want 3", g.epoch)
+	}
+	m.onReady(readyMsg{gen: g, line: "FAILED listener \"web\": bind: address already in use"})
+	if m.exitErr == nil || !strings.Contains(m.exitErr.Error(), "epoch 3 did not start") || strings.Contains(m.exitErr.Error(), "epoch 0") {
+		t.Fatalf("exit error %v, want it to name epoch 3", m.exitErr)
+	}
+}
