@@ -4,7 +4,9 @@
 // connections (least_conn) or one chosen by the flow hash (hash). The same
 // program runs when a socket of the group closes and moves the
 // connections queued or half-open in it to a live socket of the group
-// (Linux 5.14), so a socket can be closed without resetting anyone.
+// (Linux 5.14), so a socket can be closed without resetting anyone. It
+// also refuses new connections, counted, for a generation that stops for
+// good (RefuseNew) and while the overload manager sheds (Shed).
 //
 // Without the program (an old kernel, no CAP_BPF, a seccomp filter that
 // refuses bpf(2)) the kernel spreads connections by flow hash; Probe says

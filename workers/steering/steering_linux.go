@@ -22,13 +22,22 @@ import (
 // The state map is one BPF_F_MMAPABLE array entry of 64-bit words, shared
 // by the program and the workers without a syscall: the workers add to
 // their active count with plain atomic adds on the mapping.
+//
+// The program drops new connections for two reasons, each with a word of
+// its own so that neither can undo the other: a generation that stops for
+// good (RefuseNew, one-way) and the overload manager's stop_accepting
+// (Shed, on and off). It counts each connection it drops in the counter
+// of the reason, the stopping one first where both hold.
 const (
-	wordLive     = 0 // sockets in the socket array, indexes 0..live-1
-	wordMode     = 1 // Mode
-	wordMigrated = 2 // connections the program moved off a closing socket
-	wordRefuse   = 3 // non-zero: new connections are dropped (RefuseNew)
-	wordActive   = 4 // first of MaxSockets active-connection counts, by index
-	stateWords   = wordActive + MaxSockets
+	wordLive        = 0 // sockets in the socket array, indexes 0..live-1
+	wordMode        = 1 // Mode
+	wordMigrated    = 2 // connections the program moved off a closing socket
+	wordRefuse      = 3 // non-zero: new connections are dropped (RefuseNew), for good
+	wordShed        = 4 // non-zero: new connections are dropped (Shed), while it lasts
+	wordRefused     = 5 // connections dropped for wordRefuse
+	wordShedRefused = 6 // connections dropped for wordShed alone
+	wordActive      = 8 // first of MaxSockets active-connection counts, by index
+	stateWords      = wordActive + MaxSockets
 )
 
 // struct sk_reuseport_md field offsets (include/uapi/linux/bpf.h).
@@ -137,7 +146,10 @@ func explain(what string, err error) error {
 // program is the SK_REUSEPORT program. In C it would read:
 //
 //	state = lookup(&hp_state, 0); if (!state || !state->live) return SK_PASS;
-//	if (state->refuse && !ctx->migrating_sk) return SK_DROP;
+//	if ((state->refuse || state->shed) && !ctx->migrating_sk) {
+//		if (state->refuse) state->refused++; else state->shed_refused++;
+//		return SK_DROP;
+//	}
 //	live = min(state->live, MaxSockets); start = ctx->hash % live;
 //	if (state->mode == Hash) idx = start;
 //	else idx = the i in start, start+1, ... (mod live) with the smallest
@@ -170,14 +182,23 @@ func program(stateFD, socketsFD int) asm.Instructions {
 		asm.Mov.Reg(asm.R7, asm.R0), // state
 		asm.LoadMem(asm.R9, asm.R7, wordLive*8, asm.DWord),
 		asm.JEq.Imm(asm.R9, 0, "pass"),
-		// RefuseNew: a new connection is dropped (the kernel answers its
-		// SYN with a reset: refused at once, never queued and then
-		// reset); a migration still goes to a live socket.
+		// RefuseNew or Shed: a new connection is dropped (the kernel
+		// answers its SYN with a reset: refused at once, never queued
+		// and then reset) and counted; a migration still goes to a
+		// live socket.
 		asm.LoadMem(asm.R1, asm.R7, wordRefuse*8, asm.DWord),
-		asm.JEq.Imm(asm.R1, 0, "open"),
-		asm.LoadMem(asm.R1, asm.R6, ctxMigratingSk, asm.DWord),
-		asm.JNE.Imm(asm.R1, 0, "open"),
-		asm.Mov.Imm(asm.R0, skDrop),
+		asm.LoadMem(asm.R2, asm.R7, wordShed*8, asm.DWord),
+		asm.Mov.Reg(asm.R3, asm.R1),
+		asm.Or.Reg(asm.R3, asm.R2),
+		asm.JEq.Imm(asm.R3, 0, "open"),
+		asm.LoadMem(asm.R3, asm.R6, ctxMigratingSk, asm.DWord),
+		asm.JNE.Imm(asm.R3, 0, "open"),
+		asm.Mov.Imm(asm.R3, 1),
+		asm.JEq.Imm(asm.R1, 0, "shed"),
+		asm.AddAtomic.Mem(asm.R7, asm.R3, asm.DWord, wordRefused*8),
+		asm.Ja.Label("drop"),
+		asm.AddAtomic.Mem(asm.R7, asm.R3, asm.DWord, wordShedRefused*8).WithSymbol("shed"),
+		asm.Mov.Imm(asm.R0, skDrop).WithSymbol("drop"),
 		asm.Return(),
 		asm.JLE.Imm(asm.R9, MaxSockets, "clamped").WithSymbol("open"),
 		asm.Mov.Imm(asm.R9, MaxSockets),
@@ -316,8 +337,42 @@ func (g *Group) Migrated() uint64 {
 // generation that stops for good calls it before it empties its queues,
 // so that nothing enters a queue after the last accept, to be reset by
 // the close. A group whose sockets were handed over (Release) steers
-// nothing, so this does not touch a successor.
+// nothing, so this does not touch a successor. Shed(false) does not undo
+// it, and its drops count in Refused, not ShedRefused.
 func (g *Group) RefuseNew() { atomic.StoreUint64(&g.words[wordRefuse], 1) }
+
+// Refused is how many new connections the program dropped since
+// RefuseNew.
+func (g *Group) Refused() uint64 {
+	if g == nil || g.words == nil {
+		return 0
+	}
+	return atomic.LoadUint64(&g.words[wordRefused])
+}
+
+// Shed turns the overload manager's refusal on or off: while on, the
+// program drops every new connection (the client is refused at once) and
+// counts it in ShedRefused; queued ones still migrate. Turning it off
+// lets new connections in again, unless RefuseNew was called: a stopping
+// generation stays closed whatever the overload manager does.
+func (g *Group) Shed(on bool) {
+	var v uint64
+	if on {
+		v = 1
+	}
+	atomic.StoreUint64(&g.words[wordShed], v)
+}
+
+// ShedRefused is how many new connections the program dropped because of
+// Shed since New: a count that only grows, across any number of turns on
+// and off, for the reader to take deltas of. A connection dropped while
+// RefuseNew holds too is counted in Refused, not here.
+func (g *Group) ShedRefused() uint64 {
+	if g == nil || g.words == nil {
+		return 0
+	}
+	return atomic.LoadUint64(&g.words[wordShedRefused])
+}
 
 // Mode is the group's mode.
 func (g *Group) Mode() Mode { return g.mode }

@@ -5,6 +5,7 @@ package steering
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -278,7 +279,7 @@ func TestCapBPFIsEnough(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tests := []string{"TestCloseMigratesQueueWithProgram", "TestLeastConnBalances"}
+	tests := []string{"TestCloseMigratesQueueWithProgram", "TestLeastConnBalances", "TestShedTogglesAndCounts"}
 	// Bounded: a hung child is killed after a minute.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -339,5 +340,98 @@ func TestRefuseNewQueuesNothing(t *testing.T) {
 	}
 	if queued != 1 {
 		t.Fatalf("%d connections queued, want the 1 from before RefuseNew", queued)
+	}
+}
+
+// steeredOne is a group of one listening socket with the program
+// attached.
+func steeredOne(t *testing.T) (*net.TCPListener, string, *Group) {
+	t.Helper()
+	ln := listenReusePort(t, "127.0.0.1:0")
+	g, err := New(LeastConn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	if err := g.Attach([]syscall.Conn{ln}); err != nil {
+		t.Fatal(err)
+	}
+	return ln, ln.Addr().String(), g
+}
+
+// dialRefused dials addr and fails the test unless the kernel refuses it.
+func dialRefused(t *testing.T, addr, when string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err == nil {
+		c.Close()
+		t.Fatalf("%s: a connection completed its handshake", when)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("%s: dial: %v, want connection refused", when, err)
+	}
+}
+
+// acceptOne dials addr and fails the test unless ln accepts it.
+func acceptOne(t *testing.T, ln *net.TCPListener, addr, when string) {
+	t.Helper()
+	dial(t, addr)
+	ln.SetDeadline(time.Now().Add(5 * time.Second))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("%s: accept: %v, want the connection", when, err)
+	}
+	c.Close()
+}
+
+// TestShedTogglesAndCounts: Shed(true) refuses every new connection in
+// the kernel and counts each; Shed(false) lets them in again; over many
+// turns the count is exactly the dials refused, and no connection is
+// queued while refusing.
+func TestShedTogglesAndCounts(t *testing.T) {
+	requireSteering(t)
+	ln, addr, g := steeredOne(t)
+	const turns, perTurn = 20, 3
+	for turn := range turns {
+		g.Shed(true)
+		for range perTurn {
+			dialRefused(t, addr, fmt.Sprintf("turn %d, shedding", turn))
+		}
+		g.Shed(false)
+		acceptOne(t, ln, addr, fmt.Sprintf("turn %d, shed off", turn))
+	}
+	if got, want := g.ShedRefused(), uint64(turns*perTurn); got != want {
+		t.Errorf("ShedRefused() = %d, want %d (the dials refused)", got, want)
+	}
+	if got := g.Refused(); got != 0 {
+		t.Errorf("Refused() = %d, want 0: no RefuseNew", got)
+	}
+	ln.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	if c, err := ln.Accept(); err == nil {
+		c.Close()
+		t.Error("a connection refused while shedding was queued")
+	}
+}
+
+// TestShedOffKeepsRefuseNew: a stopping generation (RefuseNew) stays
+// closed when the overload manager's refusal ends; its drops count as its
+// own, not as shed.
+func TestShedOffKeepsRefuseNew(t *testing.T) {
+	requireSteering(t)
+	_, addr, g := steeredOne(t)
+	g.Shed(true)
+	dialRefused(t, addr, "shedding")
+	g.RefuseNew()
+	dialRefused(t, addr, "shedding and refusing new")
+	g.Shed(false)
+	dialRefused(t, addr, "refusing new, shed off")
+	g.Shed(true)
+	g.Shed(false)
+	dialRefused(t, addr, "refusing new, shed turned on and off again")
+	if got := g.ShedRefused(); got != 1 {
+		t.Errorf("ShedRefused() = %d, want 1 (the dial before RefuseNew)", got)
+	}
+	if got := g.Refused(); got != 3 {
+		t.Errorf("Refused() = %d, want 3 (the dials since RefuseNew)", got)
 	}
 }

@@ -34,3 +34,12 @@ func (*Group) Release() error { return nil }
 
 // RefuseNew does nothing here: there is no program.
 func (*Group) RefuseNew() {}
+
+// Refused: nothing refused here.
+func (*Group) Refused() uint64 { return 0 }
+
+// Shed does nothing here: there is no program.
+func (*Group) Shed(bool) {}
+
+// ShedRefused: nothing refused here.
+func (*Group) ShedRefused() uint64 { return 0 }
