@@ -30,7 +30,7 @@ var adminEndpoints = []struct{ pattern, help string }{
 	{"GET /stats", "every stat of this base-id, all generations: name: value (?filter=REGEX, ?usedonly, ?format=json)"},
 	{"GET /stats/prometheus", "the same in the Prometheus text format: hotproxy_ names, listener/cluster labels, seconds, classic le histograms (?filter=REGEX, ?usedonly, ?format=vmrange for VictoriaMetrics buckets)"},
 	{"GET /clusters", "every cluster's endpoints: health check, ejection, counters (?format=json)"},
-	{"GET /overload", "the overload manager: each monitor's pressure, each action's state, heap peaks (JSON)"},
+	{"GET /overload", "the overload manager: each monitor's pressure, each action's state, heap peaks, stop_accepting's mode (kernel or accept) (JSON)"},
 	{"POST /healthcheck/fail", "make /ready answer 503 (take this instance out of rotation)"},
 	{"POST /healthcheck/ok", "undo /healthcheck/fail"},
 	{"POST /tls/reload", "read every TLS certificate/key pair again now, as SIGUSR2 (JSON; 422 names those refused, whose old pair serves on)"},

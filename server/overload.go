@@ -1,9 +1,11 @@
 package server
 
 import (
+	"maps"
 	"math"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -103,6 +105,10 @@ type overloadManager struct {
 	baseMemoryLimit int64  // debug.SetMemoryLimit's value at start, restored
 	lastFreeOS      time.Time
 	resetTotal      uint64
+	// refusedInKernel and closedAtAccept are stop_accepting's two
+	// counters (workers/overload.go), for GET /overload.
+	refusedInKernel *stats.Counter
+	closedAtAccept  *stats.Counter
 	lastState       workers.OverloadState // the state last published
 	published       bool
 	passes          uint64
@@ -127,6 +133,36 @@ type OverloadReport struct {
 	GoMemoryLimit    int64  `json:"go_memory_limit"`
 	ConnectionsReset uint64 `json:"connections_reset"`
 	Passes           uint64 `json:"passes"`
+	// StopAccepting says how stop_accepting refuses new connections;
+	// absent when the action is not configured.
+	StopAccepting *StopAcceptingReport `json:"stop_accepting,omitempty"`
+}
+
+// StopAcceptingReport is stop_accepting's mode in GET /overload.
+type StopAcceptingReport struct {
+	// Mode is "kernel" (the steering program refuses new connections
+	// in the kernel: connect fails with ECONNREFUSED), "accept" (they
+	// are accepted and reset at once), or "mixed" (some listeners
+	// each): Listeners has it by listener.
+	Mode      string            `json:"mode"`
+	Listeners map[string]string `json:"listeners"`
+	// RefusedInKernel is overload.stop_accepting.refused,
+	// ClosedAtAccept overload.stop_accepting.closed (this generation).
+	RefusedInKernel uint64 `json:"refused_in_kernel"`
+	ClosedAtAccept  uint64 `json:"closed_at_accept"`
+}
+
+// stopAcceptingMode sums up modes (by listener) as one word: the mode
+// they share, or "mixed".
+func stopAcceptingMode(modes map[string]string) string {
+	mode := ""
+	for _, m := range modes {
+		if mode != "" && m != mode {
+			return "mixed"
+		}
+		mode = m
+	}
+	return mode
 }
 
 // OverloadMonitorReport is one monitor in GET /overload.
@@ -164,6 +200,8 @@ func newOverloadManager(cfg *config.Config, w *workers.Manager, st *stats.Store,
 		actions:         map[string]*overloadAction{},
 		heap:            resmon.NewHeap(),
 		baseMemoryLimit: debug.SetMemoryLimit(-1),
+		refusedInKernel: st.Counter("overload.stop_accepting.refused"),
+		closedAtAccept:  st.Counter("overload.stop_accepting.closed"),
 	}
 	g := func(name string) stats.GaugeLane { return st.Gauge(name, stats.GaugeNewest).Lane(0) }
 	byName := map[string]*overloadMonitor{}
@@ -247,6 +285,13 @@ func newOverloadManager(cfg *config.Config, w *workers.Manager, st *stats.Store,
 		names = append(names, a.name)
 	}
 	args := []any{"interval", oc.Interval.D(), "actions", names, "heap_limit_mib", oc.HeapLimitMiB}
+	if om.actions[config.ActionStopAccepting] != nil {
+		modes := w.StopAcceptingModes()
+		args = append(args, "stop_accepting", stopAcceptingMode(modes))
+		for _, name := range slices.Sorted(maps.Keys(modes)) {
+			args = append(args, "stop_accepting."+name, modes[name])
+		}
+	}
 	if cgErr != nil {
 		args = append(args, "cgroup", cgErr.Error())
 	} else {
@@ -317,6 +362,9 @@ func (om *overloadManager) pass(now time.Time) {
 		om.workers.SetOverload(st)
 		om.lastState, om.published = st, true
 	}
+	// What the steering programs refused in the kernel, into the
+	// overload counters once per pass (SetOverload counts too).
+	om.workers.CountKernelRefusals()
 
 	if st.TimeoutPercent > 0 {
 		om.workers.CloseIdleShrunk(st.TimeoutPercent)
@@ -457,6 +505,15 @@ func (om *overloadManager) publishReport(now time.Time) {
 			ar.Monitors = append(ar.Monitors, m.name)
 		}
 		r.Actions = append(r.Actions, ar)
+	}
+	if om.actions[config.ActionStopAccepting] != nil {
+		modes := om.workers.StopAcceptingModes()
+		r.StopAccepting = &StopAcceptingReport{
+			Mode:            stopAcceptingMode(modes),
+			Listeners:       modes,
+			RefusedInKernel: om.refusedInKernel.Value(),
+			ClosedAtAccept:  om.closedAtAccept.Value(),
+		}
 	}
 	om.report.Store(r)
 }

@@ -2,9 +2,16 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +20,7 @@ import (
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/workers"
+	"github.com/hotproxy/hotproxy/workers/steering"
 )
 
 // lockedBuffer is a log sink safe for the logger's writes and the test's
@@ -135,4 +143,98 @@ protocol = "http"
 	if (om.lastState != workers.OverloadState{RetryAfter: om.lastState.RetryAfter}) || gauge("overload.stop_accepting.active") != 0 {
 		t.Errorf("at 10%%: still acting: %+v", om.lastState)
 	}
+}
+
+// TestOverloadStopAcceptingReport: GET /overload says how stop_accepting
+// refuses (in the kernel where the steering program is loaded, else at
+// accept) and counts it; with the program, a connection refused while the
+// action acts is in the report after the next pass.
+func TestOverloadStopAcceptingReport(t *testing.T) {
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+[server]
+concurrency = 2
+[admin]
+address = "127.0.0.1:0"
+[overload.stop_accepting]
+monitors = ["connections"]
+pressure_percent = [50]
+[[listeners]]
+name = "web"
+address = %q
+protocol = "http"
+  [[listeners.routes]]
+  prefix = "/"
+  direct_response = { status = 200, body = "ok" }
+`, freeAddr(t))), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	isolateStats(t, cfg)
+	var logs lockedBuffer
+	srv, err := New(Options{Config: cfg, Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	om := srv.overload
+	pressure := 0.0
+	for _, m := range om.monitors {
+		if m.name == config.MonitorConnections {
+			m.read = func() (float64, uint64, uint64, error) { return pressure, uint64(pressure * 100), 100, nil }
+		}
+	}
+	want := workers.StopAcceptingAccept
+	if err := steering.Probe(); err == nil {
+		want = workers.StopAcceptingKernel
+	} else if os.Geteuid() == 0 {
+		t.Fatalf("root, but the steering program does not load: %v", err)
+	}
+	report := func() OverloadReport {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		srv.handleOverload(rec, httptest.NewRequest(http.MethodGet, "/overload", nil))
+		var r OverloadReport
+		if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+			t.Fatalf("GET /overload: %v: %s", err, rec.Body.Bytes())
+		}
+		if r.StopAccepting == nil {
+			t.Fatalf("GET /overload has no stop_accepting: %s", rec.Body.Bytes())
+		}
+		return r
+	}
+	now := time.Now()
+	pressure = 0.6
+	om.pass(now)
+	r := report()
+	if r.StopAccepting.Mode != want || r.StopAccepting.Listeners["web"] != want {
+		t.Errorf("GET /overload stop_accepting: %+v, want mode %q", r.StopAccepting, want)
+	}
+	if !strings.Contains(logs.String(), "stop_accepting="+want) {
+		t.Errorf("the overload manager's start line does not say stop_accepting=%s:\n%s", want, logs.String())
+	}
+	if want != workers.StopAcceptingKernel {
+		return // accept mode: counted by the accept loops (workers' tests)
+	}
+	c, err := net.DialTimeout("tcp", srv.workers.Addr("web").String(), 5*time.Second)
+	if err == nil {
+		c.Close()
+		t.Fatal("a new connection completed its handshake while stop_accepting acts in the kernel")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial while stop_accepting acts: %v, want connection refused", err)
+	}
+	om.pass(now.Add(time.Second))
+	if r := report(); r.StopAccepting.RefusedInKernel != 1 || r.StopAccepting.ClosedAtAccept != 0 {
+		t.Errorf("GET /overload after one refusal: %+v, want refused_in_kernel 1, closed_at_accept 0", r.StopAccepting)
+	}
+	if got := srv.stats.Counter("overload.shed_total").Value(); got != 1 {
+		t.Errorf("overload.shed_total = %d, want 1", got)
+	}
+	pressure = 0.1
+	om.pass(now.Add(2 * time.Second))
+	c, err = net.DialTimeout("tcp", srv.workers.Addr("web").String(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial once stop_accepting stopped: %v, want a connection", err)
+	}
+	c.Close()
 }

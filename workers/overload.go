@@ -22,7 +22,9 @@ import (
 
 // OverloadState is what the overload manager asks of the workers.
 type OverloadState struct {
-	// StopAccepting closes new connections at accept, counted.
+	// StopAccepting refuses new connections: in the kernel, counted by
+	// the steering program, on a listener where it is loaded; else
+	// closed at accept, counted (StopAcceptingModes says which).
 	StopAccepting bool
 	// RefuseRequests answers new requests 503 with Retry-After.
 	RefuseRequests bool
@@ -56,13 +58,22 @@ type overloadView struct {
 //
 //	overload.shed_total                 every connection or request shed
 //	overload.stop_accepting.closed      connections closed at accept
+//	overload.stop_accepting.refused     connections the steering program refused in the kernel
 //	overload.refuse_requests.refused    requests answered 503
 //	overload.reset_connections.reset    connections reset (ResetBiggest)
+//
+// The kernel's refusals are counted by the program (steering.Group
+// ShedRefused) and reach the stats on lane 0 as deltas
+// (countKernelRefusals): once per overload pass and per migratedPoll.
 type overloadStats struct {
-	shed    *stats.Counter
-	closed  *stats.Counter
-	refused *stats.Counter
-	reset   *stats.Counter
+	shed          *stats.Counter
+	closed        *stats.Counter
+	kernelRefused *stats.Counter
+	refused       *stats.Counter
+	reset         *stats.Counter
+	// kernelSeen is, by listener index, how much of its program's
+	// ShedRefused is already in kernelRefused.
+	kernelSeen []atomic.Uint64
 }
 
 const overloadRefusalBody = "overloaded: try again later"
@@ -74,10 +85,12 @@ func (m *Manager) overloadStatsOf() *overloadStats {
 		return p
 	}
 	p := &overloadStats{
-		shed:    m.stats.Counter("overload.shed_total"),
-		closed:  m.stats.Counter("overload.stop_accepting.closed"),
-		refused: m.stats.Counter("overload.refuse_requests.refused"),
-		reset:   m.stats.Counter("overload.reset_connections.reset"),
+		shed:          m.stats.Counter("overload.shed_total"),
+		closed:        m.stats.Counter("overload.stop_accepting.closed"),
+		kernelRefused: m.stats.Counter("overload.stop_accepting.refused"),
+		refused:       m.stats.Counter("overload.refuse_requests.refused"),
+		reset:         m.stats.Counter("overload.reset_connections.reset"),
+		kernelSeen:    make([]atomic.Uint64, len(m.listeners)),
 	}
 	if m.overloadCounters.CompareAndSwap(nil, p) {
 		return p
@@ -119,10 +132,80 @@ func (m *Manager) SetOverload(st OverloadState) {
 	for _, wk := range m.workers {
 		wk.overload.Store(v)
 	}
+	// Where the steering program is loaded it refuses in the kernel;
+	// the check at accept still closes what was queued before.
+	for _, ml := range m.listeners {
+		if ml.steer != nil {
+			ml.steer.Shed(st.StopAccepting)
+		}
+	}
+	m.countKernelRefusals()
+}
+
+// Modes of stop_accepting, by listener (StopAcceptingModes).
+const (
+	// StopAcceptingKernel: the steering program refuses new
+	// connections in the kernel (the client's connect fails with
+	// ECONNREFUSED), counted in overload.stop_accepting.refused.
+	StopAcceptingKernel = "kernel"
+	// StopAcceptingAccept: new connections are accepted and reset at
+	// once, counted in overload.stop_accepting.closed (no program:
+	// balance = "kernel", no CAP_BPF, one shared socket, not Linux).
+	StopAcceptingAccept = "accept"
+)
+
+// StopAcceptingModes returns, by listener name, how stop_accepting
+// refuses new connections there: StopAcceptingKernel or
+// StopAcceptingAccept.
+func (m *Manager) StopAcceptingModes() map[string]string {
+	modes := make(map[string]string, len(m.listeners))
+	for _, ml := range m.listeners {
+		modes[ml.name] = StopAcceptingAccept
+		if ml.steer != nil {
+			modes[ml.name] = StopAcceptingKernel
+		}
+	}
+	return modes
+}
+
+// CountKernelRefusals brings what the steering programs refused for
+// stop_accepting into overload.stop_accepting.refused and
+// overload.shed_total; the overload manager calls it once per pass.
+func (m *Manager) CountKernelRefusals() { m.countKernelRefusals() }
+
+// countKernelRefusals adds, per listener, what its program refused since
+// the last call. Safe from several goroutines at once: the program's
+// count only grows, and each delta is claimed by one caller (the
+// compare-and-swap), so no refusal is lost or counted twice however often
+// stop_accepting turns on and off.
+func (m *Manager) countKernelRefusals() {
+	oc := m.overloadCounters.Load()
+	if oc == nil {
+		return // never SetOverload: nothing shed, no overload stats
+	}
+	for _, ml := range m.listeners {
+		if ml.steer == nil {
+			continue
+		}
+		seen := &oc.kernelSeen[ml.idx]
+		for {
+			now, before := ml.steer.ShedRefused(), seen.Load()
+			if now <= before {
+				break
+			}
+			if seen.CompareAndSwap(before, now) {
+				oc.kernelRefused.Lane(0).Add(now - before)
+				oc.shed.Lane(0).Add(now - before)
+				break
+			}
+		}
+	}
 }
 
 // overloadClosesAccepted is the accept-time check: with stop_accepting,
-// c is closed at once and counted, and true says so.
+// c is closed at once and counted, and true says so. Where the steering
+// program refuses in the kernel, this closes only what was queued before
+// it started.
 func (a *acceptor) overloadClosesAccepted(c *net.TCPConn) bool {
 	v := a.wk.overload.Load()
 	if v == nil || !v.StopAccepting {

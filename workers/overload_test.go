@@ -55,12 +55,17 @@ func TestOverloadRefuseAndKeepAlive(t *testing.T) {
 	}
 }
 
-// TestOverloadStopAccepting: new connections are closed at accept and
-// counted; a connection accepted before goes on being served.
+// TestOverloadStopAccepting: without the steering program (balance =
+// "kernel"), new connections are closed at accept and counted; a
+// connection accepted before goes on being served. With the program,
+// overload_linux_test.go.
 func TestOverloadStopAccepting(t *testing.T) {
 	be := echoBackend(t)
-	m := startManager(t, proxyConfig(hostOf(be.URL)), 1)
+	m := startManager(t, proxyConfig(hostOf(be.URL), func(l *config.Listener) { l.Balance = config.BalanceKernel }), 1)
 	a := addr(t, m, "web")
+	if got := m.StopAcceptingModes()["web"]; got != StopAcceptingAccept {
+		t.Fatalf("StopAcceptingModes()[web] = %q without a program, want %q", got, StopAcceptingAccept)
+	}
 	c := newClient(t)
 	if resp, _ := get(t, c, "http://"+a+"/before"); resp.StatusCode != 200 {
 		t.Fatalf("before: %d", resp.StatusCode)
@@ -85,6 +90,10 @@ func TestOverloadStopAccepting(t *testing.T) {
 	waitFor(t, 5*time.Second, "overload.stop_accepting.closed = 1", func() bool {
 		return counter(m, "overload.stop_accepting.closed") == 1
 	})
+	m.CountKernelRefusals()
+	if got := counter(m, "overload.stop_accepting.refused"); got != 0 {
+		t.Errorf("overload.stop_accepting.refused = %d without a program, want 0", got)
+	}
 	if resp, _ := get(t, c, "http://"+a+"/kept"); resp.StatusCode != 200 {
 		t.Fatalf("the connection accepted before: %d, want 200", resp.StatusCode)
 	}

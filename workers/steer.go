@@ -177,8 +177,9 @@ func migrateSysctlOn() bool {
 const migratedPoll = time.Second
 
 // countMigrations adds what the listeners' programs migrated to
-// listener.<name>.balance_migrated (the main thread's lane) until stop
-// closes, and once more then.
+// listener.<name>.balance_migrated (the main thread's lane), and what they
+// refused for stop_accepting to the overload counters
+// (countKernelRefusals), until stop closes, and once more then.
 func (m *Manager) countMigrations(stop <-chan struct{}) {
 	type watched struct {
 		g    *steering.Group
@@ -195,6 +196,7 @@ func (m *Manager) countMigrations(stop <-chan struct{}) {
 		return
 	}
 	flush := func() {
+		m.countKernelRefusals()
 		for _, w := range ws {
 			if n := w.g.Migrated(); n > w.seen {
 				w.lane.Add(n - w.seen)
