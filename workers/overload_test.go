@@ -114,6 +114,10 @@ func TestOverloadResetBiggest(t *testing.T) {
 	if resp, _ := get(t, c, "http://"+a+"/idle"); resp.StatusCode != 200 {
 		t.Fatal(resp.StatusCode)
 	}
+	// The client has its response before the proxy's side of the
+	// connection lets go of its buffers: until it is idle it counts as
+	// holding them, and the wait for the upload below would be met by it.
+	waitFor(t, 5*time.Second, "the keep-alive connection to be idle", func() bool { return m.idleConns() == 1 && m.heldConns() == 0 })
 	slowUpload := func() net.Conn {
 		nc, err := net.DialTimeout("tcp", a, 5*time.Second)
 		if err != nil {
