@@ -1,0 +1,519 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/config"
+)
+
+// The tests of dynamic configuration drive a real generation (New, Run,
+// its sockets on loopback) through Options.DynamicUpdates, the channel the
+// xDS client feeds in production, and load it with real HTTP clients.
+
+// dynamicServer is a running generation with its update channel.
+type dynamicServer struct {
+	srv      *Server
+	admin    string
+	updates  chan *DynamicUpdate
+	finished <-chan struct{}
+}
+
+// startDynamicServer runs a generation of the static config extra (added
+// after [server] and [admin]) that takes dynamic updates.
+func startDynamicServer(tb testing.TB, extra string) *dynamicServer {
+	tb.Helper()
+	cfg, err := config.Parse([]byte(`
+[server]
+concurrency = 2
+drain_time = "5s"
+parent_shutdown_time = "5s"
+[admin]
+address = "127.0.0.1:0"
+`+extra), "dyn.toml")
+	if err != nil {
+		tb.Fatalf("config: %v", err)
+	}
+	isolateStats(tb, cfg)
+	ds := &dynamicServer{updates: make(chan *DynamicUpdate)}
+	ds.srv, err = New(Options{Config: cfg, DynamicUpdates: ds.updates})
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	finished := make(chan struct{})
+	go func() {
+		ds.srv.Run(ctx)
+		close(finished)
+	}()
+	ds.finished = finished
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case <-finished:
+		case <-time.After(15 * time.Second):
+			tb.Errorf("Run did not return after cancel")
+		}
+	})
+	ds.admin = "http://" + ds.srv.AdminAddr().String()
+	waitReady(tb, ds.admin)
+	return ds
+}
+
+// replacedDraining is /server_info's replaced_workers_draining.
+func (ds *dynamicServer) replacedDraining(tb testing.TB) int {
+	tb.Helper()
+	var info ServerInfo
+	code, b := get(tb, ds.admin+"/server_info")
+	if code != http.StatusOK {
+		tb.Fatalf("/server_info: %d", code)
+	}
+	if err := json.Unmarshal([]byte(b), &info); err != nil {
+		tb.Fatal(err)
+	}
+	return info.ReplacedWorkersDraining
+}
+
+// apply offers set to the main goroutine and returns its outcome.
+func (ds *dynamicServer) apply(tb testing.TB, set DynamicSet) error {
+	tb.Helper()
+	res := make(chan error, 1)
+	select {
+	case ds.updates <- &DynamicUpdate{Set: set, Done: func(err error) { res <- err }}:
+	case <-time.After(10 * time.Second):
+		tb.Fatal("the main loop did not take the update")
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(20 * time.Second):
+		tb.Fatal("the update was not answered")
+	}
+	return nil
+}
+
+func (ds *dynamicServer) mustApply(tb testing.TB, set DynamicSet) {
+	tb.Helper()
+	if err := ds.apply(tb, set); err != nil {
+		tb.Fatalf("update refused: %v", err)
+	}
+}
+
+// backend answers every request with its name; /slow waits first.
+func backend(tb testing.TB, name string) string {
+	tb.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(700 * time.Millisecond)
+		}
+		io.WriteString(w, name)
+	}))
+	tb.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func dynListener(name, addr string, routes ...config.Route) config.Listener {
+	return config.Listener{Name: name, Address: addr, Protocol: config.ProtocolHTTP, Routes: routes}
+}
+
+func dynCluster(name string, endpoints ...string) config.Cluster {
+	return config.Cluster{Name: name, Endpoints: endpoints}
+}
+
+func routeTo(prefix, cluster string) config.Route {
+	return config.Route{Prefix: prefix, Cluster: cluster}
+}
+
+// load runs keep-alive clients against url until stop, counting every
+// request that failed (an error or a status other than 200) and the
+// bodies seen.
+type load struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	bodies     map[string]int
+	errs       []string
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func startLoad(tb testing.TB, url string, clients int) *load {
+	tb.Helper()
+	l := &load{bodies: map[string]int{}, stop: make(chan struct{})}
+	for range clients {
+		tr := &http.Transport{MaxIdleConnsPerHost: 1}
+		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer tr.CloseIdleConnections()
+			// Bounded in count as in time: a stuck test ends.
+			for i := 0; i < 200000; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				resp, err := c.Get(url)
+				if err != nil {
+					l.fail(err.Error())
+					continue
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					l.fail(fmt.Sprintf("%d %q %v", resp.StatusCode, b, err))
+					continue
+				}
+				l.ok.Add(1)
+				l.mu.Lock()
+				l.bodies[string(b)]++
+				l.mu.Unlock()
+			}
+		}()
+	}
+	tb.Cleanup(l.end)
+	return l
+}
+
+func (l *load) fail(msg string) {
+	l.failed.Add(1)
+	l.mu.Lock()
+	if len(l.errs) < 5 {
+		l.errs = append(l.errs, msg)
+	}
+	l.mu.Unlock()
+}
+
+func (l *load) end() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+func (l *load) seen(body string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bodies[body]
+}
+
+// waitSeen waits until the load has seen body n more times than now.
+func (l *load) waitSeen(tb testing.TB, body string, n int) {
+	tb.Helper()
+	want := l.seen(body) + n
+	deadline := time.Now().Add(10 * time.Second)
+	for l.seen(body) < want {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the load saw %q %d times in 10s, want %d (bodies %v)", body, l.seen(body), want, l.bodiesCopy())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (l *load) bodiesCopy() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range l.bodies {
+		out[k] = v
+	}
+	return out
+}
+
+// checkNoFailures ends the load and fails the test if a request failed.
+func (l *load) checkNoFailures(tb testing.TB) {
+	tb.Helper()
+	l.end()
+	if n := l.failed.Load(); n > 0 {
+		tb.Fatalf("%d of %d requests failed under the update, e.g. %v", n, n+l.ok.Load(), l.errs)
+	}
+	tb.Logf("%d requests, 0 failed; bodies %v", l.ok.Load(), l.bodiesCopy())
+}
+
+func body(tb testing.TB, url string) string {
+	tb.Helper()
+	code, b := get(tb, url)
+	if code != http.StatusOK {
+		tb.Fatalf("GET %s: %d %q", url, code, b)
+	}
+	return b
+}
+
+const staticListener = `
+[[listeners]]
+name = "static"
+address = "127.0.0.1:0"
+protocol = "http"
+routes = [{ prefix = "/", direct_response = { status = 200, body = "static" } }]
+`
+
+// TestDynamicEndpointsMoveUnderLoad: a cluster's endpoints move from one
+// backend to another while clients keep sending; none of their requests
+// fails, and the new endpoint gets the traffic.
+func TestDynamicEndpointsMoveUnderLoad(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	a, b := backend(t, "A"), backend(t, "B")
+	web := freeAddr(t)
+	set := func(ep string) DynamicSet {
+		return DynamicSet{
+			Listeners: []config.Listener{dynListener("web", web, routeTo("/", "svc"))},
+			Clusters:  []config.Cluster{dynCluster("svc", ep)},
+			Versions:  map[string]string{config.XDSClusters: ep},
+		}
+	}
+	ds.mustApply(t, set(a))
+	if got := body(t, "http://"+web+"/"); got != "A" {
+		t.Fatalf("before: %q, want A", got)
+	}
+	l := startLoad(t, "http://"+web+"/", 4)
+	l.waitSeen(t, "A", 50)
+	ds.mustApply(t, set(b))
+	l.waitSeen(t, "B", 200)
+	ds.mustApply(t, set(a))
+	l.waitSeen(t, "A", 200)
+	l.checkNoFailures(t)
+}
+
+// TestDynamicRoutesAndClusters: a route and its cluster added, the route
+// changed to another cluster, the cluster removed with it, under load on
+// a route that stays: nothing fails.
+func TestDynamicRoutesAndClusters(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	a, b := backend(t, "A"), backend(t, "B")
+	web := freeAddr(t)
+	l1 := dynListener("web", web, routeTo("/", "a"))
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{l1}, Clusters: []config.Cluster{dynCluster("a", a)}})
+	l := startLoad(t, "http://"+web+"/", 3)
+	l.waitSeen(t, "A", 50)
+
+	// Added: /b to a new cluster b.
+	l2 := dynListener("web", web, routeTo("/b", "b"), routeTo("/", "a"))
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{l2}, Clusters: []config.Cluster{dynCluster("a", a), dynCluster("b", b)}})
+	if got := body(t, "http://"+web+"/b"); got != "B" {
+		t.Fatalf("added route /b: %q, want B", got)
+	}
+	// Changed: /b goes to a.
+	l3 := dynListener("web", web, routeTo("/b", "a"), routeTo("/", "a"))
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{l3}, Clusters: []config.Cluster{dynCluster("a", a), dynCluster("b", b)}})
+	if got := body(t, "http://"+web+"/b"); got != "A" {
+		t.Fatalf("changed route /b: %q, want A", got)
+	}
+	// Removed: the route and cluster b.
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{l1}, Clusters: []config.Cluster{dynCluster("a", a)}})
+	code, _ := get(t, "http://"+web+"/b")
+	if code != http.StatusOK {
+		// "/" catches /b again: it must go to a.
+		t.Fatalf("after removing /b: %d", code)
+	}
+	if cl := ds.srv.snapshot.Load().Clusters(); len(cl) != 1 || cl[0].Name != "a" {
+		t.Fatalf("clusters after removing b: %v", cl)
+	}
+	l.waitSeen(t, "A", 50)
+	l.checkNoFailures(t)
+}
+
+// TestDynamicListenersUnderLoad: a listener added is served; one changed
+// serves new connections with its new settings on the same socket while
+// the load on it goes on; one removed drains: its request in flight
+// finishes, then its address refuses connections.
+func TestDynamicListenersUnderLoad(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	a := backend(t, "A")
+	webAddr, apiAddr := freeAddr(t), freeAddr(t)
+	clusters := []config.Cluster{dynCluster("a", a)}
+	web := dynListener("web", webAddr, routeTo("/", "a"))
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{web}, Clusters: clusters})
+	l := startLoad(t, "http://"+webAddr+"/", 4)
+	l.waitSeen(t, "A", 50)
+
+	// Added.
+	api := dynListener("api", apiAddr, routeTo("/", "a"))
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{web, api}, Clusters: clusters})
+	if got := body(t, "http://"+apiAddr+"/"); got != "A" {
+		t.Fatalf("added listener: %q", got)
+	}
+	l.waitSeen(t, "A", 100)
+
+	// Changed: a request head over 1 KiB is refused on new connections.
+	bigHeader := func(addr string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		req.Header.Set("X-Big", strings.Repeat("x", 2048))
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("big header: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := bigHeader(webAddr); code != http.StatusOK {
+		t.Fatalf("before the change, a 2 KiB header: %d", code)
+	}
+	small := web
+	small.MaxHeaderBytes = 1024
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{small, api}, Clusters: clusters})
+	// The replaced workers, as a generation that hands over, may still
+	// take a connection queued on the shared socket while they empty its
+	// queue (at most a second); from then on, every new one is the new
+	// workers'.
+	waitFor(t, "a new connection to get the new max_header_bytes", func() bool {
+		return bigHeader(webAddr) == http.StatusRequestHeaderFieldsTooLarge
+	})
+	waitFor(t, "the replaced workers to drain", func() bool { return ds.replacedDraining(t) == 0 })
+	for i := range 5 {
+		if code := bigHeader(webAddr); code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("after max_header_bytes = 1024 and the old workers' drain, new connection %d with a 2 KiB header: %d, want 431", i, code)
+		}
+	}
+	l.waitSeen(t, "A", 100)
+
+	// Removed, with a request in flight on it.
+	slow := make(chan string, 1)
+	go func() {
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("http://" + apiAddr + "/slow")
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		slow <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	waitFor(t, "the slow request to reach the backend", func() bool {
+		return ds.srv.stats.Counter("listener.api.downstream_rq_total").Value() > 1
+	})
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{small}, Clusters: clusters})
+	if got := <-slow; got != "200 A" {
+		t.Fatalf("the request in flight on the removed listener: %s, want 200 A", got)
+	}
+	waitFor(t, "the removed listener's address to refuse connections", func() bool {
+		c, err := net.DialTimeout("tcp", apiAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+	l.waitSeen(t, "A", 100)
+	l.checkNoFailures(t)
+}
+
+// TestDynamicListenerMovesAddress: a listener whose address changes is
+// bound at the new one, and the old one closes once drained.
+func TestDynamicListenerMovesAddress(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	a := backend(t, "A")
+	first, second := freeAddr(t), freeAddr(t)
+	clusters := []config.Cluster{dynCluster("a", a)}
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{dynListener("web", first, routeTo("/", "a"))}, Clusters: clusters})
+	if got := body(t, "http://"+first+"/"); got != "A" {
+		t.Fatalf("at the first address: %q", got)
+	}
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{dynListener("web", second, routeTo("/", "a"))}, Clusters: clusters})
+	if got := body(t, "http://"+second+"/"); got != "A" {
+		t.Fatalf("at the second address: %q", got)
+	}
+	waitFor(t, "the old address to refuse connections", func() bool {
+		c, err := net.DialTimeout("tcp", first, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return true
+	})
+}
+
+// TestDynamicRefused: a set that does not validate, one whose names clash
+// with the file's, and one whose listener cannot bind are refused with a
+// message that names what is wrong, and the previous configuration serves
+// on.
+func TestDynamicRefused(t *testing.T) {
+	ds := startDynamicServer(t, staticListener+`
+[[clusters]]
+name = "shared"
+endpoints = ["127.0.0.1:9"]
+`)
+	a := backend(t, "A")
+	web := freeAddr(t)
+	good := DynamicSet{Listeners: []config.Listener{dynListener("web", web, routeTo("/", "a"))}, Clusters: []config.Cluster{dynCluster("a", a)}}
+	ds.mustApply(t, good)
+	l := startLoad(t, "http://"+web+"/", 2)
+	l.waitSeen(t, "A", 20)
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		name string
+		set  DynamicSet
+		want []string
+	}{
+		{"route to an unknown cluster", DynamicSet{
+			Listeners: []config.Listener{dynListener("web", web, routeTo("/", "nosuch"))},
+			Clusters:  []config.Cluster{dynCluster("a", a)},
+		}, []string{"dyn.toml with the dynamic configuration", `listeners[1] ("web").routes[0].cluster`, `"nosuch"`}},
+		{"bad endpoint", DynamicSet{
+			Listeners: good.Listeners,
+			Clusters:  []config.Cluster{dynCluster("a", "127.0.0.1:notaport")},
+		}, []string{`clusters[1] ("a").endpoints`, "notaport"}},
+		{"listener name of the file's", DynamicSet{
+			Listeners: []config.Listener{dynListener("static", freeAddr(t), routeTo("/", "a"))},
+			Clusters:  []config.Cluster{dynCluster("a", a)},
+		}, []string{`dynamic listener "static"`, `static listeners[0] ("static") of dyn.toml`, "rename one"}},
+		{"cluster name of the file's", DynamicSet{
+			Listeners: good.Listeners,
+			Clusters:  []config.Cluster{dynCluster("a", a), dynCluster("shared", a)},
+		}, []string{`dynamic cluster "shared"`, `static clusters[0] ("shared") of dyn.toml`}},
+		{"listener address taken", DynamicSet{
+			Listeners: append(good.Listeners[:1:1], dynListener("api", busy.Addr().String(), routeTo("/", "a"))),
+			Clusters:  good.Clusters,
+		}, []string{`listener "api"`, busy.Addr().String(), "address already in use"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ds.apply(t, tc.set)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\nlacks %q", err, w)
+				}
+			}
+			if got := body(t, "http://"+web+"/"); got != "A" {
+				t.Fatalf("after the refused set: %q, want the previous configuration's A", got)
+			}
+		})
+	}
+	l.waitSeen(t, "A", 20)
+	l.checkNoFailures(t)
+}
+
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
