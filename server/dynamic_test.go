@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -515,5 +519,146 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 			tb.Fatalf("waited 10s for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestConfigDumpStaticAndDynamic: config_dump shows the file's resources
+// and the dynamic ones with their versions and update times, and no key
+// material: neither a key file's name nor its bytes, nor the bytes of a
+// secret as the control plane sent it.
+func TestConfigDumpStaticAndDynamic(t *testing.T) {
+	keyPath, err := filepath.Abs(filepath.Join("..", "examples", "tls", "a.example.com.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath := strings.TrimSuffix(keyPath, ".key") + ".pem"
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := startDynamicServer(t, staticListener+fmt.Sprintf(`
+[[listeners]]
+name = "static-tls"
+address = "127.0.0.1:0"
+protocol = "http"
+routes = [{ prefix = "/", direct_response = { status = 200 } }]
+tls = { certificates = [{ cert = %q, key = %q }] }
+`, certPath, keyPath))
+	a := backend(t, "A")
+	web := freeAddr(t)
+	tlsListener := dynListener("dyn-tls", web, routeTo("/", "a"))
+	tlsListener.TLS = &config.ListenerTLS{Certificates: []config.CertificatePair{{Cert: certPath, Key: keyPath}}}
+	updated := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const secretURL = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	ds.mustApply(t, DynamicSet{
+		Listeners: []config.Listener{tlsListener},
+		Clusters:  []config.Cluster{dynCluster("a", a)},
+		Versions:  map[string]string{config.XDSListeners: "lds-7", secretURL: "sds-3"},
+		Updated:   map[string]time.Time{config.XDSListeners: updated},
+		Raw: map[string]map[string][]byte{
+			secretURL:           {"a-cert": keyPEM},
+			config.XDSListeners: {"dyn-tls": []byte("listener bytes")},
+		},
+	})
+	code, b := get(t, ds.admin+"/config_dump")
+	if code != http.StatusOK {
+		t.Fatalf("config_dump: %d %s", code, b)
+	}
+	for _, secret := range []string{"PRIVATE KEY", "a.example.com.key", string(keyPEM[40:80]), base64.StdEncoding.EncodeToString(keyPEM)[:40]} {
+		if strings.Contains(b, secret) {
+			t.Errorf("config_dump shows key material %q:\n%s", secret, b)
+		}
+	}
+	var dump ConfigDump
+	if err := json.Unmarshal([]byte(b), &dump); err != nil {
+		t.Fatalf("config_dump: %v\n%s", err, b)
+	}
+	names := func(ls []config.Listener) (out []string) {
+		for _, l := range ls {
+			out = append(out, l.Name)
+		}
+		return out
+	}
+	if got := names(dump.Listeners); !slices.Equal(got, []string{"static", "static-tls", "dyn-tls"}) {
+		t.Errorf("effective listeners %v, want the file's and the dynamic one", got)
+	}
+	if got := names(dump.StaticResources.Listeners); !slices.Equal(got, []string{"static", "static-tls"}) {
+		t.Errorf("static listeners %v", got)
+	}
+	d := dump.DynamicResources
+	if d == nil {
+		t.Fatal("no dynamic_resources")
+	}
+	if got := names(d.Listeners); !slices.Equal(got, []string{"dyn-tls"}) || len(d.Clusters) != 1 || d.Clusters[0].Name != "a" {
+		t.Errorf("dynamic listeners %v clusters %v", got, d.Clusters)
+	}
+	if d.Versions[config.XDSListeners] != "lds-7" || d.Versions[secretURL] != "sds-3" || d.LastUpdated[config.XDSListeners] != "2026-12-01T12:00:00Z" || d.Applied == "" {
+		t.Errorf("versions %v last_updated %v applied %q", d.Versions, d.LastUpdated, d.Applied)
+	}
+	if r := d.Resources[secretURL]; len(r) != 1 || r[0].Name != "a-cert" || r[0].Bytes != len(keyPEM) || r[0].SHA256 != "" {
+		t.Errorf("the secret as sent: %+v, want its name and size only", r)
+	}
+	if r := d.Resources[config.XDSListeners]; len(r) != 1 || r[0].SHA256 == "" {
+		t.Errorf("the listener as sent: %+v, want its digest", r)
+	}
+	if k := d.Listeners[0].TLS.Certificates[0].Key; k != redacted {
+		t.Errorf("dynamic listener key %q, want %q", k, redacted)
+	}
+	// The serving configuration itself is untouched by the redaction.
+	if got := ds.srv.cfg.Listeners[1].TLS.Certificates[0].Key; got != keyPath {
+		t.Errorf("the static listener's key became %q", got)
+	}
+}
+
+// TestXDSStats: the events the xDS client reports (XDSEvents) show in
+// the stats, per resource type, by config name or type URL.
+func TestXDSStats(t *testing.T) {
+	ds := startDynamicServer(t, staticListener+`
+[[clusters]]
+name = "cp"
+endpoints = ["127.0.0.1:18000"]
+http2 = true
+[xds]
+cluster = "cp"
+resources = ["listeners", "clusters", "endpoints"]
+`)
+	ev := ds.srv.XDSEvents()
+	ev.Connected(true)
+	ev.UpdateAttempt(config.XDSListeners)
+	ev.UpdateAttempt("type.googleapis.com/envoy.config.listener.v3.Listener")
+	ev.UpdateSuccess("type.googleapis.com/envoy.config.listener.v3.Listener", "v1")
+	ev.UpdateAttempt(config.XDSClusters)
+	ev.UpdateRejected(config.XDSClusters, errors.New(`clusters[0] ("x").endpoints: missing`))
+	ev.UpdateAttempt(config.XDSSecrets) // not subscribed: not counted
+	st := statsJSON(t, ds.admin)
+	for name, want := range map[string]int64{
+		"xds.connected":                 1,
+		"xds.listeners.update_attempt":  2,
+		"xds.listeners.update_success":  1,
+		"xds.listeners.update_rejected": 0,
+		"xds.listeners.version_hash":    versionHash("v1"),
+		"xds.clusters.update_attempt":   1,
+		"xds.clusters.update_rejected":  1,
+		"xds.clusters.version_hash":     0,
+		"xds.endpoints.update_attempt":  0,
+	} {
+		if got, ok := st[name]; !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", name, got, ok, want)
+		}
+	}
+	if _, ok := st["xds.secrets.update_attempt"]; ok {
+		t.Error("xds.secrets.* registered without a subscription to secrets")
+	}
+	if versionHash("v1") == 0 || versionHash("v1") == versionHash("v2") || versionHash("v1") >= 1<<53 {
+		t.Errorf("version hashes v1 %d v2 %d", versionHash("v1"), versionHash("v2"))
+	}
+	ev.Connected(false)
+	if got := statsJSON(t, ds.admin)["xds.connected"]; got != 0 {
+		t.Errorf("xds.connected after Connected(false) = %d", got)
+	}
+	// Prometheus shows them like the others.
+	code, prom := get(t, ds.admin+"/stats/prometheus")
+	if code != http.StatusOK || !strings.Contains(prom, "hotproxy_xds_listeners_update_success") {
+		t.Errorf("/stats/prometheus: %d, lacks hotproxy_xds_listeners_update_success", code)
 	}
 }
