@@ -662,3 +662,82 @@ resources = ["listeners", "clusters", "endpoints"]
 		t.Errorf("/stats/prometheus: %d, lacks hotproxy_xds_listeners_update_success", code)
 	}
 }
+
+// TestDynamicListenersHandedOver: a hot restart hands the dynamic
+// listeners' sockets to the next generation, which, started with the same
+// dynamic set (Options.InitialDynamic, what the hand-over of the
+// resources gives it), adopts them: it could not bind them anew, the
+// previous generation holds them. Clients of the dynamic listener see no
+// failure across the restart.
+func TestDynamicListenersHandedOver(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+[server]
+concurrency = 2
+drain_time = "2s"
+parent_shutdown_time = "2s"
+[admin]
+address = "127.0.0.1:0"
+[hot_restart]
+commit_window = "100ms"
+`+staticListener), "dyn.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	isolateStats(t, cfg)
+	a := backend(t, "A")
+	web := freeAddr(t)
+	set := DynamicSet{
+		Listeners: []config.Listener{dynListener("web", web, routeTo("/", "a"))},
+		Clusters:  []config.Cluster{dynCluster("a", a)},
+		Versions:  map[string]string{config.XDSListeners: "1"},
+	}
+	run := func(srv *Server) <-chan struct{} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			srv.Run(ctx)
+			close(done)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return after cancel")
+			}
+		})
+		return done
+	}
+	updates := make(chan *DynamicUpdate)
+	parent, err := New(Options{Config: cfg, DynamicUpdates: updates})
+	if err != nil {
+		t.Fatalf("parent: %v", err)
+	}
+	parentDone := run(parent)
+	ds := &dynamicServer{srv: parent, admin: "http://" + parent.AdminAddr().String(), updates: updates}
+	waitReady(t, ds.admin)
+	ds.mustApply(t, set)
+	l := startLoad(t, "http://"+web+"/", 4)
+	l.waitSeen(t, "A", 50)
+
+	childCfg := *cfg
+	child, err := New(Options{Config: &childCfg, Epoch: 1, InitialDynamic: &set})
+	if err != nil {
+		t.Fatalf("the next generation with the same dynamic set: %v", err)
+	}
+	// What it did not take, it tells the previous generation to drain.
+	if u := child.takeover.unused; len(u) != 0 {
+		t.Errorf("the next generation left sockets of the previous one unused: %v", u)
+	}
+	run(child)
+	select {
+	case <-parentDone:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the previous generation did not drain and exit")
+	}
+	l.waitSeen(t, "A", 100)
+	l.checkNoFailures(t)
+	if v := child.dyn.view.Load(); v == nil || v.set.Versions[config.XDSListeners] != "1" {
+		t.Errorf("the next generation's dynamic set: %+v", v)
+	}
+}
