@@ -764,3 +764,67 @@ commit_window = "100ms"
 		t.Errorf("the next generation's dynamic set: %+v", v)
 	}
 }
+
+// echoBackend echoes every connection's bytes back.
+func echoBackend(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestDynamicTCPListenerRemovedDrains: a TCP-proxy session on a listener
+// the control plane removes goes on (it may run until
+// parent_shutdown_time), while the address refuses new connections.
+func TestDynamicTCPListenerRemovedDrains(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	echo := echoBackend(t)
+	addr := freeAddr(t)
+	tcp := config.Listener{Name: "db", Address: addr, Protocol: config.ProtocolTCP, Cluster: "echo"}
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{tcp}, Clusters: []config.Cluster{dynCluster("echo", echo)}})
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	roundTrip := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatalf("write %q: %v", msg, err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo of %q: %q %v", msg, buf, err)
+		}
+	}
+	roundTrip("before")
+	ds.mustApply(t, DynamicSet{})
+	waitFor(t, "the removed tcp listener's address to refuse connections", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return false
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+	roundTrip("after the listener was removed")
+	if n := ds.replacedDraining(t); n != 1 {
+		t.Errorf("replaced workers draining: %d, want 1 (the session's)", n)
+	}
+}
