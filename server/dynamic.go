@@ -327,7 +327,8 @@ func (s *Server) stopRetiredDynamic() {
 // next: a cluster carried over from prev keeps its monitor (and what it
 // learned), a removed or rebuilt one's stops, a new one's starts. A new
 // cluster's endpoints are routed to from the start, as the monitor finds
-// them; its first round of checks does not hold up the main goroutine.
+// them; its first round of checks starts at once, on the monitor's
+// goroutine, never holding up the main one.
 func (s *Server) followClusters(prev, next *workers.Snapshot) {
 	var keep []*upstream.Monitor
 	var names []string
@@ -343,7 +344,7 @@ func (s *Server) followClusters(prev, next *workers.Snapshot) {
 			continue
 		}
 		if m := upstream.NewMonitor(c, s.log); m != nil {
-			m.Start(s.stats)
+			m.StartChecking(s.stats)
 			keep, names = append(keep, m), append(names, c.Name)
 		}
 	}

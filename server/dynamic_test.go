@@ -828,3 +828,76 @@ func TestDynamicTCPListenerRemovedDrains(t *testing.T) {
 		t.Errorf("replaced workers draining: %d, want 1 (the session's)", n)
 	}
 }
+
+// clusterStatus is GET /clusters?format=json's entry for name.
+func (ds *dynamicServer) clusterStatus(tb testing.TB, name string) (st struct {
+	Name      string `json:"name"`
+	Endpoints []struct {
+		Address     string `json:"address"`
+		HealthCheck string `json:"health_check"`
+		Ejected     bool   `json:"ejected"`
+		Ejections   int    `json:"ejections"`
+	} `json:"endpoints"`
+}) {
+	tb.Helper()
+	code, b := get(tb, ds.admin+"/clusters?format=json")
+	if code != http.StatusOK {
+		tb.Fatalf("/clusters: %d %s", code, b)
+	}
+	var dump struct {
+		Clusters []json.RawMessage `json:"clusters"`
+	}
+	if err := json.Unmarshal([]byte(b), &dump); err != nil {
+		tb.Fatal(err)
+	}
+	for _, raw := range dump.Clusters {
+		json.Unmarshal(raw, &st)
+		if st.Name == name {
+			return st
+		}
+	}
+	tb.Fatalf("no cluster %q in /clusters: %s", name, b)
+	return st
+}
+
+// TestDynamicKeepsStateOfUnchangedCluster: an update that leaves a
+// cluster's settings alone keeps what it learned about its endpoints (a
+// failed health check) and its monitor, and a new
+// cluster's endpoints are checked at once, not an interval later.
+func TestDynamicKeepsStateOfUnchangedCluster(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	good := backend(t, "A")
+	dead := freeAddr(t) // nothing listens there
+	web := freeAddr(t)
+	c := dynCluster("a", good, dead)
+	c.HealthCheck = &config.HealthCheck{Path: "/", Interval: config.Duration(time.Hour), UnhealthyThreshold: 1}
+	set := func(routes ...config.Route) DynamicSet {
+		return DynamicSet{Listeners: []config.Listener{dynListener("web", web, routes...)}, Clusters: []config.Cluster{c}}
+	}
+	ds.mustApply(t, set(routeTo("/", "a")))
+	deadState := func() (health string, ejected bool, ejections int) {
+		for _, e := range ds.clusterStatus(t, "a").Endpoints {
+			if e.Address == dead {
+				return e.HealthCheck, e.Ejected, e.Ejections
+			}
+		}
+		t.Fatalf("no endpoint %s in cluster a", dead)
+		return
+	}
+	// Checked at once, though the interval is an hour.
+	waitFor(t, "the new cluster's dead endpoint to fail its first health check", func() bool {
+		h, _, _ := deadState()
+		return h == "unhealthy"
+	})
+	attempts := statsJSON(t, ds.admin)["cluster.a.health_check.attempt"]
+	ds.mustApply(t, set(routeTo("/x", "a"), routeTo("/", "a")))
+	if h, _, _ := deadState(); h != "unhealthy" {
+		t.Errorf("after an update that left cluster a alone, its dead endpoint is %q, want still unhealthy", h)
+	}
+	if got := statsJSON(t, ds.admin)["cluster.a.health_check.attempt"]; got != attempts {
+		t.Errorf("health_check.attempt %d -> %d: the unchanged cluster's monitor was started anew", attempts, got)
+	}
+	if got := body(t, "http://"+web+"/x"); got != "A" {
+		t.Fatalf("the added route: %q", got)
+	}
+}
