@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -152,6 +153,23 @@ func (s *Server) mergeDynamic(d *DynamicSet) (*config.Config, error) {
 	return &merged, nil
 }
 
+// viewOf is what config_dump shows of d, applied as merged: its listeners
+// and clusters with their defaults filled in (merged's own, which nothing
+// changes), and copies of its maps, so that the caller's set may change
+// under the admin API without harm.
+func (s *Server) viewOf(merged *config.Config, d *DynamicSet) *dynamicView {
+	return &dynamicView{
+		set: DynamicSet{
+			Listeners: merged.Listeners[len(s.cfg.Listeners):],
+			Clusters:  merged.Clusters[len(s.cfg.Clusters):],
+			Versions:  maps.Clone(d.Versions),
+			Updated:   maps.Clone(d.Updated),
+			Raw:       maps.Clone(d.Raw),
+		},
+		applied: time.Now(),
+	}
+}
+
 // applyDynamic makes d the dynamic configuration, on the main goroutine;
 // see the top of this file. On error nothing changed.
 func (s *Server) applyDynamic(d DynamicSet) error {
@@ -182,7 +200,7 @@ func (s *Server) applyDynamic(d DynamicSet) error {
 	s.snapshot.Store(prep.Snapshot)
 	s.followClusters(prev, prep.Snapshot)
 	s.dyn.merged = merged
-	s.dyn.view.Store(&dynamicView{set: d, applied: time.Now()})
+	s.dyn.view.Store(s.viewOf(merged, &d))
 	s.log.Info("dynamic configuration applied", "listeners", len(d.Listeners), "clusters", len(d.Clusters),
 		"listeners_rebuilt", relisten, "versions", fmt.Sprint(d.Versions), "took", time.Since(start).Round(time.Microsecond))
 	return nil

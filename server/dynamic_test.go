@@ -510,6 +510,10 @@ endpoints = ["127.0.0.1:9"]
 			Listeners: good.Listeners,
 			Clusters:  []config.Cluster{dynCluster("a", a), dynCluster("shared", a)},
 		}, []string{`dynamic cluster "shared"`, `static clusters[0] ("shared") of dyn.toml`}},
+		{"two dynamic clusters of one name", DynamicSet{
+			Listeners: good.Listeners,
+			Clusters:  []config.Cluster{dynCluster("a", a), dynCluster("a", a)},
+		}, []string{`clusters[2] ("a").name`, "duplicate"}},
 		{"listener address taken", DynamicSet{
 			Listeners: append(good.Listeners[:1:1], dynListener("api", busy.Addr().String(), routeTo("/", "a"))),
 			Clusters:  good.Clusters,

@@ -248,7 +248,7 @@ func New(opts Options) (*Server, error) {
 			s.stopReopen()
 			return nil, err
 		}
-		s.dyn.view.Store(&dynamicView{set: *opts.InitialDynamic, applied: time.Now()})
+		s.dyn.view.Store(s.viewOf(merged, opts.InitialDynamic))
 	}
 	prep, err := Prepare(merged, s.identity)
 	if err != nil {
