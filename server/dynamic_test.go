@@ -905,3 +905,33 @@ func TestDynamicKeepsStateOfUnchangedCluster(t *testing.T) {
 		t.Fatalf("the added route: %q", got)
 	}
 }
+
+// TestXDSControlPlaneTLS: the control plane is dialled as its static
+// cluster says: its endpoints, and its client certificate over TLS.
+func TestXDSControlPlaneTLS(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "examples", "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := startDynamicServer(t, staticListener+fmt.Sprintf(`
+[[clusters]]
+name = "cp"
+endpoints = ["127.0.0.1:18000"]
+http2 = true
+tls = { ca = %q, cert = %q, key = %q, server_name = "a.example.com" }
+[xds]
+cluster = "cp"
+`, dir+"/ca.pem", dir+"/client.pem", dir+"/client.key"))
+	cp := ds.srv.XDSControlPlane()
+	if cp == nil || cp.Name != "cp" || len(cp.Endpoints) != 1 || cp.Endpoints[0].Address != "127.0.0.1:18000" {
+		t.Fatalf("control plane cluster %+v", cp)
+	}
+	tc := cp.ClientTLS(0)
+	if tc == nil || len(tc.Certificates) != 1 || tc.ServerName != "a.example.com" || !slices.Contains(tc.NextProtos, "h2") {
+		t.Fatalf("TLS to the control plane: %+v", tc)
+	}
+	plain := startDynamicServer(t, staticListener)
+	if plain.srv.XDSControlPlane() != nil {
+		t.Error("a control plane without [xds]")
+	}
+}

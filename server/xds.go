@@ -13,6 +13,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/stats"
+	"github.com/hotproxy/hotproxy/upstream"
 )
 
 // XDSEvents is what the xDS client reports to the generation, from its own
@@ -157,6 +158,23 @@ func (s *Server) XDSEvents() XDSEvents {
 		return nopXDSEvents{}
 	}
 	return s.xds
+}
+
+// XDSControlPlane is the static cluster [xds] cluster names, as built:
+// its Endpoints are the ADS servers' addresses (resolved) and ClientTLS(i)
+// the TLS to endpoint i ([clusters.tls], a client certificate included,
+// ALPN h2 with http2 = true; nil: plaintext), so that the xDS client dials
+// the control plane exactly as the proxy would. nil without [xds].
+func (s *Server) XDSControlPlane() *upstream.Cluster {
+	if !s.cfg.XDS.Enabled() {
+		return nil
+	}
+	for _, c := range s.snapshot.Load().Clusters() {
+		if c.Name == s.cfg.XDS.Cluster {
+			return c
+		}
+	}
+	return nil
 }
 
 type nopXDSEvents struct{}
