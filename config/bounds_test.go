@@ -71,7 +71,7 @@ func boundCase(t *testing.T, path, value string) (data, key string) {
 	section, name, _ := strings.Cut(path, ".")
 	kv := name + " = " + value + "\n"
 	switch section {
-	case "server", "hot_restart", "stats", "watchdog", "overload":
+	case "server", "hot_restart", "stats", "watchdog", "overload", "xds":
 		extra := ""
 		if path == "server.parent_shutdown_time" {
 			// parent_shutdown_time must also be at least drain_time.
@@ -242,6 +242,8 @@ func TestExampleShowsDefaults(t *testing.T) {
 		"listeners.http2_cleartext": true, "clusters.http2": true,
 		"clusters.tls.ca": true, "clusters.tls.server_name": true,
 		"clusters.tls.cert": true, "clusters.tls.key": true,
+		// No default: the control plane and the node are the example's own.
+		"xds.cluster": true, "xds.node_id": true, "xds.node_cluster": true,
 		// No default: when an overload action acts is the example's own.
 		"overload.stop_accepting.pressure_percent": true, "overload.refuse_requests.pressure_percent": true,
 		"overload.disable_keepalive.pressure_percent": true, "overload.shrink_timeouts.pressure_percent": true,

@@ -172,7 +172,10 @@ type Config struct {
 	Watchdog Watchdog `toml:"watchdog" json:"watchdog"`
 	// Overload configures the overload manager (overload.go); off unless
 	// an action is configured.
-	Overload  Overload   `toml:"overload" json:"overload"`
+	Overload Overload `toml:"overload" json:"overload"`
+	// XDS configures dynamic configuration from a control plane over
+	// xDS (xds.go); off unless cluster is set.
+	XDS       XDS        `toml:"xds" json:"xds"`
 	Listeners []Listener `toml:"listeners" json:"listeners"`
 	Clusters  []Cluster  `toml:"clusters" json:"clusters"`
 

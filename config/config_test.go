@@ -75,6 +75,8 @@ func TestIssueConfig(t *testing.T) {
 		Watchdog:   Watchdog{MissTimeout: Duration(200 * time.Millisecond), MegaMissTimeout: Duration(time.Second), SupervisorTimeout: Duration(30 * time.Second)},
 		Overload: Overload{Interval: Duration(250 * time.Millisecond), RetryAfter: Duration(5 * time.Second), ResetPerPass: 16,
 			ResetMinBusy: Duration(5 * time.Second), MemoryLimitPercent: 80, TimeoutMinPercent: 10},
+		XDS: XDS{Protocol: XDSProtocolDelta, InitialFetchTimeout: Duration(DefaultInitialFetchTimeout),
+			Resources: []string{XDSListeners, XDSRoutes, XDSClusters, XDSEndpoints, XDSSecrets}},
 		Listeners: []Listener{
 			{
 				Name: "web", Address: "127.0.0.1:8080", Protocol: ProtocolHTTP,

@@ -29,6 +29,7 @@ func (c *Config) Validate() error {
 	v.overload()
 	v.listeners()
 	v.clusters()
+	v.xds()
 	return v.ps.err(c.Source)
 }
 

@@ -108,9 +108,22 @@ func TestBadConfigRejected(t *testing.T) {
 		{"certificate file missing", func(s string) string {
 			return strings.Replace(s, `protocol = "http"`, "protocol = \"http\"\ntls = { certificates = [{ cert = \"/nonexistent-dir-of-hotproxy/a.pem\", key = \"/nonexistent-dir-of-hotproxy/a.key\" }] }", 1)
 		}, []string{"/nonexistent-dir-of-hotproxy/a.pem"}},
+		// Issue 23: the [xds] table names a static cluster of the file.
+		{"xds control plane not a cluster", func(s string) string {
+			return s + "\n[xds]\ncluster = \"control_plane\"\n"
+		}, []string{"xds.cluster", `"control_plane"`, "no such cluster", `"backend"`}},
+		{"xds protocol unknown", func(s string) string {
+			return s + "\n[xds]\ncluster = \"backend\"\nprotocol = \"rest\"\n"
+		}, []string{"xds.protocol", `"rest"`, "delta or sotw"}},
 	}
 	// The base config is valid: the table tests what it thinks it tests.
 	t.Run("valid base", func(t *testing.T) {
+		path := harness.WriteConfig(t, fillConfig(t, validConfig+"\n[xds]\ncluster = \"backend\"\nnode_id = \"n1\"\nprotocol = \"sotw\"\n"))
+		if r := harness.Run(t, "validate", "-c", path); r.Code != 0 {
+			t.Fatalf("validate of the base config with [xds]: exit %d\n%s", r.Code, r.Stderr)
+		}
+	})
+	t.Run("valid base without xds", func(t *testing.T) {
 		path := harness.WriteConfig(t, fillConfig(t, validConfig))
 		if r := harness.Run(t, "validate", "-c", path); r.Code != 0 {
 			t.Fatalf("validate of the base config: exit %d\n%s", r.Code, r.Stderr)

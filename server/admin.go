@@ -26,7 +26,7 @@ import (
 var adminEndpoints = []struct{ pattern, help string }{
 	{"GET /ready", "200 while this generation serves, 503 otherwise"},
 	{"GET /server_info", "version, state, epoch, pid, uptimes (JSON)"},
-	{"GET /config_dump", "the effective configuration (JSON)"},
+	{"GET /config_dump", "the effective configuration, then its static (file) and dynamic (xDS) resources with versions and update times; key material redacted (JSON)"},
 	{"GET /stats", "every stat of this base-id, all generations: name: value (?filter=REGEX, ?usedonly, ?format=json)"},
 	{"GET /stats/prometheus", "the same in the Prometheus text format: hotproxy_ names, listener/cluster labels, seconds, classic le histograms (?filter=REGEX, ?usedonly, ?format=vmrange for VictoriaMetrics buckets)"},
 	{"GET /clusters", "every cluster's endpoints: health check, ejection, counters (?format=json)"},
@@ -284,6 +284,9 @@ type ServerInfo struct {
 	// Goroutines and OpenFDs show leaks across many restarts.
 	Goroutines int `json:"goroutines"`
 	OpenFDs    int `json:"open_fds,omitempty"`
+	// ReplacedWorkersDraining counts the worker sets that a change of the
+	// dynamic listeners replaced and that still drain.
+	ReplacedWorkersDraining int `json:"replaced_workers_draining"`
 }
 
 func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
@@ -303,13 +306,9 @@ func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 		BaseID:             s.opts.BaseID,
 		Goroutines:         runtime.NumGoroutine(),
 		OpenFDs:            openFDs(),
-	})
-}
 
-func (s *Server) handleConfigDump(w http.ResponseWriter, _ *http.Request) {
-	effective := *s.cfg
-	effective.Server.Concurrency = s.concurrency
-	writeJSON(w, effective)
+		ReplacedWorkersDraining: int(s.dyn.drainingCount.Load()),
+	})
 }
 
 func (s *Server) handleHealthcheck(fail bool) http.HandlerFunc {

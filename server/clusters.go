@@ -18,7 +18,7 @@ type ClustersDump struct {
 // one "cluster::endpoint::field::value" line per fact.
 func (s *Server) handleClusters(w http.ResponseWriter, r *http.Request) {
 	var dump ClustersDump
-	for _, c := range s.snapshot.Clusters() {
+	for _, c := range s.snapshot.Load().Clusters() {
 		dump.Clusters = append(dump.Clusters, c.Status())
 	}
 	switch r.URL.Query().Get("format") {

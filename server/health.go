@@ -12,6 +12,8 @@ import (
 // checks, outlier ejection), run on the main side, never on a worker.
 type healthMonitors struct {
 	list []*upstream.Monitor
+	// names[i] is the cluster of list[i].
+	names []string
 }
 
 // startHealthChecks builds a monitor for every cluster that has health
@@ -24,9 +26,10 @@ type healthMonitors struct {
 // that a generation whose checks cannot get through still serves). The
 // round is bounded by the longest health_check.timeout.
 func (s *Server) startHealthChecks() {
-	for _, c := range s.snapshot.Clusters() {
+	for _, c := range s.snapshot.Load().Clusters() {
 		if m := upstream.NewMonitor(c, s.log); m != nil {
 			s.health.list = append(s.health.list, m)
+			s.health.names = append(s.health.names, c.Name)
 		}
 	}
 	if len(s.health.list) == 0 {

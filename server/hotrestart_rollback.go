@@ -45,7 +45,7 @@ func (s *Server) rollback() error {
 		ServerTLS:   s.tls.ServerConfigs(),
 
 		HeartbeatInterval: s.wd.interval(),
-	}, s.snapshot)
+	}, s.snapshot.Load())
 	s.hr.kept = nil // workers.New owns them now, on success and failure
 	if err != nil {
 		return err

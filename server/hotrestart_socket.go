@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/tlsconf"
@@ -27,7 +28,7 @@ func (s *Server) listenForSuccessor() error {
 		Address:      addrs[0],
 		Alternates:   addrs[1:],
 		Self:         s.restartIdentity(),
-		Handler:      successorHandler{hr: &s.hr, tls: s.tls},
+		Handler:      successorHandler{hr: &s.hr, tls: &s.tlsNow},
 		Logger:       s.log,
 		Timeout:      timeout,
 		ReadyTimeout: timeout,
@@ -60,7 +61,7 @@ func (s *Server) listenForSuccessor() error {
 // the TLS session-ticket keys (tls.go).
 type successorHandler struct {
 	hr  *handover
-	tls *tlsconf.Set
+	tls *atomic.Pointer[tlsconf.Set] // the set serving now (Server.tlsNow)
 }
 
 var (

@@ -302,6 +302,18 @@ func newOverloadManager(cfg *config.Config, w *workers.Manager, st *stats.Store,
 	return om
 }
 
+// follow makes the manager act on m, the workers that serve now (a
+// listener change replaced them), which get the state last published.
+func (om *overloadManager) follow(m *workers.Manager) {
+	if om == nil {
+		return
+	}
+	om.workers = m
+	if om.published {
+		m.SetOverload(om.lastState)
+	}
+}
+
 // pass is one interval's work: read, decide, publish, act.
 func (om *overloadManager) pass(now time.Time) {
 	om.passes++

@@ -31,10 +31,18 @@ func (p *Prepared) Close() {
 // would fail at start fails validate with the same message. Errors name
 // cfg.Source first.
 func Prepare(cfg *config.Config, id workers.Identity) (*Prepared, error) {
+	return prepareFrom(cfg, id, workers.Concurrency(cfg), nil)
+}
+
+// prepareFrom is Prepare for n workers, carrying over from prev (the
+// snapshot serving now, nil at start) every cluster whose spec did not
+// change (workers.BuildSnapshotFrom): the one build that the file and
+// the dynamic configuration both go through.
+func prepareFrom(cfg *config.Config, id workers.Identity, n int, prev *workers.Snapshot) (*Prepared, error) {
 	if cfg == nil {
 		return nil, errors.New("server: no config")
 	}
-	snap, err := workers.BuildSnapshot(cfg, id)
+	snap, err := workers.BuildSnapshotFrom(cfg, id, n, prev)
 	if err != nil {
 		return nil, withSource(cfg, err)
 	}

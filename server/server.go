@@ -109,6 +109,19 @@ type Options struct {
 	// generation has served this long, its main loop blocks for good, as
 	// a wedged one would (0: never).
 	TestBlockMainAfter time.Duration
+	// DynamicUpdates are the dynamic configurations to apply (issue 23:
+	// the xDS client's accepted state of the world), read by the main
+	// goroutine while the generation serves; each one's Done is called
+	// with the outcome (nil: serving it; an error: refused, the previous
+	// configuration serving on, its text the NACK's error_detail). nil:
+	// the configuration is the file's alone.
+	DynamicUpdates <-chan *DynamicUpdate
+	// InitialDynamic, when set, is served from the start together with
+	// the file's resources: the dynamic configuration the previous
+	// generation handed over, so that a hot restart while the control
+	// plane is down serves the same configuration. An error in it stops
+	// New, like one in the file.
+	InitialDynamic *DynamicSet
 }
 
 // Server is one generation.
@@ -129,10 +142,18 @@ type Server struct {
 	// API; only setHandover writes it.
 	handoverPublished atomic.Int32
 
-	snapshot *workers.Snapshot
+	// snapshot is the one the workers serve now. The main goroutine
+	// replaces it (dynamic configuration, dynamic.go); the admin API
+	// reads it.
+	snapshot atomic.Pointer[workers.Snapshot]
 	// tls is the listeners' TLS (tls.go): the configs the workers hold,
-	// their certificates' watch and their session-ticket keys.
-	tls     *tlsconf.Set
+	// their certificates' watch and their session-ticket keys. The main
+	// goroutine replaces it when dynamic listeners change (setTLS);
+	// other goroutines read tlsNow.
+	tls    *tlsconf.Set
+	tlsNow atomic.Pointer[tlsconf.Set]
+	// dyn is the dynamic configuration (dynamic.go).
+	dyn     dynamicState
 	health  healthMonitors // see health.go
 	workers *workers.Manager
 	adminLn *adminListener
@@ -154,6 +175,8 @@ type Server struct {
 	region   *shm.Region
 	stats    *stats.Store
 	srvStats serverStats
+	// xds counts what the xDS client reports (xds.go); nil: [xds] off.
+	xds *xdsStats
 	// statsKick asks the flush loop to publish a state change now.
 	statsKick chan struct{}
 	// statsMu guards statsClosed: admin reads of the region end before
@@ -197,6 +220,7 @@ func New(opts Options) (*Server, error) {
 		started:     time.Now(),
 		quit:        make(chan string, 1),
 		hr:          newHandover(),
+		dyn:         newDynamicState(cfg),
 		statsKick:   make(chan struct{}, 1),
 	}
 	s.firstStart = s.started
@@ -213,13 +237,28 @@ func New(opts Options) (*Server, error) {
 		Hostname: hostname,
 	}
 
-	prep, err := Prepare(cfg, s.identity)
+	// A generation that takes over may start with the dynamic
+	// configuration its predecessor handed over: merged and built here,
+	// before anything is bound, so that its listeners adopt their
+	// sockets rather than binding anew.
+	merged := cfg
+	if opts.InitialDynamic != nil {
+		var err error
+		if merged, err = s.mergeDynamic(opts.InitialDynamic); err != nil {
+			s.stopReopen()
+			return nil, err
+		}
+		s.dyn.view.Store(s.viewOf(merged, opts.InitialDynamic))
+	}
+	prep, err := Prepare(merged, s.identity)
 	if err != nil {
 		s.stopReopen()
 		return nil, err
 	}
 	snap := prep.Snapshot
-	s.snapshot, s.tls = snap, prep.TLS
+	s.snapshot.Store(snap)
+	s.setTLS(prep.TLS)
+	s.dyn.merged = merged
 	s.startHealthChecks()
 
 	// The hand-over comes first (DESIGN §4): the previous generation
@@ -263,6 +302,7 @@ func New(opts Options) (*Server, error) {
 		return fail(err)
 	}
 	s.tls.Start(tlsconf.StartOptions{Stats: s.stats, Logger: log})
+	s.xds = newXDSStats(cfg.XDS, s.stats, log)
 	s.runHealthMonitors()
 	if err := s.listenForSuccessor(); err != nil {
 		return fail(err)
@@ -324,8 +364,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.closeSupervisorLink()
 	defer s.closeHotRestart()
 	defer s.runStats()()
-	defer s.tls.Close()
+	defer func() { s.tls.Close() }() // the set serving at the end
 	defer s.stopHealthMonitors()
+	defer s.stopRetiredDynamic()
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -358,7 +399,7 @@ func (s *Server) Run(ctx context.Context) error {
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- s.admin.Serve(s.adminLn) }()
 	s.log.Info("serving", "epoch", s.opts.Epoch, "pid", s.identity.PID,
-		"concurrency", s.concurrency, "listeners", len(s.cfg.Listeners), "admin", s.adminLn.Addr().String())
+		"concurrency", s.concurrency, "listeners", len(s.dyn.merged.Listeners), "admin", s.adminLn.Addr().String())
 	// Before the previous generation drains: the set sent replaces its
 	// set at the supervisor, and a socket this one dropped must not stay
 	// open there.
@@ -408,6 +449,10 @@ func (s *Server) Run(ctx context.Context) error {
 			s.onDrained(err)
 		case now := <-overloadTick:
 			s.overload.pass(now)
+		case u := <-s.opts.DynamicUpdates:
+			u.done(s.applyDynamic(u.Set))
+		case r := <-s.dyn.retired:
+			s.onDynamicRetired(r)
 		}
 	}
 	s.stopWatchdog()

@@ -84,7 +84,7 @@ func (h successorHandler) SessionTicketKeys() []hotrestart.ListenerTicketKeys {
 	toWire := func(k tlsconf.TicketKey) hotrestart.TicketKey {
 		return hotrestart.TicketKey{Key: k.Key[:], Created: k.Created.UnixNano()}
 	}
-	for name, ring := range h.tls.TicketKeys() {
+	for name, ring := range h.tls.Load().TicketKeys() {
 		next := toWire(ring.Next)
 		l := hotrestart.ListenerTicketKeys{Listener: name, Next: &next}
 		for _, k := range ring.Keys {
@@ -100,7 +100,7 @@ func (h successorHandler) SessionTicketKeys() []hotrestart.ListenerTicketKeys {
 func (s *Server) reloadCertificates(why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
-	results, err := s.tls.Reload(ctx)
+	results, err := s.tlsNow.Load().Reload(ctx)
 	if err != nil {
 		s.log.Error(why+": certificates not reloaded", "error", err)
 		return
@@ -120,7 +120,7 @@ func (s *Server) reloadCertificates(why string) {
 func (s *Server) handleTLSReload(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), reloadTimeout)
 	defer cancel()
-	results, err := s.tls.Reload(ctx)
+	results, err := s.tlsNow.Load().Reload(ctx)
 	if err != nil {
 		status := http.StatusServiceUnavailable
 		if errors.Is(err, context.DeadlineExceeded) {

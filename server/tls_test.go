@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,7 +182,9 @@ func TestTicketKeysHandedOverThroughTheRestartSocket(t *testing.T) {
 	// A main loop that is gone: the session's events go nowhere.
 	hr := newHandover()
 	close(hr.stopped)
-	b := takeFrom(successorHandler{hr: &hr, tls: a})
+	var aNow atomic.Pointer[tlsconf.Set]
+	aNow.Store(a)
+	b := takeFrom(successorHandler{hr: &hr, tls: &aNow})
 	fresh := takeFrom(keysOnlyParent{})
 	if got, want := b.TicketKeys()["web-tls"], a.TicketKeys()["web-tls"]; got.Keys[0].Key != want.Keys[0].Key || got.Next.Key != want.Next.Key {
 		t.Fatal("generation B's encrypting key, or the one it rotates to next, is not A's")

@@ -44,6 +44,9 @@ type Monitor struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// firstRoundNow: run's first round of checks is at once
+	// (StartChecking), not an interval after Start.
+	firstRoundNow bool
 }
 
 type monitorStats struct {
@@ -133,6 +136,16 @@ func (m *Monitor) Start(st *stats.Store) {
 	go m.run(ctx)
 }
 
+// StartChecking is Start with the first round of health checks at once
+// rather than an interval from now: for a cluster added while the
+// generation serves (dynamic configuration), whose endpoints no CheckOnce
+// has checked, so that the workers stop routing to a dead one within a
+// round's timeout instead of an interval.
+func (m *Monitor) StartChecking(st *stats.Store) {
+	m.firstRoundNow = true
+	m.Start(st)
+}
+
 // Stop ends the monitor and waits for its goroutine (a round in flight is
 // abandoned). It is idempotent, and a no-op before Start.
 func (m *Monitor) Stop() {
@@ -156,7 +169,11 @@ func (m *Monitor) run(ctx context.Context) {
 	defer dnsTimer.Stop()
 	defer unejectTimer.Stop()
 	if m.hc != nil {
-		roundTimer.Reset(m.wait())
+		if m.firstRoundNow {
+			roundTimer.Reset(0)
+		} else {
+			roundTimer.Reset(m.wait())
+		}
 	}
 	if m.c.resolvesNames() {
 		dnsTimer.Reset(m.c.dnsRefresh)

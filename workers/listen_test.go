@@ -181,7 +181,7 @@ func TestBindErrors(t *testing.T) {
 		// clean up when the second bind fails (an address taken between
 		// validate and serve), so the snapshot is compiled unchecked.
 		cfg.SetDefaults()
-		snap, err := compileSnapshot(cfg, Identity{}, 2)
+		snap, err := compileSnapshot(cfg, Identity{}, 2, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func (m *Manager) Publish(snap *Snapshot) {
 	m.snap = snap
 	m.mu.Unlock()
 	if old != nil && old != snap {
-		old.closeIdle()
+		old.closeIdleExcept(snap)
 	}
 }
 
@@ -70,9 +70,17 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 }
 
 // closeIdle closes the idle pooled upstream connections of every worker.
-func (s *Snapshot) closeIdle() {
-	for _, v := range s.views {
-		for _, wc := range v {
+func (s *Snapshot) closeIdle() { s.closeIdleExcept(nil) }
+
+// closeIdleExcept closes the idle pooled upstream connections of every
+// worker's view that keep (the snapshot replacing s) does not carry over:
+// a carried cluster's pool is the new snapshot's own.
+func (s *Snapshot) closeIdleExcept(keep *Snapshot) {
+	for w, v := range s.views {
+		for name, wc := range v {
+			if keep != nil && w < len(keep.views) && keep.views[w][name] == wc {
+				continue
+			}
 			wc.CloseIdle()
 		}
 	}

@@ -3,6 +3,7 @@ package workers
 import (
 	"fmt"
 	"net/http"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -38,6 +39,10 @@ type Snapshot struct {
 	// Manager's listener indices.
 	order    []string
 	clusters map[string]*upstream.Cluster
+	// clusterSpecs are what each cluster was built from: a later
+	// snapshot built from this one (BuildSnapshotFrom) carries over a
+	// cluster whose spec it finds unchanged.
+	clusterSpecs map[string]config.Cluster
 	// h2Upstreams are how the clusters that speak HTTP/2 are spoken to,
 	// by name; a cluster not in it speaks HTTP/1.1.
 	h2Upstreams map[string]h2UpstreamSpec
@@ -207,6 +212,18 @@ func BuildSnapshot(cfg *config.Config, id Identity) (*Snapshot, error) {
 // build step that serve and validate both run. An error names the key,
 // the listener or the cluster at fault.
 func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, error) {
+	return BuildSnapshotFrom(cfg, id, workers, nil)
+}
+
+// BuildSnapshotFrom is BuildSnapshotN for a configuration that changes in
+// process (dynamic configuration, issue 23): a cluster of cfg whose spec is
+// the same as in prev is not built again but carried over, the very
+// upstream.Cluster and worker views of prev, so that what its endpoints
+// have learned survives the change (health, outlier ejections, balancer
+// position, keep-alive pools, circuit-breaker counts). A cluster whose
+// spec changed is built anew, from nothing, as at start. prev nil (or
+// built for fewer workers) carries nothing over.
+func BuildSnapshotFrom(cfg *config.Config, id Identity, workers int, prev *Snapshot) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("workers: nil config")
 	}
@@ -216,27 +233,38 @@ func BuildSnapshotN(cfg *config.Config, id Identity, workers int) (*Snapshot, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return compileSnapshot(cfg, id, workers)
+	if prev != nil && prev.Workers() < workers {
+		prev = nil
+	}
+	return compileSnapshot(cfg, id, workers, prev)
 }
 
 // compileSnapshot compiles a validated cfg: it re-checks nothing that
 // Validate checks, and fills in no default.
-func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, error) {
+func compileSnapshot(cfg *config.Config, id Identity, workers int, prev *Snapshot) (*Snapshot, error) {
 	s := &Snapshot{
 		id:             id,
 		listeners:      make(map[string]*listenerSnap, len(cfg.Listeners)),
 		clusters:       make(map[string]*upstream.Cluster, len(cfg.Clusters)),
+		clusterSpecs:   make(map[string]config.Cluster, len(cfg.Clusters)),
 		h2Upstreams:    map[string]h2UpstreamSpec{},
 		reusePort:      cfg.Server.ReusePortEnabled(),
 		maxConnections: cfg.Server.MaxConnections,
 	}
+	carried := map[string]bool{}
 	for _, cs := range cfg.Clusters {
-		c, err := upstream.NewCluster(cs)
-		if err != nil {
-			// upstream's errors already start with `cluster "name":`.
-			return nil, err
+		c := prev.carryCluster(cs)
+		if c != nil {
+			carried[cs.Name] = true
+		} else {
+			var err error
+			if c, err = upstream.NewCluster(cs); err != nil {
+				// upstream's errors already start with `cluster "name":`.
+				return nil, err
+			}
 		}
 		s.clusters[cs.Name] = c
+		s.clusterSpecs[cs.Name] = cs
 		if cs.HTTP2 {
 			s.h2Upstreams[cs.Name] = h2UpstreamSpec{tls: cs.TLS != nil, idleTimeout: cs.IdleTimeout.D()}
 		}
@@ -260,11 +288,39 @@ func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, e
 	for w := range s.views {
 		m := make(map[string]*upstream.WorkerCluster, len(s.clusters))
 		for name, c := range s.clusters {
+			if carried[name] {
+				m[name] = prev.views[w][name]
+				continue
+			}
 			m[name] = c.ForWorker(w)
 		}
 		s.views[w] = m
 	}
 	return s, nil
+}
+
+// carryCluster returns s's cluster named cs.Name if it was built from
+// exactly cs, or nil (s nil included).
+func (s *Snapshot) carryCluster(cs config.Cluster) *upstream.Cluster {
+	if s == nil {
+		return nil
+	}
+	c, ok := s.clusters[cs.Name]
+	if !ok || !reflect.DeepEqual(s.clusterSpecs[cs.Name], cs) {
+		return nil
+	}
+	return c
+}
+
+// SharesCluster reports whether s and o hold the very same cluster named
+// name (carried over by BuildSnapshotFrom): the main side keeps its
+// health monitor running rather than starting one anew.
+func (s *Snapshot) SharesCluster(o *Snapshot, name string) bool {
+	if s == nil || o == nil {
+		return false
+	}
+	c, ok := s.clusters[name]
+	return ok && o.clusters[name] == c
 }
 
 func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *strings.Replacer) (*listenerSnap, error) {

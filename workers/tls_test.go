@@ -125,7 +125,7 @@ func TestRouteServerNameNeedsSNI(t *testing.T) {
 	cfg.SetDefaults()
 	// The matching alone: config refuses server_name on a listener
 	// without TLS, which is what would give these routes an SNI.
-	snap, err := compileSnapshot(cfg, Identity{}, 1)
+	snap, err := compileSnapshot(cfg, Identity{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
