@@ -1,15 +1,13 @@
 package workers
 
 import (
-	"errors"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 	"unsafe"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -220,10 +218,7 @@ func appendSimpleResponse(b []byte, status int, body string, closeConn bool) []b
 	return append(b, '\n')
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
+func isTimeout(err error) bool { return exchange.IsTimeout(err) }
 
 // refuse answers a request that cannot be processed and ends the
 // connection gracefully: the answer, a FIN, then what the client still

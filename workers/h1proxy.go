@@ -9,23 +9,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // errClientBody marks an exchange cut because the client's request body
-// was malformed, cut short or too slow: the client is answered 400 (if
-// nothing was sent yet) and its connection closed; never a 5xx that blames
-// the upstream, never another request parsed from that connection.
-var errClientBody = errors.New("malformed or incomplete request body")
+// was malformed, cut short or too slow (exchange.ErrClientBody): the
+// client is answered 400 (if nothing was sent yet) and its connection
+// closed; never a 5xx that blames the upstream, never another request
+// parsed from that connection.
+var errClientBody = exchange.ErrClientBody
 
 // errPumpStopped: the exchange ended before the request body did, and the
 // body pump was told to stop.
 var errPumpStopped = errors.New("request body no longer needed")
 
-// exchange is one proxied request's state, kept in its connection's pooled
+// h1Exchange is one proxied request's state, kept in its connection's pooled
 // h1State (so that it costs no allocation).
-type exchange struct {
+type h1Exchange struct {
 	cc    *clientConn
 	wc    *upstream.WorkerCluster
 	up    *upstream.Conn
@@ -55,6 +57,7 @@ type exchange struct {
 	// request for a retry was): the request is not sent again.
 	interim bool
 	retries int // retries made (retry_on and a stale connection)
+	tries   exchange.Tries
 }
 
 // proxy forwards the request to rt's cluster and the response back. It
@@ -65,7 +68,7 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	// The exchange lives in the pooled state: it would escape to the heap
 	// on every request (the body pump refers to it).
 	x := &ex.xchg
-	*x = exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
+	*x = h1Exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
 	x.method = methodOther
 	x.upgrade = forwardsUpgrade(req.Upgrade.Bytes(x.head))
@@ -272,7 +275,7 @@ func isProxyAuth(name []byte) bool {
 
 // readResponseHead reads until the final response head is parsed into
 // cc.ex.resp; interim 1xx responses (but 101) are passed to the client.
-func (x *exchange) readResponseHead() error {
+func (x *h1Exchange) readResponseHead() error {
 	cc := x.cc
 	if x.ub == nil {
 		x.ub = cc.takeBuf(smallBufSize)
@@ -332,7 +335,7 @@ func (x *exchange) readResponseHead() error {
 
 // failBeforeResponse answers an exchange that failed before any response
 // head reached the client.
-func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
+func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
 	perr := x.waitPump(true)
 	if perr != nil {
 		err = perr

@@ -57,7 +57,7 @@ func appendField(b, name, value []byte) []byte {
 // forwardResponse sends the parsed final response and its body to the
 // client and settles the upstream connection. It reports whether the
 // client connection may carry another request.
-func (x *exchange) forwardResponse(keep bool) bool {
+func (x *h1Exchange) forwardResponse(keep bool) bool {
 	cc := x.cc
 	ex := cc.ex
 	resp := &ex.resp
@@ -174,7 +174,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 
 // setUpstreamReadDeadline bounds the wait for the next body bytes from the
 // upstream by the listener's idle timeout.
-func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
+func (x *h1Exchange) setUpstreamReadDeadline(last *time.Time) {
 	d := x.cc.settings.idleTimeout
 	now := time.Now()
 	if last.IsZero() || now.Add(d).Sub(*last) > deadlineSlack {
@@ -186,7 +186,7 @@ func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
 // readUpstream reads more of the response into ub, after compacting. A
 // body streams through the large buffer: the small one the head was read
 // into is swapped for it at the first refill.
-func (x *exchange) readUpstream(deadline *time.Time) error {
+func (x *h1Exchange) readUpstream(deadline *time.Time) error {
 	if x.ur == x.uw {
 		x.ur, x.uw = 0, 0
 	}
@@ -211,7 +211,7 @@ func (x *exchange) readUpstream(deadline *time.Time) error {
 // growUpstreamBuf moves ub[ur:uw] to the front of a large buffer and
 // gives the small one back. Spans into ub are stale after it: the head is
 // parsed again (readResponseHead), or it was already copied out.
-func (x *exchange) growUpstreamBuf() {
+func (x *h1Exchange) growUpstreamBuf() {
 	nb := x.cc.takeBuf(ioBufSize)
 	x.uw = copy(nb, x.ub[x.ur:x.uw])
 	x.ur = 0
@@ -221,7 +221,7 @@ func (x *exchange) growUpstreamBuf() {
 
 // copyLength sends head and a body of n bytes: head and what is buffered
 // in one write, then the rest as it comes.
-func (x *exchange) copyLength(head []byte, n int64) error {
+func (x *h1Exchange) copyLength(head []byte, n int64) error {
 	cc := x.cc
 	var deadline time.Time
 	if x.uw == len(x.ub) && len(x.ub) < ioBufSize && x.ur < x.uw && int64(x.uw-x.ur) < n {
@@ -269,7 +269,7 @@ func (cc *clientConn) writeHeadAnd(head, body []byte) error {
 
 // copyChunked sends head and a chunked body, re-encoded (rechunk) or
 // de-chunked for an HTTP/1.0 client.
-func (x *exchange) copyChunked(head []byte, rechunk bool) error {
+func (x *h1Exchange) copyChunked(head []byte, rechunk bool) error {
 	cc := x.cc
 	d := &cc.ex.respChunks
 	d.Reset()
@@ -318,7 +318,7 @@ func (x *exchange) copyChunked(head []byte, rechunk bool) error {
 }
 
 // copyUntilClose sends head and the body up to the upstream's EOF.
-func (x *exchange) copyUntilClose(head []byte) error {
+func (x *h1Exchange) copyUntilClose(head []byte) error {
 	cc := x.cc
 	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.uw]); err != nil {
 		return err
@@ -356,7 +356,7 @@ func upgradeOf(fields *[http1.MaxHeaders]http1.Field, n int, head []byte) []byte
 // upgrades), until both directions end or the connection is closed by a
 // drain. The connection's buffers go back to their pools first: a tunnel
 // can live for hours.
-func (x *exchange) tunnel() {
+func (x *h1Exchange) tunnel() {
 	cc := x.cc
 	resp := &cc.ex.resp
 	head := x.ub[x.ur : x.ur+resp.HeadLen]

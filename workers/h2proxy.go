@@ -1,13 +1,11 @@
 package workers
 
 import (
-	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -35,6 +33,7 @@ type h2Exchange struct {
 	// pump reports the request body's end; nil while none runs.
 	pump    chan error
 	retries int
+	tries   exchange.Tries
 	sent    int64 // body bytes written to the client
 }
 
@@ -183,106 +182,69 @@ func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHo
 
 // tryUntilResponse is h1retry.go's loop for an HTTP/2 request: it sends
 // the head and, for a request without a body, reads the response head,
-// trying again where the route's retry policy says so, or once on a
-// stale pooled connection. A request whose body streams from the client
-// is tried once (but a connect failure, where nothing was sent).
+// trying again where the route's retry policy (exchange.Tries) says so.
+// A request whose body streams from the client is tried once.
 func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, start time.Time) error {
 	cc := x.h.cc
 	ctx := x.r.Context()
-	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
-	deadline := start.Add(timeout)
-	pol := &rt.retry
-	left := 0
-	if !x.hasBody {
-		left = pol.num
-	}
+	t := &x.tries
+	t.Start(&rt.retry, x.wc, start, rt.timeout, !x.hasBody, x.idempotent)
 	key := h2HashKey(&rt.hashOn, x.r, cc.clientIP)
-	prev, stale, staleRetried := -1, false, false
-	var err error
+	prev, fresh := -1, false
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err // the client reset the stream: dial nothing
 		}
+		var err error
 		switch {
 		case attempt == 0:
 			x.up, err = x.wc.AcquireKey(ctx, key, !(x.idempotent && !x.hasBody))
-		case stale:
+		case fresh:
 			x.up, err = x.wc.AcquireFresh(ctx, prev)
 		default:
 			x.up, err = x.wc.AcquireRetry(ctx, key, prev)
 		}
+		try := exchange.Try{Endpoint: -1}
+		status := 0
 		if err != nil {
 			x.up = nil
-			var ce *upstream.ConnectError
-			if left > 0 && pol.on&retryConnectFailure != 0 && errors.As(err, &ce) && time.Now().Before(deadline) {
-				left--
-				x.countRetry()
-				prev, stale = -1, false
-				continue
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			// Reset while a connection was found: nothing was sent
-			// on it, so it goes back to the pool as it came.
-			x.up.Release(true)
-			x.up = nil
-			return err
-		}
-		tryDeadline := deadline
-		if pol.perTry > 0 {
-			tryDeadline = minTime(deadline, time.Now().Add(pol.perTry))
-		}
-		x.up.SetDeadline(tryDeadline)
-		_, err = x.up.Write(head)
-		if err == nil && !x.hasBody {
-			err = x.readResponseHead()
-		}
-		prev, stale = x.up.EndpointIndex(), false
-		switch {
-		case err != nil && !staleRetried && attempt == 0 && x.retryable(err):
-			staleRetried, stale = true, true
-			x.retries++
-		case err != nil:
-			if left == 0 || !(x.idempotent || pol.nonIdempotent) || !retryOnError(pol.on, err) || !time.Now().Before(deadline) {
+		} else {
+			if err := ctx.Err(); err != nil {
+				// Reset while a connection was found: nothing was
+				// sent on it, so it goes back to the pool as it came.
+				x.up.Release(true)
+				x.up = nil
 				return err
 			}
-			x.wc.ReportStatus(prev, 0)
-			left--
-			x.countRetry()
-		case !x.hasBody && left > 0 && retryOnStatus(pol.on, x.resp.Status) &&
-			(x.idempotent || pol.nonIdempotent) && time.Now().Before(deadline):
-			x.wc.ReportStatus(prev, x.resp.Status)
-			left--
-			x.countRetry()
-		default:
-			if left < pol.num && !x.hasBody && err == nil && !retryOnStatus(pol.on, x.resp.Status) {
-				x.wc.CountRetrySuccess()
+			x.up.SetDeadline(t.TryDeadline())
+			_, err = x.up.Write(head)
+			if err == nil && !x.hasBody {
+				err = x.readResponseHead()
 			}
-			if pol.perTry > 0 {
-				x.up.SetDeadline(deadline)
+			if err == nil && !x.hasBody {
+				status = x.resp.Status
+			}
+			try.Endpoint = x.up.EndpointIndex()
+			try.Stale = x.up.Reused() && x.uw == 0
+		}
+		verdict := t.Next(err, status, try)
+		x.retries = t.Retries
+		switch verdict {
+		case exchange.Accept:
+			if t.PerTry() {
+				x.up.SetDeadline(t.Deadline())
 			}
 			return nil
+		case exchange.Fail:
+			return err
 		}
-		x.up.Discard()
-		x.up = nil
+		prev, fresh = try.Endpoint, verdict == exchange.RetryFresh
+		if x.up != nil {
+			x.up.Discard()
+			x.up = nil
+		}
 		x.ur, x.uw = 0, 0
 	}
-}
-
-func (x *h2Exchange) countRetry() {
-	x.retries++
-	x.wc.CountRetry()
-}
-
-// retryable: as h1retry.go's, a safe request without a body that met a
-// pooled connection the upstream had closed goes once more on a fresh one.
-func (x *h2Exchange) retryable(err error) bool {
-	if !x.up.Reused() || x.hasBody || x.uw > 0 || isTimeout(err) || !x.idempotent {
-		return false
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // h2HashKey is hashKey (h1retry.go) for an HTTP/2 request.

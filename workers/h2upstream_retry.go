@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -40,66 +41,31 @@ type h2Reply struct {
 	done     func()
 }
 
-// roundTrip sends req through u, trying again as rt's retry policy says.
-// The request timeout (rt's, or the listener's request_timeout) bounds
-// the tries and the wait for the response head, per_try_timeout each
-// try's wait.
+// roundTrip sends req through u, trying again as rt's retry policy
+// (exchange.Tries) says. The request timeout (rt's, or the listener's
+// request_timeout) bounds the tries and the wait for the response head,
+// per_try_timeout each try's wait.
 func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req *h2TryRequest) (h2Reply, error) {
 	var reply h2Reply
-	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
-	deadline := start.Add(timeout)
-	pol := &rt.retry
-	left := 0
-	if req.replayable {
-		left = pol.num
-	}
-	mayResend := req.idempotent || pol.nonIdempotent
+	var t exchange.Tries
+	t.Start(&rt.retry, u.wc, start, rt.timeout, req.replayable, req.idempotent)
 	avoid := -1
 	for attempt := 0; ; attempt++ {
 		try := &h2Try{key: req.key, avoid: avoid, retry: attempt > 0, endpoint: -1}
-		resp, cancel, err := u.tryOnce(req, try, deadline, pol.perTry)
+		resp, cancel, err := u.tryOnce(req, try, t.TryDeadline())
 		if try.addr != "" {
 			reply.endpoint = try.addr
 		}
-		var ce *upstream.ConnectError
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+		}
+		// The transport retries a stale connection itself: no Stale.
+		verdict := t.Next(err, status, exchange.Try{Endpoint: try.endpoint})
+		reply.retries = t.Retries
 		switch {
-		case err != nil && errors.As(err, &ce):
-			// Nothing was sent: safe whatever the method.
-			try.finish()
-			cancel()
-			if left == 0 || pol.on&retryConnectFailure == 0 || !time.Now().Before(deadline) {
-				return reply, err
-			}
-		case err != nil:
-			try.finish()
-			cancel()
-			if try.endpoint < 0 || errors.Is(err, context.Canceled) || errors.Is(err, upstream.ErrOverflow) || errors.Is(err, errClientBody) {
-				// No endpoint to blame: a breaker, the client gone
-				// or its body malformed.
-				return reply, err
-			}
-			timedOut := errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline)
-			if !timedOut {
-				// Reset, a malformed response, per_try_timeout: the
-				// endpoint failed after the connect.
-				u.wc.ReportStatus(try.endpoint, 0)
-			}
-			if timedOut || left == 0 || !mayResend || !retryOnError(pol.on, err) || !time.Now().Before(deadline) {
-				return reply, err
-			}
-		default:
-			u.wc.ReportStatus(try.endpoint, resp.StatusCode)
-			if left > 0 && retryOnStatus(pol.on, resp.StatusCode) && mayResend && time.Now().Before(deadline) {
-				// A response to repeat: never sent to the client,
-				// its stream reset rather than its body read.
-				cancel()
-				resp.Body.Close()
-				try.finish()
-				break
-			}
-			if left < pol.num && !retryOnStatus(pol.on, resp.StatusCode) {
-				u.wc.CountRetrySuccess()
-			}
+		case verdict == exchange.Accept:
+			u.wc.ReportStatus(try.endpoint, status)
 			reply.resp = resp
 			reply.done = func() {
 				resp.Body.Close()
@@ -107,28 +73,43 @@ func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req
 				try.finish()
 			}
 			return reply, nil
+		case verdict == exchange.Fail && err != nil:
+			try.finish()
+			cancel()
+			// The request's own deadline running out says nothing of
+			// the endpoint (per_try_timeout does).
+			timedOut := exchange.IsTimeout(err) && !time.Now().Before(t.Deadline())
+			if try.endpoint >= 0 && exchange.Blames(err) && !timedOut && !isConnectError(err) {
+				u.wc.ReportStatus(try.endpoint, 0)
+			}
+			return reply, err
 		}
-		left--
-		reply.retries++
-		u.wc.CountRetry()
+		// A response to repeat is never sent to the client: its
+		// stream is reset rather than its body read.
+		if resp != nil {
+			resp.Body.Close()
+		}
+		cancel()
+		try.finish()
 		avoid = try.endpoint
 	}
+}
+
+func isConnectError(err error) bool {
+	var ce *upstream.ConnectError
+	return errors.As(err, &ce)
 }
 
 // tryOnce sends one try of req and waits for its response head until the
 // request's deadline or, sooner, per_try_timeout. cancel ends the try's
 // stream: after the response's body, or at once for a try given up. A
 // try that ran out of time fails with context.DeadlineExceeded.
-func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, deadline time.Time, perTry time.Duration) (*http.Response, context.CancelFunc, error) {
+func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, tryDeadline time.Time) (*http.Response, context.CancelFunc, error) {
 	ctx, cancel := context.WithCancel(context.WithValue(req.ctx, h2TryKey{}, try))
 	if err := req.ctx.Err(); err != nil {
 		return nil, cancel, err // the client reset the stream: send nothing
 	}
-	wait := time.Until(deadline)
-	if perTry > 0 && perTry < wait {
-		wait = perTry
-	}
-	timer := time.AfterFunc(wait, cancel)
+	timer := time.AfterFunc(time.Until(tryDeadline), cancel)
 	out := req.out.WithContext(ctx)
 	if len(req.body) > 0 {
 		out.Body = io.NopCloser(bytes.NewReader(req.body))

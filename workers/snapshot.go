@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -131,27 +132,10 @@ type route struct {
 	// listener's request_timeout), its retry policy, and what its
 	// cluster hashes.
 	timeout time.Duration
-	retry   retryPolicy
+	retry   exchange.RetryPolicy
 	hashOn  hashSource
 	http2   bool // its cluster speaks HTTP/2 (clusters.http2)
 }
-
-// retryPolicy is a route's retry_on, compiled.
-type retryPolicy struct {
-	on            retryOn
-	num           int           // retries of one request at most
-	perTry        time.Duration // 0: no bound per try
-	nonIdempotent bool          // retry_non_idempotent
-}
-
-type retryOn uint8
-
-const (
-	retryConnectFailure retryOn = 1 << iota
-	retryReset
-	retry5xx
-	retryGatewayError
-)
 
 // hashSource is a cluster's hash_on, compiled: where the data path finds
 // a request's key.
@@ -408,22 +392,22 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 }
 
 // compileRetry turns a validated route's retry keys into its policy.
-func compileRetry(rs *config.Route) retryPolicy {
-	p := retryPolicy{perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
+func compileRetry(rs *config.Route) exchange.RetryPolicy {
+	p := exchange.RetryPolicy{PerTry: rs.PerTryTimeout.D(), NonIdempotent: rs.RetryNonIdempotent}
 	for _, c := range rs.RetryOn {
 		switch c {
 		case config.RetryConnectFailure:
-			p.on |= retryConnectFailure
+			p.On |= exchange.RetryConnectFailure
 		case config.RetryReset:
-			p.on |= retryReset
+			p.On |= exchange.RetryReset
 		case config.Retry5xx:
-			p.on |= retry5xx
+			p.On |= exchange.Retry5xx
 		case config.RetryGatewayError:
-			p.on |= retryGatewayError
+			p.On |= exchange.RetryGatewayError
 		}
 	}
-	if rs.NumRetries != nil && p.on != 0 {
-		p.num = *rs.NumRetries
+	if rs.NumRetries != nil && p.On != 0 {
+		p.Num = *rs.NumRetries
 	}
 	return p
 }
