@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -189,20 +188,6 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // stringBytes views s as bytes without copying, for reads that do not
 // keep it; the bytes must never be written.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-// appendRequestID appends 32 random hex digits. Not a secret: math/rand
-// is enough and does not lock.
-func appendRequestID(b []byte) []byte {
-	const hexDigits = "0123456789abcdef"
-	for range 2 {
-		v := rand.Uint64()
-		for range 16 {
-			b = append(b, hexDigits[v&15])
-			v >>= 4
-		}
-	}
-	return b
-}
 
 // appendSimpleResponse is a plain-text answer of the proxy's own: body and
 // a newline.

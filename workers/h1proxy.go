@@ -117,83 +117,33 @@ var (
 	methodOther = []byte("GET")
 )
 
-// appendUpstreamHead writes the request head as the upstream gets it:
-// hop-by-hop fields removed, X-Forwarded-* and X-Request-Id set, framing
-// of the proxy's own.
+// appendUpstreamHead writes the request head as the upstream gets it
+// (exchange.ForwardedFields decides the fields) from the parsed head, in
+// place: the spans are read where they lie in the connection's buffer.
 func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
 	req := &cc.ex.req
-	b = append(b, req.Method.Bytes(head)...)
-	b = append(b, ' ')
-	b = append(b, req.Target.Bytes(head)...)
-	b = append(b, " HTTP/1.1\r\n"...)
-	// Host goes first and always: a Connection header that names it (the
-	// RFC makes it hop-by-hop then) must not strip it, and an HTTP/1.0
-	// request without one still gets one (the cluster's name).
-	b = append(b, "Host: "...)
-	if req.Host.Len() > 0 {
-		b = append(b, req.Host.Bytes(head)...)
-	} else {
-		b = append(b, upstreamHost...)
-	}
-	b = append(b, "\r\n"...)
-	ids := 0
-	var id []byte
+	b = exchange.AppendHTTP1RequestLine(b, req.Method.Bytes(head), req.Target.Bytes(head), req.Host.Bytes(head), upstreamHost)
+	fwd := &cc.ex.fwd
+	fwd.Reset(cc.client(), req.Host.Bytes(head), false)
 	for i := range req.NFields {
-		f := &req.Fields[i]
-		if f.Hop {
-			continue
-		}
-		name := f.Name.Bytes(head)
-		if len(name) == 4 && http1.EqualFold(name, "host") {
-			continue
-		}
-		switch upstreamFieldOf(bytesString(name), cc.settings.trustXFF) {
-		case fieldDrop, fieldForwardedFor:
-			continue // the proxy's own below, or never
-		case fieldRequestID:
-			ids++
-			id = f.Value.Bytes(head)
-			continue
-		}
-		b = append(b, name...)
-		b = append(b, ": "...)
-		b = append(b, f.Value.Bytes(head)...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, "X-Forwarded-For: "...)
-	if cc.settings.trustXFF {
-		for i := range req.NFields {
-			f := &req.Fields[i]
-			if http1.EqualFold(f.Name.Bytes(head), "x-forwarded-for") && f.Value.Len() > 0 {
-				b = append(b, f.Value.Bytes(head)...)
-				b = append(b, ", "...)
-			}
+		if f := &req.Fields[i]; !f.Hop && fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
+			b = appendField(b, f.Name.Bytes(head), f.Value.Bytes(head))
 		}
 	}
-	b = append(b, cc.clientIP...)
-	if cc.tls != nil {
-		b = append(b, "\r\nX-Forwarded-Proto: https\r\n"...)
-	} else {
-		b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
-	}
-	if req.Host.Len() > 0 {
-		b = append(b, "X-Forwarded-Host: "...)
-		b = append(b, req.Host.Bytes(head)...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, "X-Request-Id: "...)
-	b = appendUpstreamRequestID(b, ids, id)
-	b = append(b, "\r\n"...)
+	b = fwd.AppendHTTP1(b)
 	b = appendUpgrade(b, req.Upgrade.Bytes(head))
 	switch req.Framing {
 	case http1.FramingLength:
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, req.ContentLength)
-		b = append(b, "\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, req.ContentLength)
 	case http1.FramingChunked:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, exchange.BodyChunked)
 	}
 	return append(b, "\r\n"...)
+}
+
+// client is what the upstream head says of the client connection.
+func (cc *clientConn) client() exchange.Client {
+	return exchange.Client{IP: cc.clientIP, TLS: cc.tls != nil, TrustForwardedFor: cc.settings.trustXFF}
 }
 
 // appendUpgrade appends "Connection: upgrade" and the Upgrade field for

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -75,6 +76,7 @@ type h1State struct {
 	reqChunks  http1.ChunkedDecoder
 	respChunks http1.ChunkedDecoder
 	xchg       h1Exchange
+	fwd        exchange.ForwardedFields // the upstream head's fields
 }
 
 var h1States = sync.Pool{New: func() any {

@@ -53,7 +53,7 @@ func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *liste
 	case "GET", "OPTIONS", "TRACE", "PUT", "DELETE":
 		x.idempotent = true
 	}
-	hr.head = h.cc.appendH2UpstreamHead(hr.head[:0], r, wc.Name(), x.hasBody)
+	hr.head = h.cc.appendH2UpstreamHead(hr.head[:0], &hr.fwd, r, wc.Name(), x.hasBody)
 	defer func() {
 		if x.ub != nil {
 			putBuf(x.ub)
@@ -100,84 +100,43 @@ func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *liste
 }
 
 // appendH2UpstreamHead writes the HTTP/1.1 request head for r: Host from
-// :authority, the hop-by-hop fields HTTP/2 forbids left out (x/net
-// already refuses requests that carry them), X-Forwarded-* and
-// X-Request-Id as HTTP/1.1 requests get them, and framing of the proxy's
-// own: Content-Length when the client declared it, otherwise chunked.
-func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHost string, hasBody bool) []byte {
-	b = append(b, r.Method...)
-	b = append(b, ' ')
-	b = append(b, r.RequestURI...)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	if r.Host != "" {
-		b = append(b, r.Host...)
-	} else {
-		b = append(b, upstreamHost...)
-	}
-	b = append(b, "\r\n"...)
-	ids := 0
-	var id string
+// :authority, the fields exchange.ForwardedFields keeps (x/net already
+// refuses requests that carry HTTP/1.1's hop-by-hop fields) and adds, and
+// framing of the proxy's own: Content-Length when the client declared
+// it, otherwise chunked.
+func (cc *clientConn) appendH2UpstreamHead(b []byte, fwd *exchange.ForwardedFields, r *http.Request, upstreamHost string, hasBody bool) []byte {
+	host := stringBytes(r.Host)
+	b = exchange.AppendHTTP1RequestLine(b, stringBytes(r.Method), stringBytes(r.RequestURI), host, upstreamHost)
+	fwd.Reset(cc.client(), host, false)
 	for name, values := range r.Header {
-		switch name {
-		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te",
-			"Trailer", "Host", "Content-Length":
-			continue
-		}
-		switch upstreamFieldOf(name, cc.settings.trustXFF) {
-		case fieldDrop, fieldForwardedFor:
-			continue // the proxy's own below, or never
-		case fieldRequestID:
-			ids += len(values)
-			if len(values) > 0 {
-				id = values[len(values)-1]
-			}
-			continue
-		}
-		for _, v := range values {
-			b = append(b, name...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
-	b = append(b, "X-Forwarded-For: "...)
-	if cc.settings.trustXFF {
-		for _, v := range r.Header["X-Forwarded-For"] {
-			if v != "" {
-				b = append(b, v...)
-				b = append(b, ", "...)
+		if takeHeader(fwd, name, values) {
+			for _, v := range values {
+				b = appendField(b, stringBytes(name), stringBytes(v))
 			}
 		}
 	}
-	b = append(b, cc.clientIP...)
-	// The connection's scheme, not :scheme: an absolute-form target's
-	// scheme over HTTP/1.1 is not believed either.
-	if cc.tls != nil {
-		b = append(b, "\r\nX-Forwarded-Proto: https\r\n"...)
-	} else {
-		b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
-	}
-	if r.Host != "" {
-		b = append(b, "X-Forwarded-Host: "...)
-		b = append(b, r.Host...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, "X-Request-Id: "...)
-	b = appendUpstreamRequestID(b, ids, stringBytes(id))
-	b = append(b, "\r\n"...)
+	b = fwd.AppendHTTP1(b)
 	switch {
 	case hasBody && r.ContentLength > 0:
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, r.ContentLength)
-		b = append(b, "\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, r.ContentLength)
 	case hasBody:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, exchange.BodyChunked)
 	case r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH":
 		// An empty body said so: some servers wait for a body of a
 		// POST that gives no length.
-		b = append(b, "Content-Length: 0\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, 0)
 	}
 	return append(b, "\r\n"...)
+}
+
+// takeHeader shows fwd every value of one http.Header entry and reports
+// whether the entry goes upstream as it is.
+func takeHeader(fwd *exchange.ForwardedFields, name string, values []string) bool {
+	keep := false
+	for _, v := range values {
+		keep = fwd.Take(stringBytes(name), stringBytes(v))
+	}
+	return keep
 }
 
 // tryUntilResponse is h1retry.go's loop for an HTTP/2 request: it sends
