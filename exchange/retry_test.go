@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"syscall"
@@ -164,5 +165,38 @@ func TestTriesAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per run of tries, want 0", allocs)
+	}
+}
+
+// scriptedTransport answers tries from a script of statuses and errors.
+type scriptedTransport struct {
+	statuses  []int
+	errs      []error
+	tries     []string // "n avoid fresh" per try
+	abandoned int
+}
+
+func (s *scriptedTransport) Try(n, avoid int, fresh bool, _ time.Time) (int, Try, error) {
+	s.tries = append(s.tries, fmt.Sprint(n, avoid, fresh))
+	return s.statuses[n], Try{Endpoint: 10 + n, Stale: true}, s.errs[n]
+}
+
+func (s *scriptedTransport) Abandon() { s.abandoned++ }
+
+// RoundTrip asks the policy after every try and tells the transport
+// which endpoint to avoid next: a stale connection's endpoint on a fresh
+// connection, then another.
+func TestRoundTrip(t *testing.T) {
+	tr, acct := start(t, RetryPolicy{On: Retry5xx, Num: 2}, true, true)
+	s := &scriptedTransport{statuses: []int{0, 503, 200}, errs: []error{io.EOF, nil, nil}}
+	if err := RoundTrip(tr, s); err != nil {
+		t.Fatalf("RoundTrip: %v, want the 200", err)
+	}
+	want := []string{"0 -1 false", "1 10 true", "2 11 false"}
+	if fmt.Sprint(s.tries) != fmt.Sprint(want) || s.abandoned != 2 {
+		t.Errorf("tries %q, %d abandoned; want %q, 2", s.tries, s.abandoned, want)
+	}
+	if tr.Retries != 2 || acct.retries != 1 || acct.successes != 1 {
+		t.Errorf("Retries %d, upstream_rq_retry %d, success %d; want 2, 1, 1", tr.Retries, acct.retries, acct.successes)
 	}
 }

@@ -58,6 +58,10 @@ type h1Exchange struct {
 	interim bool
 	retries int // retries made (retry_on and a stale connection)
 	tries   exchange.Tries
+	// The request as the tries send it: the head for the upstream (and
+	// the buffered body that goes with it), and its hash_on key.
+	out, outBody []byte
+	key          uint64
 }
 
 // proxy forwards the request to rt's cluster and the response back. It

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
@@ -18,63 +19,64 @@ import (
 // of a response reached the client; a response it repeats is read no
 // further and its connection closed.
 func (x *h1Exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []byte) error {
-	cc := x.cc
 	t := &x.tries
 	t.Start(&rt.retry, x.wc, x.start, rt.timeout, x.bodyDone, x.idempotent)
-	key := cc.hashKey(&rt.hashOn, x.head)
-	prev, fresh := -1, false
-	for attempt := 0; ; attempt++ {
-		var err error
-		switch {
-		case attempt == 0:
-			// A stale pooled connection is caught by the retry below,
-			// for a request that can be sent twice; any other takes a
-			// checked one.
-			x.up, err = x.wc.AcquireKey(cc.m.ctx, key, !(x.idempotent && x.bodyDone))
-		case fresh:
-			x.up, err = x.wc.AcquireFresh(cc.m.ctx, prev)
-		default:
-			x.up, err = x.wc.AcquireRetry(cc.m.ctx, key, prev)
-		}
-		try := exchange.Try{Endpoint: -1, Interim: x.interim}
-		status := 0
-		if err != nil {
-			x.up = nil
-		} else {
-			x.up.SetDeadline(t.TryDeadline())
-			err = x.sendHead(b, bodyRef)
-			if err == nil && x.bodyDone {
-				// The response head may already be there; a stale
-				// pooled connection shows itself now, as EOF or a
-				// reset.
-				err = x.readResponseHead()
-			}
-			if err == nil && x.bodyDone {
-				status = int(cc.ex.resp.Status)
-			}
-			try.Endpoint, try.Interim = x.up.EndpointIndex(), x.interim
-			try.Stale = x.up.Reused() && x.uw == 0
-		}
-		verdict := t.Next(err, status, try)
-		x.retries = t.Retries
-		switch verdict {
-		case exchange.Accept:
-			if x.bodyDone && t.PerTry() {
-				// The body is read within the request deadline, no
-				// longer the try's.
-				x.up.SetDeadline(t.Deadline())
-			}
-			return nil
-		case exchange.Fail:
-			return err
-		}
-		prev, fresh = try.Endpoint, verdict == exchange.RetryFresh
-		if x.up != nil {
-			x.up.Discard()
-			x.up = nil
-		}
-		x.ur, x.uw = 0, 0
+	x.out, x.outBody = b, bodyRef
+	x.key = x.cc.hashKey(&rt.hashOn, x.head)
+	err := exchange.RoundTrip(t, x)
+	x.retries = t.Retries
+	if err == nil && x.bodyDone && t.PerTry() {
+		// The body is read within the request deadline, no longer the
+		// try's.
+		x.up.SetDeadline(t.Deadline())
 	}
+	return err
+}
+
+var _ exchange.UpstreamTransport = (*h1Exchange)(nil)
+
+// Try sends the request once on a connection of the cluster's pool
+// (exchange.UpstreamTransport) and, when its body is complete, reads the
+// response head.
+func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, exchange.Try, error) {
+	ctx := x.cc.m.ctx
+	var err error
+	switch {
+	case n == 0:
+		// A stale pooled connection is caught by the retry of
+		// exchange.Tries, for a request that can be sent twice; any
+		// other takes a checked one.
+		x.up, err = x.wc.AcquireKey(ctx, x.key, !(x.idempotent && x.bodyDone))
+	case fresh:
+		x.up, err = x.wc.AcquireFresh(ctx, avoid)
+	default:
+		x.up, err = x.wc.AcquireRetry(ctx, x.key, avoid)
+	}
+	if err != nil {
+		x.up = nil
+		return 0, exchange.Try{Endpoint: -1, Interim: x.interim}, err
+	}
+	x.up.SetDeadline(tryDeadline)
+	err = x.sendHead(x.out, x.outBody)
+	status := 0
+	if err == nil && x.bodyDone {
+		// The response head may already be there; a stale pooled
+		// connection shows itself now, as EOF or a reset.
+		if err = x.readResponseHead(); err == nil {
+			status = int(x.cc.ex.resp.Status)
+		}
+	}
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.uw == 0, Interim: x.interim}, err
+}
+
+// Abandon closes the try's connection: a response to repeat is read no
+// further.
+func (x *h1Exchange) Abandon() {
+	if x.up != nil {
+		x.up.Discard()
+		x.up = nil
+	}
+	x.ur, x.uw = 0, 0
 }
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the

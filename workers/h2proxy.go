@@ -34,7 +34,9 @@ type h2Exchange struct {
 	pump    chan error
 	retries int
 	tries   exchange.Tries
-	sent    int64 // body bytes written to the client
+	out     []byte // the request head for the upstream
+	key     uint64 // hash_on key
+	sent    int64  // body bytes written to the client
 }
 
 func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *listenerView, rt *route, wc *upstream.WorkerCluster, hr *h2Request, start time.Time, res *h2Result) {
@@ -139,71 +141,73 @@ func takeHeader(fwd *exchange.ForwardedFields, name string, values []string) boo
 	return keep
 }
 
-// tryUntilResponse is h1retry.go's loop for an HTTP/2 request: it sends
-// the head and, for a request without a body, reads the response head,
-// trying again where the route's retry policy (exchange.Tries) says so.
-// A request whose body streams from the client is tried once.
+// tryUntilResponse sends the head and, for a request without a body,
+// reads the response head, trying again where the route's retry policy
+// (exchange.Tries) says so. A request whose body streams from the client
+// is tried once.
 func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, start time.Time) error {
-	cc := x.h.cc
-	ctx := x.r.Context()
 	t := &x.tries
 	t.Start(&rt.retry, x.wc, start, rt.timeout, !x.hasBody, x.idempotent)
-	key := h2HashKey(&rt.hashOn, x.r, cc.clientIP)
-	prev, fresh := -1, false
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err // the client reset the stream: dial nothing
-		}
-		var err error
-		switch {
-		case attempt == 0:
-			x.up, err = x.wc.AcquireKey(ctx, key, !(x.idempotent && !x.hasBody))
-		case fresh:
-			x.up, err = x.wc.AcquireFresh(ctx, prev)
-		default:
-			x.up, err = x.wc.AcquireRetry(ctx, key, prev)
-		}
-		try := exchange.Try{Endpoint: -1}
-		status := 0
-		if err != nil {
-			x.up = nil
-		} else {
-			if err := ctx.Err(); err != nil {
-				// Reset while a connection was found: nothing was
-				// sent on it, so it goes back to the pool as it came.
-				x.up.Release(true)
-				x.up = nil
-				return err
-			}
-			x.up.SetDeadline(t.TryDeadline())
-			_, err = x.up.Write(head)
-			if err == nil && !x.hasBody {
-				err = x.readResponseHead()
-			}
-			if err == nil && !x.hasBody {
-				status = x.resp.Status
-			}
-			try.Endpoint = x.up.EndpointIndex()
-			try.Stale = x.up.Reused() && x.uw == 0
-		}
-		verdict := t.Next(err, status, try)
-		x.retries = t.Retries
-		switch verdict {
-		case exchange.Accept:
-			if t.PerTry() {
-				x.up.SetDeadline(t.Deadline())
-			}
-			return nil
-		case exchange.Fail:
-			return err
-		}
-		prev, fresh = try.Endpoint, verdict == exchange.RetryFresh
-		if x.up != nil {
-			x.up.Discard()
-			x.up = nil
-		}
-		x.ur, x.uw = 0, 0
+	x.out = head
+	x.key = h2HashKey(&rt.hashOn, x.r, x.h.cc.clientIP)
+	err := exchange.RoundTrip(t, x)
+	x.retries = t.Retries
+	if err == nil && t.PerTry() {
+		x.up.SetDeadline(t.Deadline())
 	}
+	return err
+}
+
+var _ exchange.UpstreamTransport = (*h2Exchange)(nil)
+
+// Try sends the request once on a connection of the cluster's HTTP/1.1
+// pool (exchange.UpstreamTransport) and, when it has no body, reads the
+// response head.
+func (x *h2Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, exchange.Try, error) {
+	ctx := x.r.Context()
+	none := exchange.Try{Endpoint: -1}
+	if err := ctx.Err(); err != nil {
+		return 0, none, err // the client reset the stream: dial nothing
+	}
+	var err error
+	switch {
+	case n == 0:
+		x.up, err = x.wc.AcquireKey(ctx, x.key, !(x.idempotent && !x.hasBody))
+	case fresh:
+		x.up, err = x.wc.AcquireFresh(ctx, avoid)
+	default:
+		x.up, err = x.wc.AcquireRetry(ctx, x.key, avoid)
+	}
+	if err != nil {
+		x.up = nil
+		return 0, none, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Reset while a connection was found: nothing was sent on it,
+		// so it goes back to the pool as it came.
+		x.up.Release(true)
+		x.up = nil
+		return 0, none, err
+	}
+	x.up.SetDeadline(tryDeadline)
+	_, err = x.up.Write(x.out)
+	status := 0
+	if err == nil && !x.hasBody {
+		if err = x.readResponseHead(); err == nil {
+			status = x.resp.Status
+		}
+	}
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.uw == 0}, err
+}
+
+// Abandon closes the try's connection: a response to repeat is read no
+// further.
+func (x *h2Exchange) Abandon() {
+	if x.up != nil {
+		x.up.Discard()
+		x.up = nil
+	}
+	x.ur, x.uw = 0, 0
 }
 
 // h2HashKey is hashKey (h1retry.go) for an HTTP/2 request.

@@ -46,53 +46,74 @@ type h2Reply struct {
 // request_timeout) bounds the tries and the wait for the response head,
 // per_try_timeout each try's wait.
 func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req *h2TryRequest) (h2Reply, error) {
-	var reply h2Reply
-	var t exchange.Tries
+	x := &h2UpstreamExchange{u: u, req: req}
+	t := &x.tries
 	t.Start(&rt.retry, u.wc, start, rt.timeout, req.replayable, req.idempotent)
-	avoid := -1
-	for attempt := 0; ; attempt++ {
-		try := &h2Try{key: req.key, avoid: avoid, retry: attempt > 0, endpoint: -1}
-		resp, cancel, err := u.tryOnce(req, try, t.TryDeadline())
-		if try.addr != "" {
-			reply.endpoint = try.addr
+	err := exchange.RoundTrip(t, x)
+	x.reply.retries = t.Retries
+	try, resp, cancel := x.try, x.resp, x.cancel
+	if err != nil {
+		try.finish()
+		cancel()
+		// The request's own deadline running out says nothing of the
+		// endpoint (per_try_timeout does).
+		timedOut := exchange.IsTimeout(err) && !time.Now().Before(t.Deadline())
+		if try.endpoint >= 0 && exchange.Blames(err) && !timedOut && !isConnectError(err) {
+			u.wc.ReportStatus(try.endpoint, 0)
 		}
-		status := 0
-		if err == nil {
-			status = resp.StatusCode
-		}
-		// The transport retries a stale connection itself: no Stale.
-		verdict := t.Next(err, status, exchange.Try{Endpoint: try.endpoint})
-		reply.retries = t.Retries
-		switch {
-		case verdict == exchange.Accept:
-			u.wc.ReportStatus(try.endpoint, status)
-			reply.resp = resp
-			reply.done = func() {
-				resp.Body.Close()
-				cancel()
-				try.finish()
-			}
-			return reply, nil
-		case verdict == exchange.Fail && err != nil:
-			try.finish()
-			cancel()
-			// The request's own deadline running out says nothing of
-			// the endpoint (per_try_timeout does).
-			timedOut := exchange.IsTimeout(err) && !time.Now().Before(t.Deadline())
-			if try.endpoint >= 0 && exchange.Blames(err) && !timedOut && !isConnectError(err) {
-				u.wc.ReportStatus(try.endpoint, 0)
-			}
-			return reply, err
-		}
-		// A response to repeat is never sent to the client: its
-		// stream is reset rather than its body read.
-		if resp != nil {
-			resp.Body.Close()
-		}
+		return x.reply, err
+	}
+	u.wc.ReportStatus(try.endpoint, resp.StatusCode)
+	x.reply.resp = resp
+	x.reply.done = func() {
+		resp.Body.Close()
 		cancel()
 		try.finish()
-		avoid = try.endpoint
 	}
+	return x.reply, nil
+}
+
+// h2UpstreamExchange is one request's tries on an HTTP/2 upstream
+// (exchange.UpstreamTransport): the last try, its response and the
+// cancel that ends its stream.
+type h2UpstreamExchange struct {
+	u      *h2Upstream
+	req    *h2TryRequest
+	tries  exchange.Tries
+	reply  h2Reply
+	try    *h2Try
+	resp   *http.Response
+	cancel context.CancelFunc
+}
+
+var _ exchange.UpstreamTransport = (*h2UpstreamExchange)(nil)
+
+// Try sends one try of the request through the transport, whose pool
+// picks the endpoint (the transport retries a stale connection itself:
+// no Stale).
+func (x *h2UpstreamExchange) Try(n, avoid int, _ bool, tryDeadline time.Time) (int, exchange.Try, error) {
+	x.try = &h2Try{key: x.req.key, avoid: avoid, retry: n > 0, endpoint: -1}
+	var err error
+	x.resp, x.cancel, err = x.u.tryOnce(x.req, x.try, tryDeadline)
+	if x.try.addr != "" {
+		x.reply.endpoint = x.try.addr
+	}
+	status := 0
+	if err == nil {
+		status = x.resp.StatusCode
+	}
+	return status, exchange.Try{Endpoint: x.try.endpoint}, err
+}
+
+// Abandon resets the try's stream: a response to repeat is never sent
+// to the client, nor its body read.
+func (x *h2UpstreamExchange) Abandon() {
+	if x.resp != nil {
+		x.resp.Body.Close()
+		x.resp = nil
+	}
+	x.cancel()
+	x.try.finish()
 }
 
 func isConnectError(err error) bool {
