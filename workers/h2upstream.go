@@ -12,7 +12,7 @@ import (
 )
 
 // HTTP/2 upstreams (clusters.http2 = true): each worker's view of such a
-// cluster keeps HTTP/2 client connections per endpoint (h2upstream_pool.go)
+// cluster keeps HTTP/2 client connections per endpoint (upstream.H2Pool)
 // and picks the endpoint per request with the cluster's balancer, as the
 // HTTP/1.1 path does (health, ejection, hash_on keys): a busy connection
 // carrying every request to one endpoint would make round_robin,
@@ -36,14 +36,21 @@ func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h
 		return v.(*h2Upstream)
 	}
 	var u *h2Upstream
-	if spec, ok := snap.h2Upstreams[wc.Name()]; ok {
-		u = newH2Upstream(wc, spec)
+	if opts, ok := snap.h2Upstreams[wc.Name()]; ok {
+		u = &h2Upstream{pool: upstream.NewH2Pool(wc, opts), wc: wc}
 		// Close ends every connection, busy or not: the transport's
 		// own goroutines end with them.
-		context.AfterFunc(m.ctx, u.closeAll)
+		context.AfterFunc(m.ctx, u.pool.CloseAll)
 	}
 	v, _ := h.upstreams.LoadOrStore(wc, u)
 	return v.(*h2Upstream)
+}
+
+// h2Upstream is a worker's view of a cluster that speaks HTTP/2: its
+// multiplexed pool.
+type h2Upstream struct {
+	pool *upstream.H2Pool
+	wc   *upstream.WorkerCluster
 }
 
 // proxyHTTP2 forwards r to an HTTP/2 upstream through u.
@@ -61,7 +68,7 @@ func (h *h2Handler) proxyHTTP2(w http.ResponseWriter, r *http.Request, lv *liste
 		Trailer:    r.Trailer,
 	}
 	*out.URL = *r.URL
-	out.URL.Scheme, out.URL.Host = u.scheme, u.wc.Name()
+	out.URL.Scheme, out.URL.Host = u.pool.Scheme(), u.wc.Name()
 	replayable := true
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		// The body streams from the client: it is sent once.

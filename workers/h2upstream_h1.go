@@ -169,7 +169,7 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 	if err != nil {
 		return nil, err
 	}
-	target.Scheme, target.Host = u.scheme, u.wc.Name()
+	target.Scheme, target.Host = u.pool.Scheme(), u.wc.Name()
 	out := &http.Request{
 		Method:     string(req.Method.Bytes(head)),
 		URL:        target,

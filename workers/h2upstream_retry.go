@@ -12,7 +12,7 @@ import (
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
-// h1retry.go's loop for a request to an HTTP/2 upstream: a try that fails
+// A request to an HTTP/2 upstream, through exchange.RoundTrip: a try that fails
 // to connect, is reset before its response head, exceeds per_try_timeout
 // or answers a status the route's retry_on names is tried again, on
 // another endpoint where there is one, while num_retries and the request
@@ -53,22 +53,22 @@ func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req
 	x.reply.retries = t.Retries
 	try, resp, cancel := x.try, x.resp, x.cancel
 	if err != nil {
-		try.finish()
+		try.Finish()
 		cancel()
 		// The request's own deadline running out says nothing of the
 		// endpoint (per_try_timeout does).
 		timedOut := exchange.IsTimeout(err) && !time.Now().Before(t.Deadline())
-		if try.endpoint >= 0 && exchange.Blames(err) && !timedOut && !isConnectError(err) {
-			u.wc.ReportStatus(try.endpoint, 0)
+		if try.Endpoint >= 0 && exchange.Blames(err) && !timedOut && !isConnectError(err) {
+			u.wc.ReportStatus(try.Endpoint, 0)
 		}
 		return x.reply, err
 	}
-	u.wc.ReportStatus(try.endpoint, resp.StatusCode)
+	u.wc.ReportStatus(try.Endpoint, resp.StatusCode)
 	x.reply.resp = resp
 	x.reply.done = func() {
 		resp.Body.Close()
 		cancel()
-		try.finish()
+		try.Finish()
 	}
 	return x.reply, nil
 }
@@ -81,7 +81,7 @@ type h2UpstreamExchange struct {
 	req    *h2TryRequest
 	tries  exchange.Tries
 	reply  h2Reply
-	try    *h2Try
+	try    *upstream.H2Try
 	resp   *http.Response
 	cancel context.CancelFunc
 }
@@ -92,17 +92,17 @@ var _ exchange.UpstreamTransport = (*h2UpstreamExchange)(nil)
 // picks the endpoint (the transport retries a stale connection itself:
 // no Stale).
 func (x *h2UpstreamExchange) Try(n, avoid int, _ bool, tryDeadline time.Time) (int, exchange.Try, error) {
-	x.try = &h2Try{key: x.req.key, avoid: avoid, retry: n > 0, endpoint: -1}
+	x.try = &upstream.H2Try{Key: x.req.key, Avoid: avoid, Retry: n > 0, Endpoint: -1}
 	var err error
 	x.resp, x.cancel, err = x.u.tryOnce(x.req, x.try, tryDeadline)
-	if x.try.addr != "" {
-		x.reply.endpoint = x.try.addr
+	if x.try.Addr != "" {
+		x.reply.endpoint = x.try.Addr
 	}
 	status := 0
 	if err == nil {
 		status = x.resp.StatusCode
 	}
-	return status, exchange.Try{Endpoint: x.try.endpoint}, err
+	return status, exchange.Try{Endpoint: x.try.Endpoint}, err
 }
 
 // Abandon resets the try's stream: a response to repeat is never sent
@@ -113,7 +113,7 @@ func (x *h2UpstreamExchange) Abandon() {
 		x.resp = nil
 	}
 	x.cancel()
-	x.try.finish()
+	x.try.Finish()
 }
 
 func isConnectError(err error) bool {
@@ -125,8 +125,8 @@ func isConnectError(err error) bool {
 // request's deadline or, sooner, per_try_timeout. cancel ends the try's
 // stream: after the response's body, or at once for a try given up. A
 // try that ran out of time fails with context.DeadlineExceeded.
-func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, tryDeadline time.Time) (*http.Response, context.CancelFunc, error) {
-	ctx, cancel := context.WithCancel(context.WithValue(req.ctx, h2TryKey{}, try))
+func (u *h2Upstream) tryOnce(req *h2TryRequest, try *upstream.H2Try, tryDeadline time.Time) (*http.Response, context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(upstream.WithH2Try(req.ctx, try))
 	if err := req.ctx.Err(); err != nil {
 		return nil, cancel, err // the client reset the stream: send nothing
 	}
@@ -136,7 +136,7 @@ func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, tryDeadline time.Tim
 		out.Body = io.NopCloser(bytes.NewReader(req.body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.body)), nil }
 	}
-	resp, err := u.t.RoundTrip(out)
+	resp, err := u.pool.RoundTrip(out)
 	if !timer.Stop() && err != nil && errors.Is(err, context.Canceled) && req.ctx.Err() == nil {
 		err = context.DeadlineExceeded // the timer, not the client
 	}

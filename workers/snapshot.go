@@ -41,19 +41,13 @@ type Snapshot struct {
 	clusters map[string]*upstream.Cluster
 	// h2Upstreams are how the clusters that speak HTTP/2 are spoken to,
 	// by name; a cluster not in it speaks HTTP/1.1.
-	h2Upstreams map[string]h2UpstreamSpec
+	h2Upstreams map[string]upstream.H2PoolOptions
 	// views[w] is worker w's view of every cluster, by name.
 	views []map[string]*upstream.WorkerCluster
 
 	// The process-wide socket settings, fixed when the Manager is built.
 	reusePort      bool // one SO_REUSEPORT socket per worker and listener
 	maxConnections int  // server.max_connections; 0: from the open-file limit
-}
-
-// h2UpstreamSpec is a cluster's HTTP/2 transport, compiled.
-type h2UpstreamSpec struct {
-	tls         bool          // https, ALPN h2; else cleartext prior knowledge
-	idleTimeout time.Duration // a pooled connection idle this long closes
 }
 
 // Clusters returns the snapshot's clusters, sorted by name: the main side
@@ -210,7 +204,7 @@ func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, e
 		id:             id,
 		listeners:      make(map[string]*listenerSnap, len(cfg.Listeners)),
 		clusters:       make(map[string]*upstream.Cluster, len(cfg.Clusters)),
-		h2Upstreams:    map[string]h2UpstreamSpec{},
+		h2Upstreams:    map[string]upstream.H2PoolOptions{},
 		reusePort:      cfg.Server.ReusePortEnabled(),
 		maxConnections: cfg.Server.MaxConnections,
 	}
@@ -222,7 +216,7 @@ func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, e
 		}
 		s.clusters[cs.Name] = c
 		if cs.HTTP2 {
-			s.h2Upstreams[cs.Name] = h2UpstreamSpec{tls: cs.TLS != nil, idleTimeout: cs.IdleTimeout.D()}
+			s.h2Upstreams[cs.Name] = upstream.H2PoolOptions{TLS: cs.TLS != nil, IdleTimeout: cs.IdleTimeout.D()}
 		}
 	}
 	replacer := strings.NewReplacer(
