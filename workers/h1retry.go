@@ -39,19 +39,11 @@ var _ exchange.UpstreamTransport = (*h1Exchange)(nil)
 // (exchange.UpstreamTransport) and, when its body is complete, reads the
 // response head.
 func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, exchange.Try, error) {
-	ctx := x.cc.m.ctx
+	// A stale pooled connection is caught by the retry of
+	// exchange.Tries, for a request that can be sent twice; any other
+	// takes a checked one.
 	var err error
-	switch {
-	case n == 0:
-		// A stale pooled connection is caught by the retry of
-		// exchange.Tries, for a request that can be sent twice; any
-		// other takes a checked one.
-		x.up, err = x.wc.AcquireKey(ctx, x.key, !(x.idempotent && x.bodyDone))
-	case fresh:
-		x.up, err = x.wc.AcquireFresh(ctx, avoid)
-	default:
-		x.up, err = x.wc.AcquireRetry(ctx, x.key, avoid)
-	}
+	x.up, err = x.wc.AcquireTry(x.cc.m.ctx, x.key, n, avoid, fresh, x.idempotent && x.bodyDone)
 	if err != nil {
 		x.up = nil
 		return 0, exchange.Try{Endpoint: -1, Interim: x.interim}, err

@@ -170,14 +170,7 @@ func (x *h2Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 		return 0, none, err // the client reset the stream: dial nothing
 	}
 	var err error
-	switch {
-	case n == 0:
-		x.up, err = x.wc.AcquireKey(ctx, x.key, !(x.idempotent && !x.hasBody))
-	case fresh:
-		x.up, err = x.wc.AcquireFresh(ctx, avoid)
-	default:
-		x.up, err = x.wc.AcquireRetry(ctx, x.key, avoid)
-	}
+	x.up, err = x.wc.AcquireTry(ctx, x.key, n, avoid, fresh, x.idempotent && !x.hasBody)
 	if err != nil {
 		x.up = nil
 		return 0, none, err
