@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -50,8 +49,7 @@ type h1Exchange struct {
 	bodyRead atomic.Bool
 
 	// The upstream's read buffer and its unconsumed bytes.
-	ub     []byte
-	ur, uw int
+	in exchange.ReadBuffer
 
 	// interim: a 1xx response went to the client (in wbuf, where the
 	// request for a retry was): the request is not sent again.
@@ -230,62 +228,29 @@ func isProxyAuth(name []byte) bool {
 // readResponseHead reads until the final response head is parsed into
 // cc.ex.resp; interim 1xx responses (but 101) are passed to the client.
 func (x *h1Exchange) readResponseHead() error {
-	cc := x.cc
-	if x.ub == nil {
-		x.ub = cc.takeBuf(smallBufSize)
+	if x.in.B == nil {
+		x.in.B = x.cc.takeBuf(smallBufSize)
 	}
-	resp := &cc.ex.resp
-	// As for request heads: parse again only once a line has ended (or
-	// the buffer is full), not after every read.
-	parse := x.ur < x.uw
-	for {
-		err := http1.ErrIncomplete
-		if parse {
-			err = resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, x.method)
-		}
-		if err == http1.ErrIncomplete {
-			if x.uw == len(x.ub) {
-				switch {
-				case x.ur > 0:
-					x.uw = copy(x.ub, x.ub[x.ur:x.uw])
-					x.ur = 0
-				case len(x.ub) < ioBufSize:
-					x.growUpstreamBuf() // the head is parsed again
-				default:
-					return &http1.Error{Status: 502, Reason: "upstream response head too large"}
-				}
-			}
-			n, err := x.up.Read(x.ub[x.uw:])
-			x.uw += n
-			if n == 0 {
-				if err == nil {
-					err = io.ErrNoProgress
-				}
-				return x.pumpErrorOr(err)
-			}
-			parse = bytes.IndexByte(x.ub[x.uw-n:x.uw], '\n') >= 0 || x.uw == len(x.ub)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if resp.Status >= 200 || resp.Status == 101 {
-			return nil
-		}
-		// 1xx: 100 Continue (the client sent Expect), 103 Early Hints.
-		// An HTTP/1.0 client gets none of them.
-		interim := x.ub[x.ur : x.ur+resp.HeadLen]
-		x.ur += resp.HeadLen
-		if cc.ex.req.Minor > 0 {
-			x.interim = true
-			h := cc.appendResponseHead(cc.ex.wbuf[:0], interim, true, -1)
-			cc.ex.wbuf = h
-			if err := cc.write(h); err != nil {
-				return err
-			}
-		}
-	}
+	return exchange.ReadHTTP1Head(x.up, &x.in, &x.cc.ex.resp, x.method, ioBufSize, x)
 }
+
+var _ exchange.HeadReadHooks = (*h1Exchange)(nil)
+
+// InterimResponse passes a 1xx (100 Continue: the client sent Expect; 103
+// Early Hints) to the client; an HTTP/1.0 client gets none of them.
+func (x *h1Exchange) InterimResponse(head []byte) error {
+	cc := x.cc
+	if cc.ex.req.Minor == 0 {
+		return nil
+	}
+	x.interim = true
+	h := cc.appendResponseHead(cc.ex.wbuf[:0], head, true, -1)
+	cc.ex.wbuf = h
+	return cc.write(h)
+}
+
+// ReadFailed is pumpErrorOr (exchange.HeadReadHooks).
+func (x *h1Exchange) ReadFailed(err error) error { return x.pumpErrorOr(err) }
 
 // failBeforeResponse answers an exchange that failed before any response
 // head reached the client.
@@ -303,9 +268,9 @@ func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
 		x.up.Discard()
 		x.wc.RecordRequest(x.start, false)
 	}
-	if x.ub != nil {
-		cc.giveBuf(x.ub)
-		x.ub = nil
+	if x.in.B != nil {
+		cc.giveBuf(x.in.B)
+		x.in.B = nil
 	}
 	if errors.Is(err, errClientBody) {
 		cc.refuse(400, "malformed or incomplete request body")

@@ -58,7 +58,7 @@ func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 			status = int(x.cc.ex.resp.Status)
 		}
 	}
-	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.uw == 0, Interim: x.interim}, err
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0, Interim: x.interim}, err
 }
 
 // Abandon closes the try's connection: a response to repeat is read no
@@ -68,7 +68,7 @@ func (x *h1Exchange) Abandon() {
 		x.up.Discard()
 		x.up = nil
 	}
-	x.ur, x.uw = 0, 0
+	x.in.R, x.in.W = 0, 0
 }
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the

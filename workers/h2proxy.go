@@ -28,8 +28,7 @@ type h2Exchange struct {
 	idempotent bool
 	method     []byte // for the response's framing (HEAD)
 	// The upstream's read buffer and its unconsumed bytes.
-	ub     []byte
-	ur, uw int
+	in exchange.ReadBuffer
 	// pump reports the request body's end; nil while none runs.
 	pump    chan error
 	retries int
@@ -57,9 +56,9 @@ func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *liste
 	}
 	hr.head = h.cc.appendH2UpstreamHead(hr.head[:0], &hr.fwd, r, wc.Name(), x.hasBody)
 	defer func() {
-		if x.ub != nil {
-			putBuf(x.ub)
-			x.ub = nil
+		if x.in.B != nil {
+			putBuf(x.in.B)
+			x.in.B = nil
 		}
 	}()
 	err := x.tryUntilResponse(lv, rt, hr.head, start)
@@ -190,7 +189,7 @@ func (x *h2Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 			status = x.resp.Status
 		}
 	}
-	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.uw == 0}, err
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0}, err
 }
 
 // Abandon closes the try's connection: a response to repeat is read no
@@ -200,7 +199,7 @@ func (x *h2Exchange) Abandon() {
 		x.up.Discard()
 		x.up = nil
 	}
-	x.ur, x.uw = 0, 0
+	x.in.R, x.in.W = 0, 0
 }
 
 // h2HashKey is hashKey (h1retry.go) for an HTTP/2 request.
