@@ -3,6 +3,7 @@ package exchange
 import (
 	"bytes"
 	"io"
+	"time"
 
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -80,4 +81,46 @@ func ReadHTTP1Head(up io.Reader, rb *ReadBuffer, resp *http1.Response, method []
 		}
 		parse = rb.R < rb.W
 	}
+}
+
+// UpstreamReader is an HTTP/1.1 upstream connection as the core reads a
+// response body from it (*upstream.Conn).
+type UpstreamReader interface {
+	io.Reader
+	SetReadDeadline(t time.Time) error
+}
+
+// deadlineSlack: a read deadline is moved only when it is this far from
+// where it should be, so that a busy connection resets its timer about
+// once a second rather than on every read.
+const deadlineSlack = time.Second
+
+// ReadMore reads more of a response body from up into rb, after making
+// room: a buffer smaller than maxBuf (the one the head was read into) is
+// swapped for a large one (fe.GrowReadBuffer) at the first refill, a full
+// one compacted. idle bounds the wait for the next bytes; *deadline is
+// the read deadline last set (zero: none yet).
+func ReadMore(up UpstreamReader, rb *ReadBuffer, maxBuf int, fe HeadReadHooks, deadline *time.Time, idle time.Duration) error {
+	if rb.R == rb.W {
+		rb.R, rb.W = 0, 0
+	}
+	if len(rb.B) < maxBuf {
+		fe.GrowReadBuffer()
+	} else if rb.W == len(rb.B) {
+		rb.W = copy(rb.B, rb.B[rb.R:rb.W])
+		rb.R = 0
+	}
+	if now := time.Now(); deadline.IsZero() || now.Add(idle).Sub(*deadline) > deadlineSlack {
+		*deadline = now.Add(idle)
+		up.SetReadDeadline(*deadline)
+	}
+	n, err := up.Read(rb.B[rb.W:])
+	rb.W += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
 }

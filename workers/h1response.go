@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -172,40 +173,12 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	return keep
 }
 
-// setUpstreamReadDeadline bounds the wait for the next body bytes from the
-// upstream by the listener's idle timeout.
-func (x *h1Exchange) setUpstreamReadDeadline(last *time.Time) {
-	d := x.cc.settings.idleTimeout
-	now := time.Now()
-	if last.IsZero() || now.Add(d).Sub(*last) > deadlineSlack {
-		*last = now.Add(d)
-		x.up.SetReadDeadline(*last)
-	}
-}
-
-// readUpstream reads more of the response into ub, after compacting. A
-// body streams through the large buffer: the small one the head was read
-// into is swapped for it at the first refill.
+// readUpstream reads more of the response into the upstream buffer
+// (exchange.ReadMore). A body streams through the large buffer: the
+// small one the head was read into is swapped for it at the first
+// refill.
 func (x *h1Exchange) readUpstream(deadline *time.Time) error {
-	if x.in.R == x.in.W {
-		x.in.R, x.in.W = 0, 0
-	}
-	if len(x.in.B) < ioBufSize {
-		x.GrowReadBuffer()
-	} else if x.in.W == len(x.in.B) {
-		x.in.W = copy(x.in.B, x.in.B[x.in.R:x.in.W])
-		x.in.R = 0
-	}
-	x.setUpstreamReadDeadline(deadline)
-	n, err := x.up.Read(x.in.B[x.in.W:])
-	x.in.W += n
-	if n > 0 {
-		return nil
-	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return err
+	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, deadline, x.cc.settings.idleTimeout)
 }
 
 // GrowReadBuffer moves the unread bytes to the front of a large buffer and

@@ -191,28 +191,10 @@ func (x *h2Exchange) forwardResponse(w http.ResponseWriter) bool {
 	return err == nil
 }
 
-// readUpstream reads more of the response body into ub.
+// readUpstream reads more of the response body into the upstream
+// buffer (exchange.ReadMore).
 func (x *h2Exchange) readUpstream(deadline *time.Time) error {
-	if x.in.R == x.in.W {
-		x.in.R, x.in.W = 0, 0
-	} else if x.in.W == len(x.in.B) {
-		x.in.W = copy(x.in.B, x.in.B[x.in.R:x.in.W])
-		x.in.R = 0
-	}
-	d := x.h.cc.settings.idleTimeout
-	if now := time.Now(); deadline.IsZero() || now.Add(d).Sub(*deadline) > deadlineSlack {
-		*deadline = now.Add(d)
-		x.up.SetReadDeadline(*deadline)
-	}
-	n, err := x.up.Read(x.in.B[x.in.W:])
-	x.in.W += n
-	if n > 0 {
-		return nil
-	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return err
+	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, deadline, x.h.cc.settings.idleTimeout)
 }
 
 // write sends body bytes to the client and, with flush, sends them on:
