@@ -203,7 +203,9 @@ type ServerConn struct {
 	hdrStream   *Stream // stream whose header block is being decoded; nil: discard
 	hdrBytes    int     // encoded bytes of the block so far
 	hdrTrailer  bool
-	hdrLive     bool // a header block is in progress (HEADERS without END_HEADERS)
+	hdrLive     bool         // a header block is in progress (HEADERS without END_HEADERS)
+	hdrFrame    headersFrame // the last HEADERS frame read, parsed in place
+	hdrPayload  []byte       // its payload (MaxFrameSize bytes)
 	sawSettings bool
 
 	flushWake  chan struct{} // cap 1: frames are queued
@@ -255,6 +257,7 @@ func NewServerConn(c net.Conn, preread []byte, cfg *ServerConfig, h Handler) *Se
 	sc.rfr = http2.NewFramer(nil, sc.br)
 	sc.rfr.SetMaxReadFrameSize(sc.cfg.MaxFrameSize)
 	sc.rfr.SetReuseFrames()
+	sc.hdrPayload = make([]byte, sc.cfg.MaxFrameSize)
 	sc.dec = hpack.NewDecoder(sc.cfg.HeaderTableSize, sc.emitField)
 	sc.dec.SetMaxStringLength(int(sc.cfg.MaxHeaderListSize))
 	sc.cond.L = &sc.mu
@@ -318,7 +321,7 @@ func (sc *ServerConn) Serve() error {
 
 	var readErr error
 	for {
-		f, err := sc.rfr.ReadFrame()
+		f, hf, err := sc.readFrame()
 		sc.mu.Lock()
 		if sc.closing {
 			sc.mu.Unlock()
@@ -335,7 +338,13 @@ func (sc *ServerConn) Serve() error {
 			sc.mu.Unlock()
 			continue
 		}
-		if cerr := sc.processFrameLocked(f); cerr != nil {
+		var cerr error
+		if hf != nil {
+			cerr = sc.processHeadersLocked(hf)
+		} else {
+			cerr = sc.processFrameLocked(f)
+		}
+		if cerr != nil {
 			sc.connErrorLocked(cerr)
 		}
 		sc.mu.Unlock()

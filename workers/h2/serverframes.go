@@ -1,6 +1,8 @@
 package h2
 
 import (
+	"encoding/binary"
+	"io"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -18,8 +20,6 @@ func (sc *ServerConn) processFrameLocked(f http2.Frame) error {
 		sc.sawSettings = true
 	}
 	switch f := f.(type) {
-	case *http2.HeadersFrame:
-		return sc.onHeaders(f)
 	case *http2.ContinuationFrame:
 		return sc.onContinuation(f)
 	case *http2.DataFrame:
@@ -47,7 +47,70 @@ func (sc *ServerConn) processFrameLocked(f http2.Frame) error {
 	return nil // unknown frame types are ignored (§5.5)
 }
 
-func (sc *ServerConn) onHeaders(f *http2.HeadersFrame) error {
+// headersFrame is a HEADERS frame parsed in place: x/net's Framer
+// allocates a HeadersFrame per frame, the one allocation per request left.
+type headersFrame struct {
+	http2.FrameHeader
+	hasPriority bool
+	streamDep   uint32
+	frag        []byte
+}
+
+func (f *headersFrame) StreamEnded() bool  { return f.Flags.Has(http2.FlagHeadersEndStream) }
+func (f *headersFrame) HeadersEnded() bool { return f.Flags.Has(http2.FlagHeadersEndHeaders) }
+
+// readFrame reads the next frame: HEADERS into sc.hdrFrame (returned as
+// hf), any other through the Framer, which also checks frame sizes and the
+// HEADERS/CONTINUATION order for both.
+func (sc *ServerConn) readFrame() (f http2.Frame, hf *headersFrame, err error) {
+	fh, err := sc.rfr.ReadFrameHeader()
+	if err != nil {
+		return nil, nil, err
+	}
+	if fh.Type != http2.FrameHeaders {
+		f, err = sc.rfr.ReadFrameForHeader(fh)
+		return f, nil, err
+	}
+	p := sc.hdrPayload[:fh.Length]
+	if _, err := io.ReadFull(sc.br, p); err != nil {
+		return nil, nil, err
+	}
+	hf = &sc.hdrFrame
+	*hf = headersFrame{FrameHeader: fh}
+	if fh.StreamID == 0 {
+		return nil, nil, http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	pad := 0
+	if fh.Flags.Has(http2.FlagHeadersPadded) {
+		if len(p) < 1 {
+			return nil, nil, http2.ConnectionError(http2.ErrCodeFrameSize)
+		}
+		pad, p = int(p[0]), p[1:]
+	}
+	if fh.Flags.Has(http2.FlagHeadersPriority) {
+		if len(p) < 5 {
+			return nil, nil, http2.ConnectionError(http2.ErrCodeFrameSize)
+		}
+		hf.hasPriority = true
+		hf.streamDep = binary.BigEndian.Uint32(p) & (1<<31 - 1)
+		p = p[5:]
+	}
+	if pad > len(p) {
+		// RFC 9113 §6.2: padding as long as the payload or longer.
+		return nil, nil, http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	hf.frag = p[:len(p)-pad]
+	return nil, hf, nil
+}
+
+func (sc *ServerConn) processHeadersLocked(f *headersFrame) error {
+	if !sc.sawSettings {
+		return connErr(http2.ErrCodeProtocol, "first frame is not SETTINGS")
+	}
+	return sc.onHeaders(f)
+}
+
+func (sc *ServerConn) onHeaders(f *headersFrame) error {
 	id := f.StreamID
 	if id%2 == 0 {
 		return connErr(http2.ErrCodeProtocol, "HEADERS on an even stream id")
@@ -73,7 +136,7 @@ func (sc *ServerConn) onHeaders(f *http2.HeadersFrame) error {
 		switch {
 		case sc.finalGoAway && id > sc.lastStreamID:
 			// Past our GOAWAY: decode (HPACK state) and drop.
-		case f.HasPriority() && f.Priority.StreamDep == id:
+		case f.hasPriority && f.streamDep == id:
 			streamErr = http2.ErrCodeProtocol
 		case sc.inFlight >= int(sc.cfg.MaxConcurrentStreams):
 			streamErr = http2.ErrCodeRefusedStream
@@ -86,7 +149,7 @@ func (sc *ServerConn) onHeaders(f *http2.HeadersFrame) error {
 			}
 		}
 	}
-	if err := sc.decodeFragment(f.HeaderBlockFragment()); err != nil {
+	if err := sc.decodeFragment(f.frag); err != nil {
 		return err
 	}
 	if streamErr != 0xffffffff {
