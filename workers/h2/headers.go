@@ -25,6 +25,9 @@ var (
 	errTE               = errors.New("h2: te header field other than \"trailers\"")
 	errContentLength    = errors.New("h2: content-length invalid or inconsistent")
 	errAuthorityHost    = errors.New("h2: :authority and host differ")
+	errScheme           = errors.New("h2: :scheme is neither http nor https")
+	errPath             = errors.New("h2: :path is not origin-form or \"*\", or has a bad %-escape")
+	errAuthority        = errors.New("h2: :authority or host invalid")
 	errTrailerPseudo    = errors.New("h2: pseudo-header field in trailers")
 	errHeaderListTooBig = errors.New("h2: decoded header list exceeds the limit")
 )
@@ -170,9 +173,28 @@ func (c *fieldChecker) finish() error {
 			if c.pseudo != sawMethod|sawAuthority || c.authority == "" {
 				return errPseudoMissing
 			}
-		} else if c.pseudo&(sawMethod|sawScheme|sawPath) != sawMethod|sawScheme|sawPath ||
-			c.method == "" || c.scheme == "" || c.path == "" {
-			return errPseudoMissing
+		} else {
+			if c.pseudo&(sawMethod|sawScheme|sawPath) != sawMethod|sawScheme|sawPath ||
+				c.method == "" || c.scheme == "" || c.path == "" {
+				return errPseudoMissing
+			}
+			// A proxy serves http and https URIs only (§8.3.1), whose
+			// :path is origin-form or "*", with valid %-escapes.
+			if c.scheme != "http" && c.scheme != "https" {
+				return errScheme
+			}
+			if !validRequestPath(c.path) {
+				return errPath
+			}
+		}
+		authority := c.authority
+		if authority == "" {
+			authority = c.host
+		}
+		// Only bytes a host[:port] may hold, as x/net's server: this also
+		// refuses userinfo ("@"), which §8.3.1 forbids.
+		if !validAuthority(authority) {
+			return errAuthority
 		}
 		// RFC 9113 §8.3.1: a host field must not name another authority.
 		if c.host != "" && c.pseudo&sawAuthority != 0 && !strings.EqualFold(c.host, c.authority) {
@@ -235,3 +257,52 @@ func parseContentLength(s string) (int64, bool) {
 	}
 	return n, true
 }
+
+// validRequestPath: "*", or "/..." whose %-escapes before any query are
+// well formed (what url.ParseRequestURI, x/net's check, accepts).
+func validRequestPath(p string) bool {
+	if p == "*" {
+		return true
+	}
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '?':
+			return true
+		case '%':
+			if i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(b byte) bool {
+	return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F'
+}
+
+func validAuthority(a string) bool {
+	for i := 0; i < len(a); i++ {
+		if !hostByte[a[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// hostByte: the bytes of uri-host [":" port], leniently (x/net's set).
+var hostByte = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!$%&()*+,-.:;=['])_~" {
+		t[c] = true
+	}
+	return t
+}()
