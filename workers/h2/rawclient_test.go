@@ -106,6 +106,11 @@ func (rc *rawClient) get(id uint32, path string, within time.Duration) (status s
 	if err := rc.headers(id, rc.block("GET", path), true); err != nil {
 		return "", nil, err
 	}
+	return rc.readResponse(id, within)
+}
+
+// readResponse reads frames until stream id's response ends.
+func (rc *rawClient) readResponse(id uint32, within time.Duration) (status string, body []byte, err error) {
 	rc.c.SetReadDeadline(time.Now().Add(within))
 	for {
 		f, err := rc.fr.ReadFrame()

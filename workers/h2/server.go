@@ -196,17 +196,20 @@ type ServerConn struct {
 	h    Handler
 
 	// Owned by the read loop (Serve's goroutine).
-	br          *bufio.Reader
-	rfr         *http2.Framer
-	dec         *hpack.Decoder
-	chk         fieldChecker
-	hdrStream   *Stream // stream whose header block is being decoded; nil: discard
-	hdrBytes    int     // encoded bytes of the block so far
-	hdrTrailer  bool
-	hdrLive     bool         // a header block is in progress (HEADERS without END_HEADERS)
-	hdrFrame    headersFrame // the last HEADERS frame read, parsed in place
-	hdrPayload  []byte       // its payload (MaxFrameSize bytes)
-	sawSettings bool
+	br         *bufio.Reader
+	rfr        *http2.Framer
+	dec        *hpack.Decoder
+	chk        fieldChecker
+	hdrStream  *Stream // stream whose header block is being decoded; nil: discard
+	hdrBytes   int     // encoded bytes of the block so far
+	hdrTrailer bool
+	hdrLive    bool         // a header block is in progress (HEADERS without END_HEADERS)
+	hdrFrame   headersFrame // the last HEADERS frame read, parsed in place
+	hdrPayload []byte       // its payload (MaxFrameSize bytes)
+	// pendingDispatch: requests without content-length whose body has not
+	// ended yet; dispatched streaming once the read buffer is drained.
+	pendingDispatch []*Stream
+	sawSettings     bool
 
 	flushWake  chan struct{} // cap 1: frames are queued
 	writerDone chan struct{}
@@ -346,6 +349,9 @@ func (sc *ServerConn) Serve() error {
 		}
 		if cerr != nil {
 			sc.connErrorLocked(cerr)
+		}
+		if len(sc.pendingDispatch) > 0 && sc.br.Buffered() == 0 && !sc.closing {
+			sc.dispatchPendingLocked()
 		}
 		sc.mu.Unlock()
 	}

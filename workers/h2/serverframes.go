@@ -252,8 +252,17 @@ func (sc *ServerConn) endHeaderBlock() error {
 		sc.lastStreamID = st.id
 		sc.goAwayLocked(st.id, http2.ErrCodeNo, "stream ids exhausted")
 	}
-	if st.remoteClosed || st.contentLength > int64(sc.cfg.MaxRequestBodyBuffer) {
+	switch {
+	case st.remoteClosed:
 		sc.dispatchLocked(st)
+	case st.method == "CONNECT" || st.contentLength > int64(sc.cfg.MaxRequestBodyBuffer):
+		st.streaming = true
+		sc.dispatchLocked(st)
+	case st.contentLength < 0:
+		// No length: a streaming protocol (gRPC) may wait for our answer
+		// before sending more, so the body is buffered only if it ends
+		// within what was already read; see dispatchPendingLocked.
+		sc.pendingDispatch = append(sc.pendingDispatch, st)
 	}
 	return nil
 }
@@ -476,4 +485,18 @@ func (sc *ServerConn) resetStreamLocked(id uint32, code http2.ErrCode, causedByP
 		return
 	}
 	sc.wakeWriter()
+}
+
+// dispatchPendingLocked starts, streaming, the handlers of requests whose
+// body did not end within the bytes read so far: the read loop is about
+// to block, and waiting for more could deadlock a bidirectional stream.
+func (sc *ServerConn) dispatchPendingLocked() {
+	for i, st := range sc.pendingDispatch {
+		if st.inMap && !st.dispatched && st.id != 0 {
+			st.streaming = true
+			sc.dispatchLocked(st)
+		}
+		sc.pendingDispatch[i] = nil
+	}
+	sc.pendingDispatch = sc.pendingDispatch[:0]
 }
