@@ -269,3 +269,39 @@ func TestBidirectionalStreamDispatchedBeforeEnd(t *testing.T) {
 	}
 	rc.fr.WriteData(1, true, nil)
 }
+
+// A 100 Continue head may precede the final one, and HTTP/1-style field
+// names go out lowercase.
+func TestInterimResponseAndFieldCase(t *testing.T) {
+	h := HandlerFunc(func(st *Stream) {
+		if err := st.WriteHeaders(100, nil, false); err != nil {
+			st.Reset(http2.ErrCodeInternal)
+			return
+		}
+		st.WriteHeaders(200, []hpack.HeaderField{{Name: "X-Upstream-Name", Value: "v"}}, true)
+	})
+	ts := startServer(t, &ServerConfig{}, h, nil)
+	rc := dialRaw(t, ts.addr())
+	var names []string
+	rc.hd = hpack.NewDecoder(4096, func(f hpack.HeaderField) { names = append(names, f.Name+"="+f.Value) })
+	rc.headers(1, rc.block("GET", "/"), true)
+	rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after heads %v: %v", names, err)
+		}
+		if hf, ok := f.(*http2.HeadersFrame); ok {
+			rc.hd.Write(hf.HeaderBlockFragment())
+			if hf.StreamEnded() {
+				break
+			}
+		}
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			t.Fatalf("RST_STREAM %v after heads %v", r.ErrCode, names)
+		}
+	}
+	if got := strings.Join(names, " "); got != ":status=100 :status=200 x-upstream-name=v" {
+		t.Errorf("heads %q, want 100 then 200 with x-upstream-name", got)
+	}
+}

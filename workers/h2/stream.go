@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,9 @@ func newStream(sc *ServerConn, id uint32) *Stream {
 // dispatchLocked hands st to an idle handler goroutine, or starts one when
 // none is idle; their number never exceeds MaxConcurrentStreams.
 func (sc *ServerConn) dispatchLocked(st *Stream) {
+	if sc.closing {
+		return // the stream was torn down with the connection
+	}
 	st.dispatched = true
 	st.running = true
 	st.complete = st.remoteClosed && !st.streaming
@@ -199,6 +203,17 @@ var statusText = func() (t [600]string) {
 	return t
 }()
 
+// lowerName lowercases an HTTP/1-style field name ("Content-Type");
+// HTTP/2 requires lowercase (§8.2.1). It allocates only for uppercase.
+func lowerName(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return strings.ToLower(s)
+		}
+	}
+	return s
+}
+
 var errHeadersSent = errors.New("h2: response headers already written")
 
 // writeHeadersLocked encodes a HEADERS block (status 0: trailers).
@@ -218,9 +233,11 @@ func (sc *ServerConn) writeHeadersLocked(st *Stream, status int, fields []hpack.
 			s = strconv.Itoa(status)
 		}
 		sc.enc.WriteField(hpack.HeaderField{Name: ":status", Value: s})
-		st.headersSent = true
+		// A 1xx head (100 Continue, 103 Early Hints) precedes the final one.
+		st.headersSent = status >= 200
 	}
 	for _, f := range fields {
+		f.Name = lowerName(f.Name)
 		switch f.Name {
 		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
 			continue // forbidden in HTTP/2 (§8.2.2)
@@ -240,10 +257,12 @@ func (sc *ServerConn) writeHeadersLocked(st *Stream, status int, fields []hpack.
 			sc.wfr.WriteContinuation(st.id, len(block) == 0, frag)
 		}
 	}
-	if end {
+	if end && (status == 0 || status >= 200) {
 		st.localClosed = true
 		sc.wakeWriter()
 		sc.maybeCloseStreamLocked(st)
+	} else if status != 0 && status < 200 {
+		sc.wakeWriter() // an interim response is sent at once
 	} else if sc.wb.len() >= flushThreshold {
 		sc.wakeWriter()
 	}
@@ -429,8 +448,10 @@ func (st *Stream) Trailers() []hpack.HeaderField {
 	return st.trailers
 }
 
-// WriteHeaders sends the response head. fields must have lowercase names;
-// connection-specific ones are dropped. endStream ends the response.
+// WriteHeaders sends the response head: a 1xx interim head (sent at once,
+// may repeat) or the final one. Field names are lowercased when needed
+// (an allocation, avoided by passing lowercase names); connection-specific
+// fields are dropped. endStream ends the response.
 func (st *Stream) WriteHeaders(status int, fields []hpack.HeaderField, endStream bool) error {
 	st.sc.mu.Lock()
 	defer st.sc.mu.Unlock()
