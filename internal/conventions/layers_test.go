@@ -47,6 +47,7 @@ var layers = map[string][]string{
 	// The wire codecs and the socket-steering program: leaves.
 	"workers/http1":    nil,
 	"workers/steering": nil,
+	"workers/h2":       nil,
 
 	"hotrestart":                           {"internal/ratelog", "internal/safefile", "internal/unixsock"},
 	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/unixsock", "internal/version", "shm"},
@@ -73,7 +74,7 @@ var layers = map[string][]string{
 // read a raw config.Config (DESIGN §2: "nothing below the snapshot builder
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
-var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
+var configFree = []string{"shm", "stats", "workers/http1", "workers/steering", "workers/h2",
 	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw
