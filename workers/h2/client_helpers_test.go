@@ -138,6 +138,14 @@ func clientStartRawPeer(tb testing.TB, settings []http2.Setting, beforeAccept fu
 		beforeAccept(ln.(*net.TCPListener))
 	}
 	done = make(chan struct{})
+	// Wait for the script (after the client's cleanup closed its end), so
+	// that a failing test does not leave it running past its test.
+	tb.Cleanup(func() {
+		select {
+		case <-done:
+		case <-time.After(clientTestTimeout):
+		}
+	})
 	go func() {
 		defer close(done)
 		c, err := ln.Accept()
