@@ -197,7 +197,8 @@ type ClientConn struct {
 	fr        *http2.Framer
 	hdec      *hpack.Decoder
 	hdr       clientHeaderBlock
-	gotFirst  bool // the peer's first frame (its SETTINGS) arrived
+	rbuf      []byte // payload of the frame being parsed
+	gotFirst  bool   // the peer's first frame (its SETTINGS) arrived
 	framesIn  atomic.Uint64
 	wakeCtrl  chan struct{} // cap 1: control queue not empty
 	done      chan struct{}
@@ -520,41 +521,124 @@ func (cc *ClientConn) flushLocked() error {
 	return err
 }
 
-// readLoop reads and handles frames until the connection dies.
+// readLoop reads and handles frames until the connection dies. The
+// per-request frames (HEADERS, WINDOW_UPDATE) are parsed here from the
+// Framer's validated header, as x/net allocates a frame for each; DATA
+// (reused by the Framer) and the rest go through the Framer.
 func (cc *ClientConn) readLoop() {
 	for {
-		f, err := cc.fr.ReadFrame()
+		fh, err := cc.fr.ReadFrameHeader()
+		var f http2.Frame
+		var ce *ClientConnError
+		if err == nil {
+			switch fh.Type {
+			case http2.FrameHeaders, http2.FrameWindowUpdate:
+				if !cc.gotFirst {
+					ce = clientProtoErr("peer's first frame is %v, not SETTINGS (is it an HTTP/2 server?)", fh.Type)
+					break
+				}
+				var p []byte
+				if p, err = cc.readPayload(fh.Length); err != nil {
+					break
+				}
+				cc.framesIn.Add(1)
+				if fh.Type == http2.FrameHeaders {
+					ce = cc.onHeadersPayload(fh, p)
+				} else {
+					ce = cc.onWindowUpdatePayload(fh, p)
+				}
+			default:
+				f, err = cc.fr.ReadFrameForHeader(fh)
+			}
+		}
 		if err != nil {
 			var se http2.StreamError
-			var ce http2.ConnectionError
+			var fce http2.ConnectionError
 			switch {
 			case errors.As(err, &se):
 				cc.resetFromReadLoop(se.StreamID, se.Code, fmt.Errorf("%v", se))
 				continue
-			case errors.As(err, &ce):
-				cc.failConn(http2.ErrCode(ce), fmt.Sprintf("bad frame from the peer: %v", cc.fr.ErrorDetail()))
+			case errors.As(err, &fce):
+				cc.failConn(http2.ErrCode(fce), fmt.Sprintf("bad frame from the peer: %v", cc.fr.ErrorDetail()))
 			case errors.Is(err, http2.ErrFrameTooLarge):
 				cc.failConn(http2.ErrCodeFrameSize, fmt.Sprintf("peer sent a frame larger than our MAX_FRAME_SIZE %d", cc.cfg.maxFrameSize))
-			case errors.Is(err, io.EOF):
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 				cc.fail(fmt.Errorf("h2 client: peer %v closed the connection: %w", cc.conn.RemoteAddr(), io.ErrUnexpectedEOF))
+			case errors.Is(err, net.ErrClosed):
+				cc.fail(fmt.Errorf("h2 client: reading from %v: %w", cc.conn.RemoteAddr(), ErrClientConnClosed))
 			default:
 				cc.fail(fmt.Errorf("h2 client: reading from %v: %w", cc.conn.RemoteAddr(), err))
 			}
 			return
 		}
-		cc.framesIn.Add(1)
-		if !cc.gotFirst {
-			if _, ok := f.(*http2.SettingsFrame); !ok || f.Header().Flags.Has(http2.FlagSettingsAck) {
-				cc.failConn(http2.ErrCodeProtocol, fmt.Sprintf("peer's first frame is %v, not SETTINGS (is it an HTTP/2 server?)", f.Header().Type))
-				return
+		if f != nil {
+			cc.framesIn.Add(1)
+			if !cc.gotFirst {
+				if _, ok := f.(*http2.SettingsFrame); !ok || f.Header().Flags.Has(http2.FlagSettingsAck) {
+					ce = clientProtoErr("peer's first frame is %v, not SETTINGS (is it an HTTP/2 server?)", f.Header().Type)
+				}
+				cc.gotFirst = true
 			}
-			cc.gotFirst = true
+			if ce == nil {
+				ce = cc.handleFrame(f)
+			}
 		}
-		if ce := cc.handleFrame(f); ce != nil {
+		if ce != nil {
 			cc.failConn(ce.Code, ce.Reason)
 			return
 		}
 	}
+}
+
+// readPayload reads n payload bytes into the read loop's buffer (valid
+// until the next call).
+func (cc *ClientConn) readPayload(n uint32) ([]byte, error) {
+	if cap(cc.rbuf) < int(n) {
+		cc.rbuf = make([]byte, n)
+	}
+	p := cc.rbuf[:n]
+	_, err := io.ReadFull(cc.br, p)
+	return p, err
+}
+
+// onHeadersPayload parses a HEADERS payload (RFC 9113 §6.2).
+func (cc *ClientConn) onHeadersPayload(fh http2.FrameHeader, p []byte) *ClientConnError {
+	if fh.StreamID == 0 {
+		return clientProtoErr("HEADERS on stream 0")
+	}
+	pad := 0
+	if fh.Flags.Has(http2.FlagHeadersPadded) {
+		if len(p) < 1 {
+			return &ClientConnError{Code: http2.ErrCodeFrameSize, Reason: "padded HEADERS without a pad length"}
+		}
+		pad, p = int(p[0]), p[1:]
+	}
+	if fh.Flags.Has(http2.FlagHeadersPriority) {
+		if len(p) < 5 {
+			return &ClientConnError{Code: http2.ErrCodeFrameSize, Reason: "HEADERS with PRIORITY shorter than 5 bytes"}
+		}
+		p = p[5:]
+	}
+	if pad > len(p) {
+		return clientProtoErr("HEADERS padding %d longer than its payload", pad)
+	}
+	return cc.onHeaders(fh.StreamID, fh.Flags.Has(http2.FlagHeadersEndStream), p[:len(p)-pad], fh.Flags.Has(http2.FlagHeadersEndHeaders))
+}
+
+// onWindowUpdatePayload parses a WINDOW_UPDATE payload (RFC 9113 §6.9).
+func (cc *ClientConn) onWindowUpdatePayload(fh http2.FrameHeader, p []byte) *ClientConnError {
+	if len(p) != 4 {
+		return &ClientConnError{Code: http2.ErrCodeFrameSize, Reason: fmt.Sprintf("WINDOW_UPDATE of %d bytes, not 4", len(p))}
+	}
+	inc := (uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])) & 0x7fffffff
+	if inc == 0 {
+		if fh.StreamID == 0 {
+			return clientProtoErr("WINDOW_UPDATE with increment 0 on the connection")
+		}
+		cc.resetFromReadLoop(fh.StreamID, http2.ErrCodeProtocol, fmt.Errorf("WINDOW_UPDATE with increment 0"))
+		return nil
+	}
+	return cc.onWindowUpdate(fh.StreamID, inc)
 }
 
 func clientProtoErr(format string, a ...any) *ClientConnError {
@@ -567,14 +651,10 @@ func (cc *ClientConn) handleFrame(f http2.Frame) *ClientConnError {
 	switch f := f.(type) {
 	case *http2.DataFrame:
 		return cc.onData(f)
-	case *http2.HeadersFrame:
-		return cc.onHeaders(f)
 	case *http2.ContinuationFrame:
 		return cc.onContinuation(f)
 	case *http2.SettingsFrame:
 		return cc.onSettings(f)
-	case *http2.WindowUpdateFrame:
-		return cc.onWindowUpdate(f)
 	case *http2.RSTStreamFrame:
 		return cc.onReset(f)
 	case *http2.PingFrame:
@@ -681,11 +761,11 @@ func clientPingPayload(d [8]byte) uint64 {
 	return v
 }
 
-func (cc *ClientConn) onWindowUpdate(f *http2.WindowUpdateFrame) *ClientConnError {
+func (cc *ClientConn) onWindowUpdate(streamID, increment uint32) *ClientConnError {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	inc := int64(f.Increment)
-	if f.StreamID == 0 {
+	inc := int64(increment)
+	if streamID == 0 {
 		if int64(cc.sendWindow)+inc > math.MaxInt32 {
 			return &ClientConnError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window past 2^31-1"}
 		}
@@ -693,10 +773,10 @@ func (cc *ClientConn) onWindowUpdate(f *http2.WindowUpdateFrame) *ClientConnErro
 		cc.sendCond.Broadcast()
 		return nil
 	}
-	s := cc.streams[f.StreamID]
+	s := cc.streams[streamID]
 	if s == nil {
-		if cc.idleStreamLocked(f.StreamID) {
-			return clientProtoErr("WINDOW_UPDATE on idle stream %d", f.StreamID)
+		if cc.idleStreamLocked(streamID) {
+			return clientProtoErr("WINDOW_UPDATE on idle stream %d", streamID)
 		}
 		return nil
 	}
@@ -974,19 +1054,19 @@ func (cc *ClientConn) onHeaderField(f hpack.HeaderField) {
 	h.fields = append(h.fields, f)
 }
 
-func (cc *ClientConn) onHeaders(f *http2.HeadersFrame) *ClientConnError {
+func (cc *ClientConn) onHeaders(streamID uint32, endStream bool, frag []byte, endHeaders bool) *ClientConnError {
 	cc.mu.Lock()
-	idle := cc.idleStreamLocked(f.StreamID)
+	idle := cc.idleStreamLocked(streamID)
 	cc.mu.Unlock()
 	if idle {
-		return clientProtoErr("HEADERS on stream %d, which we never opened", f.StreamID)
+		return clientProtoErr("HEADERS on stream %d, which we never opened", streamID)
 	}
 	h := &cc.hdr
-	h.streamID, h.endStream = f.StreamID, f.StreamEnded()
+	h.streamID, h.endStream = streamID, endStream
 	h.bytes, h.frames, h.size, h.tooLarge = 0, 0, 0, false
 	h.fields = h.fields[:0]
 	cc.hdec.SetEmitEnabled(true)
-	return cc.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded())
+	return cc.headerFragment(frag, endHeaders)
 }
 
 func (cc *ClientConn) onContinuation(f *http2.ContinuationFrame) *ClientConnError {
