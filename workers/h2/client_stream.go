@@ -320,7 +320,9 @@ func (s *ClientStream) endSend(trailers []hpack.HeaderField) error {
 
 // ResponseHead blocks until the final response HEADERS arrive (1xx are
 // skipped, or given to RequestHead.Informational) and returns the status
-// and the regular fields, valid until Release. Its error is a
+// and the regular fields (no pseudo-header), valid until Release. A
+// trailers-only response (gRPC errors) is a head with END_STREAM: its
+// grpc-status is in these fields and Trailers stays nil. Its error is a
 // *ClientStreamError (reset; errors.Is ErrMalformedResponse when the
 // response was malformed), a *ClientRefusedError (IsRetrySafe), or the
 // connection's end. Reset or Close unblock it.
@@ -334,7 +336,7 @@ func (s *ClientStream) ResponseHead() (status int, fields []hpack.HeaderField, e
 	if !s.gotHead || s.discarded {
 		return 0, nil, s.err
 	}
-	return s.status, s.fields, nil
+	return s.status, s.fields[1:], nil // :status is first (validated)
 }
 
 // Read reads the response body; it returns io.EOF after the last byte
