@@ -79,6 +79,30 @@ func (x *exchange) sendHead(b, bodyRef []byte) error {
 	return err
 }
 
+// sendThenReadHead sends a request whose body is all in bodyRef (or
+// which has none) and reads its response head, without the read(2) that
+// would return EAGAIN right after the write (upstream.Conn.SendThenRead).
+func (x *exchange) sendThenReadHead(b, bodyRef []byte) error {
+	if x.ub == nil {
+		x.ub = x.cc.takeBuf(smallBufSize)
+	}
+	if x.uw == len(x.ub) {
+		if err := x.sendHead(b, bodyRef); err != nil {
+			return err
+		}
+		return x.readResponseHead()
+	}
+	n, werr, rerr := x.up.SendThenRead(b, bodyRef, x.ub[x.uw:])
+	if werr != nil {
+		return werr
+	}
+	x.uw += n
+	if n == 0 {
+		return x.pumpErrorOr(rerr) // as readResponseHead's own read would
+	}
+	return x.readResponseHead()
+}
+
 // startPump streams the rest of the request body to the upstream on its
 // own goroutine, so that an upstream answering early (401, 413) is heard
 // while the client still sends. The pump owns rbuf until it reports.

@@ -63,11 +63,14 @@ func (x *exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []by
 			tryDeadline = minTime(deadline, time.Now().Add(pol.perTry))
 		}
 		x.up.SetDeadline(tryDeadline)
-		err = x.sendHead(b, bodyRef)
-		if err == nil && x.bodyDone {
-			// The response head may already be there; a stale pooled
-			// connection shows itself now, as EOF or a reset.
-			err = x.readResponseHead()
+		if x.bodyDone {
+			// The whole request goes with its head: written from
+			// inside the wait for the answer (sendThenReadHead). A
+			// stale pooled connection shows itself now, as EOF or a
+			// reset.
+			err = x.sendThenReadHead(b, bodyRef)
+		} else {
+			err = x.sendHead(b, bodyRef)
 		}
 		prev, stale = x.up.EndpointIndex(), false
 		switch {
