@@ -680,6 +680,7 @@ syscalls_run() {
 	[ "$mode" = close ] && args=(-H "Connection: close")
 	for p in $(bench_tree_pids "${proxy_pid[$proxy]}"); do pids+=(-p "$p"); done
 	mkdir -p "$sys_dir"
+	: >"$sys_dir/$proxy-$mode.attach" # before strace, so that the wait below can read it at once
 	strace -c -f -o "$sys_dir/$proxy-$mode.strace" "${pids[@]}" 2>"$sys_dir/$proxy-$mode.attach" &
 	strace_pid=$!
 	# Wait until strace says it has attached to every process (with all
