@@ -53,11 +53,16 @@
 #       (BURST_CONNS clients connect, then all send one request at the same
 #       moment, none reading a response before all are sent, then stay
 #       idle: the RSS of the proxy's tree 6 s later, per connection), tcp
-#       the TCP bulk transfer
+#       the TCP bulk transfer, syscalls the system calls per request
+#       (SYSCALL_REQUESTS requests with h2load, keep-alive and then a
+#       connection per request, under `strace -c -f -p` attached to every
+#       process of the proxy's tree: calls and errors per request by
+#       system call, for all three proxies)
 #   TLS_VERSION [1.3]: 1.3 or 1.2, for all three proxies (the probe lines
 #       in environment.txt say what each negotiated)
 #   ROUNDS [3]  DURATION [10s]  WARMUP [2s]  CONNECTIONS [64]
 #   IDLE_CONNS [4000]  BURST_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
+#   SYSCALL_REQUESTS [20000]
 #   HOTPROXY [bin/hotproxy, built with `make build`]
 #   OUT [a new /tmp/bench-peers.XXXXXX]: where the raw numbers and the
 #       summary go; it is kept
@@ -76,8 +81,9 @@ connections=${CONNECTIONS:-64}
 idle_conns=${IDLE_CONNS:-4000}
 burst_conns=${BURST_CONNS:-4000}
 tcp_bytes=${TCP_BYTES:-1073741824}
+syscall_requests=${SYSCALL_REQUESTS:-20000}
 port_base=${PORT_BASE:-19100}
-all_modes="keepalive close tls-keepalive tls-close tls-resume memory burst tcp"
+all_modes="keepalive close tls-keepalive tls-close tls-resume memory burst tcp syscalls"
 modes=${MODES:-$all_modes}
 tls_version=${TLS_VERSION:-1.3}
 
@@ -86,7 +92,7 @@ die() {
 	exit 1
 }
 
-for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns" "BURST_CONNS:$burst_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base"; do
+for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns" "BURST_CONNS:$burst_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base" "SYSCALL_REQUESTS:$syscall_requests"; do
 	[[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*}=${pair#*:}: want a positive whole number"
 done
 [ "$rounds" -le 100 ] || die "ROUNDS=$rounds: at most 100"
@@ -94,7 +100,7 @@ done
 http_modes=()
 for mode in $modes; do
 	[[ " $all_modes " == *" $mode "* ]] || die "MODES: $mode: not a mode (choose from: $all_modes)"
-	[[ $mode == memory || $mode == burst || $mode == tcp ]] || http_modes+=("$mode")
+	[[ $mode == memory || $mode == burst || $mode == tcp || $mode == syscalls ]] || http_modes+=("$mode")
 done
 # wants MODE: succeeds if MODES holds MODE.
 wants() { [[ " $modes " == *" $1 "* ]]; }
@@ -129,6 +135,7 @@ ulimit -n "$nofile"
 	die "the open-file limit is $nofile, too low for BURST_CONNS=$burst_conns: a burst can open an upstream connection per client (raise the hard limit, or lower BURST_CONNS)"
 
 bench_install wrk:wrk nginx:nginx haproxy:haproxy curl:curl openssl:openssl
+wants syscalls && bench_install strace:strace h2load:nghttp2-client
 
 clk_tck=$(getconf CLK_TCK)
 
@@ -655,6 +662,58 @@ for proxy in "${proxies[@]}"; do
 	printf '  %-9s %s\n' "$proxy" "$result"
 done
 
+# System calls per request (issue 22): SYSCALL_REQUESTS requests through
+# each proxy with h2load (a fixed count, which wrk cannot do), keep-alive
+# (CONNECTIONS connections) and then a connection per request (Connection:
+# close: the proxy closes, h2load reconnects), under strace -c -f attached
+# to every process of the proxy's tree. strace slows the proxy several
+# times over, so these are counts, not costs: a slower proxy finds more
+# work waiting per wake, so its wake-ups (epoll_wait, futex) per request
+# can come out lower than unstraced.
+sys_dir=$out/syscalls
+sys_raw=$out/syscalls.tsv
+printf 'proxy\tmode\trequests\tsyscall\tcalls\terrors\tcalls_per_req\terrors_per_req\n' >"$sys_raw"
+# syscalls_run PROXY MODE: one straced h2load run; its rows go to $sys_raw.
+syscalls_run() {
+	local proxy=$1 mode=$2 args=() pids=() p i strace_pid done_n result
+	alive "$proxy" || return 0
+	[ "$mode" = close ] && args=(-H "Connection: close")
+	for p in $(bench_tree_pids "${proxy_pid[$proxy]}"); do pids+=(-p "$p"); done
+	mkdir -p "$sys_dir"
+	: >"$sys_dir/$proxy-$mode.attach" # before strace, so that the wait below can read it at once
+	strace -c -f -o "$sys_dir/$proxy-$mode.strace" "${pids[@]}" 2>"$sys_dir/$proxy-$mode.attach" &
+	strace_pid=$!
+	# Wait until strace says it has attached to every process (with all
+	# its threads: "Process N attached with M threads"), at most 10 s.
+	for ((i = 0; i < 200; i++)); do
+		[ "$(grep -c 'attached' "$sys_dir/$proxy-$mode.attach")" -ge $((${#pids[@]} / 2)) ] && break
+		sleep 0.05
+	done
+	result=$(taskset -c 1 h2load --h1 -n "$syscall_requests" -c "$connections" -t 1 "${args[@]}" "http://127.0.0.1:${http_port[$proxy]}/" 2>&1) || true
+	kill -INT "$strace_pid" 2>/dev/null || true
+	wait "$strace_pid" 2>/dev/null || true
+	echo "$result" >"$sys_dir/$proxy-$mode.h2load"
+	done_n=$(sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' <<<"$result")
+	if [ -z "$done_n" ] || [ "$done_n" -lt "$syscall_requests" ]; then
+		echo "bench-peers: syscalls, $proxy $mode: ${done_n:-no} requests of $syscall_requests succeeded: $(grep -m1 '^requests:' <<<"$result")" | tee -a "$failures" >&2
+		[ -n "$done_n" ] && [ "$done_n" -gt 0 ] || return 0
+	fi
+	# strace -c: "% time seconds usecs/call calls [errors] syscall", a
+	# dashed line, and a total line.
+	awk -v p="$proxy" -v m="$mode" -v n="$done_n" '
+		/^-/ || /^% time/ || /total$/ || NF < 5 {next}
+		{calls = $4; errs = (NF == 6 ? $5 : 0); name = $NF
+		 printf "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\n", p, m, n, name, calls, errs, calls / n, errs / n}' \
+		"$sys_dir/$proxy-$mode.strace" >>"$sys_raw"
+	printf '  %-9s %-9s %s requests: %s system calls per request\n' "$proxy" "$mode" "$done_n" \
+		"$(awk -F'\t' -v p="$proxy" -v m="$mode" '$1 == p && $2 == m {s += $5} END {printf "%.2f", s / '"$done_n"'}' "$sys_raw")"
+}
+wants syscalls && echo "syscalls: ${syscall_requests} requests per proxy and mode under strace -c -f (h2load --h1 -c${connections})"
+for mode in keepalive close; do
+	wants syscalls || break
+	for proxy in "${proxies[@]}"; do syscalls_run "$proxy" "$mode"; done
+done
+
 for ((round = 1; round <= rounds; round++)); do
 	# Rotate who goes first, and alternate which mode does.
 	order=()
@@ -780,6 +839,33 @@ verdict() {
 		r=$(ratio "$(burst_rss hotproxy)" "$(better LOWER "$(burst_rss nginx)" "$(burst_rss haproxy)")")
 		printf 'hotproxy / better peer: %s; bar: <= 8 KiB per connection: %s\n' "$r" \
 			"$(verdict "$(burst_rss hotproxy)" "<=" 8)"
+	fi
+	if wants syscalls; then
+		for mode in keepalive close; do
+			echo
+			echo "system calls per request, $mode (strace -c -f, ${syscall_requests} requests with h2load --h1 -c${connections}; errors in brackets, most are EAGAIN)"
+			printf '%-18s %14s %14s %14s\n' syscall "${proxies[@]}"
+			awk -F'\t' -v m="$mode" -v order="${proxies[*]}" '
+				NR > 1 && $2 == m {c[$4, $1] = $7; e[$4, $1] = $8; seen[$4] = 1; tot[$1] += $7; totd[$4] += $7}
+				END {
+					np = split(order, ps, " ")
+					# Busiest first: by the sum over the proxies.
+					n = 0; for (s in seen) names[++n] = s
+					for (i = 2; i <= n; i++) for (j = i; j > 1 && totd[names[j]] > totd[names[j-1]]; j--) {t = names[j]; names[j] = names[j-1]; names[j-1] = t}
+					for (i = 1; i <= n; i++) {
+						line = sprintf("%-18s", names[i])
+						for (k = 1; k <= np; k++) {
+							v = ((names[i], ps[k]) in c) ? sprintf("%.2f", c[names[i], ps[k]]) : "-"
+							if (((names[i], ps[k]) in e) && e[names[i], ps[k]] > 0) v = v sprintf(" (%.2f)", e[names[i], ps[k]])
+							line = line sprintf(" %14s", v)
+						}
+						print line
+					}
+					line = sprintf("%-18s", "total")
+					for (k = 1; k <= np; k++) line = line sprintf(" %14s", (ps[k] in tot) ? sprintf("%.2f", tot[ps[k]]) : "-")
+					print line
+				}' "$sys_raw"
+		done
 	fi
 	if wants tcp; then
 		echo

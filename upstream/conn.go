@@ -2,7 +2,9 @@ package upstream
 
 import (
 	"crypto/tls"
+	"io"
 	"net"
+	"os"
 	"syscall"
 	"time"
 )
@@ -36,6 +38,22 @@ type Conn struct {
 	brk          *breakers
 	holdsRequest bool
 	holdsRetry   bool
+
+	// SendThenRead's state, for its RawConn.Read callback (a method value
+	// made once per connection: a closure per request would allocate).
+	sr sendRecv
+}
+
+// sendRecv is one SendThenRead in progress.
+type sendRecv struct {
+	step       func(fd uintptr) bool
+	bufs       [2][]byte
+	vec        net.Buffers
+	vecArr     [2][]byte
+	p          []byte
+	n          int
+	sent       bool
+	werr, rerr error
 }
 
 // Stream is a connection that can half-close: *net.TCPConn, or
@@ -73,6 +91,90 @@ func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 		return v.WriteTo(c.tls)
 	}
 	return v.WriteTo(c.tcp)
+}
+
+// SendThenRead writes head and body (either may be empty) and reads the
+// first bytes of the answer into p, without the read that would find
+// nothing: a Write then a Read costs a read(2) that returns EAGAIN on
+// almost every request (the upstream cannot have answered a request it
+// got microseconds ago), then a wait, then the read. Here the wait comes
+// first: Go's poller forgets a readiness it saw before a wait begins
+// (RawConn.Read resets it), so the wait is armed first and the request
+// written from inside it, after which no answer can slip by unseen. An
+// error writing is werr (nothing was read); else n and rerr are what a
+// Read would have returned (0 and io.EOF at the end). Over TLS it is a
+// Write and a Read.
+func (c *Conn) SendThenRead(head, body, p []byte) (n int, werr, rerr error) {
+	if c.tls != nil || c.raw == nil {
+		if werr = c.writeHeadBody(head, body); werr != nil {
+			return 0, werr, nil
+		}
+		n, rerr = c.Read(p)
+		return n, nil, rerr
+	}
+	sr := &c.sr
+	if sr.step == nil {
+		sr.step = c.sendThenReadStep
+	}
+	sr.bufs = [2][]byte{head, body}
+	sr.p, sr.n, sr.sent, sr.werr, sr.rerr = p, 0, false, nil, nil
+	err := c.raw.Read(sr.step)
+	n, werr, rerr = sr.n, sr.werr, sr.rerr
+	sr.bufs, sr.p, sr.werr, sr.rerr = [2][]byte{}, nil, nil, nil
+	if werr != nil {
+		return 0, werr, nil
+	}
+	if err != nil { // the poller's: a deadline, or the connection closed
+		return 0, nil, &net.OpError{Op: "read", Net: "tcp", Source: c.tcp.LocalAddr(), Addr: c.tcp.RemoteAddr(), Err: err}
+	}
+	if rerr != nil {
+		return 0, nil, &net.OpError{Op: "read", Net: "tcp", Source: c.tcp.LocalAddr(), Addr: c.tcp.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	}
+	if n == 0 {
+		return 0, nil, io.EOF
+	}
+	return n, nil, nil
+}
+
+// sendThenReadStep is SendThenRead's RawConn.Read callback: the first
+// call writes (through the socket's own Write, which takes the write lock
+// and waits in the poller if the send buffer is full) and asks to wait;
+// the calls after a wake read.
+func (c *Conn) sendThenReadStep(fd uintptr) bool {
+	sr := &c.sr
+	if !sr.sent {
+		sr.sent = true
+		sr.werr = c.writeHeadBody(sr.bufs[0], sr.bufs[1])
+		return sr.werr != nil
+	}
+	for {
+		n, err := syscall.Read(int(fd), sr.p)
+		switch err {
+		case nil:
+			sr.n = n
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // a wake with nothing to read: wait again
+		}
+		sr.rerr = err
+		return true
+	}
+}
+
+func (c *Conn) writeHeadBody(head, body []byte) error {
+	if len(body) == 0 {
+		_, err := c.Write(head)
+		return err
+	}
+	// vec lives in c: a net.Buffers on the stack would escape through
+	// WriteBuffers, an allocation per request.
+	c.sr.vecArr = [2][]byte{head, body}
+	c.sr.vec = c.sr.vecArr[:]
+	_, err := c.WriteBuffers(&c.sr.vec)
+	c.sr.vecArr, c.sr.vec = [2][]byte{}, nil
+	return err
 }
 
 // SetDeadline, SetReadDeadline and SetWriteDeadline are the socket's. A

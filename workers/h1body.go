@@ -79,6 +79,30 @@ func (x *h1Exchange) sendHead(b, bodyRef []byte) error {
 	return err
 }
 
+// sendThenReadHead sends a request whose body is all in bodyRef (or
+// which has none) and reads its response head, without the read(2) that
+// would return EAGAIN right after the write (upstream.Conn.SendThenRead).
+func (x *h1Exchange) sendThenReadHead(b, bodyRef []byte) error {
+	if x.in.B == nil {
+		x.in.B = x.cc.takeBuf(smallBufSize)
+	}
+	if x.in.W == len(x.in.B) {
+		if err := x.sendHead(b, bodyRef); err != nil {
+			return err
+		}
+		return x.readResponseHead()
+	}
+	n, werr, rerr := x.up.SendThenRead(b, bodyRef, x.in.B[x.in.W:])
+	if werr != nil {
+		return werr
+	}
+	x.in.W += n
+	if n == 0 {
+		return x.ReadFailed(rerr) // as readResponseHead's own read would
+	}
+	return x.readResponseHead()
+}
+
 // startPump streams the rest of the request body to the upstream on its
 // own goroutine, so that an upstream answering early (401, 413) is heard
 // while the client still sends. The pump owns rbuf until it reports.

@@ -97,6 +97,13 @@ type clientConn struct {
 	// waited says whether it has already peeked in this wait.
 	readableFn func(fd uintptr) bool
 	waited     bool
+	// pending is a keep-alive response's last bytes, left by writeLast
+	// for the idle wait to write (nil: none); deferLast says whether the
+	// response being sent may leave them; pendingFailed is that write's
+	// failure, which ends the connection.
+	pending       []byte
+	deferLast     bool
+	pendingFailed bool
 	// idleByte is where a TLS connection's idle wait reads the first
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
@@ -156,6 +163,7 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 // serve runs the connection until it closes.
 func (cc *clientConn) serve() {
 	defer func() {
+		cc.flushPending()
 		cc.endState()
 		cc.closeAtEnd()
 		cc.m.httpWG.Done()
@@ -177,10 +185,15 @@ func (cc *clientConn) serve() {
 	fresh := true
 	for {
 		if cc.r == cc.w && !fresh {
-			cc.releaseState()
+			if cc.pending == nil || cc.tls != nil {
+				cc.flushPending()
+				cc.releaseState()
+			} // else waitReadable writes it, then releases the state
 			if !cc.waitForRequest() {
 				return
 			}
+		} else if !cc.flushPending() {
+			return
 		}
 		fresh = false
 		cc.takeState()
@@ -196,13 +209,18 @@ func (cc *clientConn) serve() {
 // waitReadable waits, holding no buffer, until the client sends something
 // or the idle timeout passes. false: the connection is over.
 func (cc *clientConn) waitReadable() bool {
-	cc.idleSince.Store(max(monotime(), 1))
+	if cc.pending == nil {
+		// Else idle once the response is out (readable): a drain
+		// closes idle connections.
+		cc.idleSince.Store(max(monotime(), 1))
+	}
 	defer cc.idleSince.Store(0)
 	cc.setReadDeadline(cc.settings.idleTimeout)
 	cc.waited = false
+	cc.pendingFailed = false
 	err := cc.raw.Read(cc.readableFn)
 	// EOF or an error shows itself to the read that follows.
-	return err == nil
+	return err == nil && !cc.pendingFailed
 }
 
 // readable is waitReadable's RawConn.Read callback, made once per
@@ -211,12 +229,38 @@ func (cc *clientConn) waitReadable() bool {
 // before the first call, so bytes that arrived before it would never wake
 // a wait: the first call peeks. After a wake the bytes are there (a rare
 // spurious wake makes the read that follows wait, holding a buffer).
+//
+// With a response pending (writeLast), the first call writes it instead
+// of peeking: RawConn.Read has reset the readiness already, so the next
+// request, which the client sends only after this response, wakes the
+// wait. Then the state goes back, and the connection is idle.
 func (cc *clientConn) readable(fd uintptr) bool {
 	if cc.waited {
 		return true
 	}
 	cc.waited = true
+	if cc.pending != nil {
+		if !cc.flushPending() {
+			cc.pendingFailed = true
+			return true
+		}
+		cc.releaseState()
+		cc.idleSince.Store(max(monotime(), 1))
+		return false
+	}
 	return peekFD(fd)
+}
+
+// flushPending writes what writeLast left, if anything; false: the write
+// failed and the connection is over.
+func (cc *clientConn) flushPending() bool {
+	b := cc.pending
+	if b == nil {
+		return true
+	}
+	cc.pending = nil
+	cc.sentBytes -= int64(len(b)) // counted by writeLast; write counts it again
+	return cc.write(b) == nil
 }
 
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if

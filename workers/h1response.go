@@ -138,10 +138,13 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	cc.sent(status)
 
 	upClean := !resp.Close && !upBroken
+	// A keep-alive response's last write may wait for the idle wait that
+	// follows (writeLast), in plaintext, with nothing pipelined behind it.
+	cc.deferLast = keep && cc.tls == nil && x.pump == nil && cc.r == cc.w
 	var err error
 	switch resp.Framing {
 	case http1.FramingNone:
-		err = cc.write(h)
+		err = cc.writeLast(h)
 	case http1.FramingLength:
 		err = x.copyLength(h, resp.ContentLength)
 	case http1.FramingChunked:
@@ -150,6 +153,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 		err = x.copyUntilClose(h)
 		upClean = false
 	}
+	cc.deferLast = false
 	if err != nil {
 		keep, upClean = false, false
 	}
@@ -207,6 +211,7 @@ func (x *h1Exchange) copyLength(head []byte, n int64) error {
 		}
 	}
 	k := min(n, int64(x.in.W-x.in.R))
+	cc.deferLast = cc.deferLast && k == n // only the response's last write
 	if err := cc.writeHeadAnd(head, x.in.B[x.in.R:x.in.R+int(k)]); err != nil {
 		return err
 	}
@@ -229,15 +234,36 @@ func (x *h1Exchange) copyLength(head []byte, n int64) error {
 // writeHeadAnd writes head and body, in one write when small.
 func (cc *clientConn) writeHeadAnd(head, body []byte) error {
 	if len(body) == 0 {
-		return cc.write(head)
+		return cc.writeLast(head)
 	}
 	if len(head)+len(body) <= cap(head) || len(body) <= inlineBodyMax {
 		b := append(head, body...)
 		cc.ex.wbuf = b
-		return cc.write(b)
+		return cc.writeLast(b)
 	}
+	cc.deferLast = false
 	bufs := net.Buffers{head, body}
 	return cc.writev(&bufs)
+}
+
+// writeLast writes b or, when it is a keep-alive response's last write
+// (cc.deferLast, set by forwardResponse), leaves it in cc.pending for the
+// idle wait that follows to write from inside the wait (waitReadable):
+// written after Go's poller has reset the socket's readiness, a request
+// that follows the response wakes the wait, so the wait needs no peek at
+// the socket first, a recvfrom(2) that returns EAGAIN on most requests.
+// b is in the connection's state (wbuf), which the wait gives back only
+// after writing. The bytes count for the access log now, since its record
+// is written before they go out (a failed write then ends the
+// connection, as it would have).
+func (cc *clientConn) writeLast(b []byte) error {
+	if !cc.deferLast {
+		return cc.write(b)
+	}
+	cc.deferLast = false
+	cc.pending = b
+	cc.sentBytes += int64(len(b))
+	return nil
 }
 
 // copyChunked sends head and a chunked body, re-encoded (rechunk) or

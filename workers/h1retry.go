@@ -49,14 +49,16 @@ func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 		return 0, exchange.Try{Endpoint: -1, Interim: x.interim}, err
 	}
 	x.up.SetDeadline(tryDeadline)
-	err = x.sendHead(x.out, x.outBody)
 	status := 0
-	if err == nil && x.bodyDone {
-		// The response head may already be there; a stale pooled
+	if x.bodyDone {
+		// The whole request goes with its head: written from inside
+		// the wait for the answer (sendThenReadHead). A stale pooled
 		// connection shows itself now, as EOF or a reset.
-		if err = x.readResponseHead(); err == nil {
+		if err = x.sendThenReadHead(x.out, x.outBody); err == nil {
 			status = int(x.cc.ex.resp.Status)
 		}
+	} else {
+		err = x.sendHead(x.out, x.outBody)
 	}
 	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0, Interim: x.interim}, err
 }
