@@ -52,6 +52,11 @@ type typeState struct {
 	// main goroutine holds.
 	pending  *response
 	inFlight bool
+	// queued is a response that came while pending was in flight: it
+	// is handled once Done came (a server may send the next response
+	// before it has the ACK of the last one).
+	queued    *response
+	queuedErr error
 	// received: a response came (or the initial state, or the initial
 	// fetch timed out): the type no longer holds back the first Update.
 	received bool
@@ -61,7 +66,28 @@ type typeState struct {
 	asked map[string]time.Time
 	// sent are the names of the last request on this stream.
 	sent []string
+	// rejected is the last set of this type refused, with why: the same
+	// set sent again (a SotW server answers a NACK by sending the state
+	// it has again) is refused again without an Update, after a delay
+	// that doubles, so that the two sides do not loop at the speed of a
+	// round trip.
+	rejected *rejection
 }
+
+type rejection struct {
+	set   map[string]*resource
+	err   error
+	count int
+	// due is when the deferred NACK of nonce goes out; zero: none waits.
+	due   time.Time
+	nonce string
+}
+
+// Bounds of the delay before a set refused before is refused again.
+const (
+	renackDelayBase = 250 * time.Millisecond
+	renackDelayMax  = 30 * time.Second
+)
 
 // New checks cfg and returns a Client; Run starts it.
 func New(cfg Config) (*Client, error) {
@@ -161,6 +187,7 @@ func (c *Client) Run(ctx context.Context) error {
 			c.handleDone(err)
 		case <-fetch.C:
 			c.dirty = true
+			c.sendDeferredNACKs()
 		}
 		if err := c.advance(ctx); err != nil {
 			return err
@@ -242,6 +269,7 @@ func (c *Client) disconnected() {
 		if ts.pending != nil && !ts.inFlight {
 			ts.pending = nil
 		}
+		ts.queued, ts.queuedErr = nil, nil
 	}
 }
 
@@ -273,6 +301,7 @@ func (c *Client) sendRequest(ts *typeState, nack error, first bool) error {
 		}
 	}
 	ts.sent = r.names
+	c.log.Debug("request", "type", ts.url.Short(), "version", r.version, "nonce", r.nonce, "names", r.names, "nack", r.nack != nil)
 	if err := c.wire.send(r); err != nil {
 		return fmt.Errorf("xds: sending a %s request: %w", ts.url.Short(), err)
 	}
@@ -326,19 +355,21 @@ func applyResponse(ts *typeState, r *response) map[string]*resource {
 
 func (c *Client) handleResponse(r *response, decodeErr error) {
 	ts := c.types[r.typeURL]
-	if c.cfg.Events.UpdateAttempt != nil {
-		c.cfg.Events.UpdateAttempt(r.typeURL)
-	}
 	if ts == nil {
 		c.log.Warn("response for a type not subscribed", "type", r.typeURL)
 		return
 	}
 	if ts.inFlight {
-		// The server sends a type's next response only after the
-		// ACK of the last; one that comes anyway waits its turn.
-		c.log.Warn("response while the previous one is being applied; ignoring it", "type", r.typeURL.Short())
+		if ts.queued != nil && decodeErr == nil && ts.queuedErr == nil {
+			r = mergeResponses(ts.queued, r, ts.wildcard)
+		}
+		ts.queued, ts.queuedErr = r, decodeErr
 		return
 	}
+	if c.cfg.Events.UpdateAttempt != nil {
+		c.cfg.Events.UpdateAttempt(r.typeURL)
+	}
+	c.log.Debug("response", "type", r.typeURL.Short(), "version", r.version, "nonce", r.nonce, "resources", len(r.resources), "removed", len(r.removed))
 	ts.nonce = r.nonce
 	err := decodeErr
 	if err == nil {
@@ -355,6 +386,17 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 	if old := ts.pending; old != nil {
 		r = mergeResponses(old, r, ts.wildcard)
 	}
+	if rj := ts.rejected; rj != nil && sameSet(applyResponse(ts, r), rj.set) {
+		d := renackDelayMax
+		if rj.count < 20 {
+			d = min(renackDelayBase<<rj.count, renackDelayMax)
+		}
+		rj.count++
+		rj.due, rj.nonce = time.Now().Add(d), r.nonce
+		ts.pending = nil
+		return
+	}
+	ts.rejected = nil
 	ts.pending = r
 	ts.received = true
 	for _, dep := range []TypeURL{RouteType, EndpointType, SecretType} {
@@ -421,6 +463,9 @@ func (c *Client) reject(ts *typeState, err error) {
 	c.log.Warn("rejected xDS resources", "type", ts.url.Short(), "error", err)
 	if c.cfg.Events.UpdateRejected != nil {
 		c.cfg.Events.UpdateRejected(ts.url, err)
+	}
+	if ts.pending != nil {
+		ts.rejected = &rejection{set: applyResponse(ts, ts.pending), err: err}
 	}
 	ts.pending = nil
 	ts.inFlight = false
@@ -547,6 +592,7 @@ func (c *Client) handleDone(err error) {
 				c.reject(ts, err)
 			}
 		}
+		c.handleQueued()
 		return
 	}
 	set := c.candidate()
@@ -580,9 +626,23 @@ func (c *Client) handleDone(err error) {
 		}
 	}
 	c.m.files.prune(keep)
+	c.handleQueued()
 	for _, dep := range []TypeURL{RouteType, EndpointType, SecretType} {
 		if dts := c.types[dep]; dts != nil {
 			c.resubscribe(dts)
+		}
+	}
+}
+
+// handleQueued handles the responses that came while an Update was in
+// flight.
+func (c *Client) handleQueued() {
+	for _, t := range c.cfg.Types {
+		ts := c.types[t]
+		if r := ts.queued; r != nil {
+			err := ts.queuedErr
+			ts.queued, ts.queuedErr = nil, nil
+			c.handleResponse(r, err)
 		}
 	}
 }
@@ -631,6 +691,26 @@ func sameRaw(a, b map[TypeURL]map[string][]byte) bool {
 	return maps.EqualFunc(a, b, func(x, y map[string][]byte) bool { return maps.EqualFunc(x, y, bytes.Equal) })
 }
 
+// sendDeferredNACKs refuses again, once due, a set refused before.
+func (c *Client) sendDeferredNACKs() {
+	for _, ts := range c.types {
+		rj := ts.rejected
+		if rj == nil || rj.due.IsZero() || time.Now().Before(rj.due) {
+			continue
+		}
+		rj.due = time.Time{}
+		if ts.nonce != rj.nonce || ts.pending != nil {
+			continue // a newer response came meanwhile
+		}
+		if c.cfg.Events.UpdateRejected != nil {
+			c.cfg.Events.UpdateRejected(ts.url, rj.err)
+		}
+		if err := c.sendRequest(ts, rj.err, false); err != nil {
+			c.log.Warn("sending a NACK", "error", err)
+		}
+	}
+}
+
 // nextFetchDeadline is how long until a fetch that is waited for times out.
 func (c *Client) nextFetchDeadline() time.Duration {
 	next := time.Hour
@@ -647,6 +727,11 @@ func (c *Client) nextFetchDeadline() time.Duration {
 		}
 	}
 	for _, ts := range c.types {
+		if rj := ts.rejected; rj != nil && !rj.due.IsZero() {
+			if d := time.Until(rj.due); d < next {
+				next = max(d, time.Millisecond)
+			}
+		}
 		if ts.wildcard && !ts.received {
 			consider(c.firstAsked)
 		}
