@@ -230,5 +230,8 @@ func (e *FieldError) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("%s %q: %s", e.Kind, e.Name, e.Problem)
 	}
+	if strings.HasPrefix(e.Problem, ":") {
+		return fmt.Sprintf("%s %q: field %q%s", e.Kind, e.Name, e.Field, e.Problem)
+	}
 	return fmt.Sprintf("%s %q: field %q %s", e.Kind, e.Name, e.Field, e.Problem)
 }
