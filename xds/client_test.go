@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -621,4 +623,93 @@ func TestHandedOverStateIsServedFirstAndResumed(t *testing.T) {
 		}
 		_ = strings.TrimSpace
 	})
+}
+
+// tlsResources: listener "https" whose certificate comes by SDS from
+// secret "cert", with content certPEM.
+func tlsResources(tb testing.TB, certPEM string) map[resourcev3.Type][]types.Resource {
+	tb.Helper()
+	res := resources(tb, "127.0.0.1:9001")
+	ads := &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
+	dtc, err := anypb.New(&tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: "cert", SdsConfig: ads}},
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lis := res[resourcev3.ListenerType][0].(*listenerv3.Listener)
+	lis.FilterChains[0].TransportSocket = &corev3.TransportSocket{Name: tlsSocketName, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: dtc}}
+	res[resourcev3.SecretType] = []types.Resource{&tlsv3.Secret{Name: "cert", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: certPEM}},
+		PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "KEY of " + certPEM}},
+	}}}}
+	return res
+}
+
+func TestCertificateRotatedBySDS(t *testing.T) {
+	bothProtocols(t, func(t *testing.T, p Protocol) {
+		cp := startControlPlane(t, "127.0.0.1:0")
+		cp.set("1", tlsResources(t, "CERT-1"))
+		c, _ := startClient(t, cp, p, nil)
+		u := nextUpdate(t, c, 10*time.Second)
+		certOf := func(st *State) (string, string) {
+			t.Helper()
+			if len(st.Listeners) != 1 || st.Listeners[0].TLS == nil || len(st.Listeners[0].TLS.Certificates) != 1 {
+				t.Fatalf("listeners %+v: want one with one certificate", st.Listeners)
+			}
+			pair := st.Listeners[0].TLS.Certificates[0]
+			b, err := os.ReadFile(pair.Cert)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pair.Cert, string(b)
+		}
+		path1, pem1 := certOf(u.State)
+		if pem1 != "CERT-1" {
+			t.Fatalf("certificate file holds %q", pem1)
+		}
+		if alpn := u.State.Listeners[0].TLS.ALPN; !slices.Equal(alpn, []string{"h2", "http/1.1"}) {
+			t.Errorf("ALPN %v: the TOML default for an http listener was not filled in", alpn)
+		}
+		u.Done(nil)
+		cp.set("2", tlsResources(t, "CERT-2"))
+		u = nextUpdate(t, c, 10*time.Second)
+		path2, pem2 := certOf(u.State)
+		if pem2 != "CERT-2" || path2 == path1 {
+			t.Fatalf("rotated certificate: %s holds %q (was %s)", path2, pem2, path1)
+		}
+		u.Done(nil)
+		// The old file goes once nothing accepted names it.
+		cp.waitRequest(0, "ACK of sds v2", func(r seenRequest) bool {
+			return isACK(SecretType)(r) && (p == ProtocolDelta || r.version == "2")
+		})
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, err := os.Stat(path1); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (the rotated-out certificate) still exists", path1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+func TestReferenceToAnUnsubscribedTypeIsNACKed(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	cp.set("1", resources(t, "127.0.0.1:9001"))
+	c, _ := startClient(t, cp, ProtocolDelta, func(cfg *Config) { cfg.Types = []TypeURL{ClusterType, ListenerType, RouteType} })
+	nack, _ := cp.waitRequest(0, "NACK of cds", func(r seenRequest) bool { return r.errorMsg != "" })
+	if !strings.Contains(nack.errorMsg, `eds "backend" is referenced but eds is not subscribed`) {
+		t.Errorf("NACK %q", nack.errorMsg)
+	}
+	select {
+	case u := <-c.Updates():
+		if len(u.State.Clusters) != 0 {
+			t.Errorf("an Update with the cluster whose endpoints cannot come: %+v", u.State.Clusters)
+		}
+		u.Done(nil)
+	default:
+	}
 }
