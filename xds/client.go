@@ -374,7 +374,13 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 	err := decodeErr
 	if err == nil {
 		for _, n := range sortedNames(r.resources) {
-			if err = c.m.mapResource(r.typeURL, r.resources[n]); err != nil {
+			// A resource that did not change keeps its mapping: a SotW
+			// server resends every resource of a type at each change.
+			res := r.resources[n]
+			if held := ts.accepted[n]; held != nil && bytes.Equal(held.raw, res.raw) {
+				res.mapped = held.mapped
+			}
+			if err = c.m.mapResource(r.typeURL, res); err != nil {
 				break
 			}
 		}
@@ -530,6 +536,20 @@ func (c *Client) advance(ctx context.Context) error {
 		}
 	}
 	set := c.candidate()
+	if c.delivered != nil && !c.dirty {
+		unchanged := true
+		for _, ts := range pending {
+			unchanged = unchanged && sameSet(ts.accepted, set[ts.url])
+		}
+		if unchanged {
+			// Only versions moved (a SotW server resends a type whose
+			// resources did not change): ACK, nothing to apply.
+			for _, ts := range pending {
+				c.accept(ts, set[ts.url])
+			}
+			return nil
+		}
+	}
 	// Warm: every reference arrived, or its fetch timed out.
 	refs := references(set[ListenerType], set[ClusterType])
 	for t, names := range refs {
