@@ -92,6 +92,13 @@ func routeConfiguration(rc *routev3.RouteConfiguration) (routes []config.Route, 
 		}
 		return la - lb
 	})
+	total := 0
+	for _, h := range hosts {
+		total += len(h.routes)
+	}
+	if total > maxRoutes {
+		return nil, nil, bad("virtual_hosts", "%d routes once every domain has its own (hotproxy takes at most %d): list fewer domains per virtual host, or fewer routes", total, maxRoutes)
+	}
 	for _, h := range hosts {
 		for _, r := range h.routes {
 			r.Host = h.domain
@@ -108,6 +115,11 @@ func routeConfiguration(rc *routev3.RouteConfiguration) (routes []config.Route, 
 	}
 	return routes, hash, nil
 }
+
+// maxRoutes bounds the routes a route configuration becomes (its routes
+// repeated for every domain of their virtual host), so that a control
+// plane's few bytes cannot become a list that fills the memory.
+const maxRoutes = 100000
 
 type routeError struct{ field, msg string }
 

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -38,7 +39,7 @@ func TestSupportedFieldsExist(t *testing.T) {
 	}
 }
 
-func testMapper(t *testing.T) *mapper {
+func testMapper(t testing.TB) *mapper {
 	t.Helper()
 	files, cleanup, err := newSecretFiles(t.TempDir() + "/s")
 	if err != nil {
@@ -48,7 +49,7 @@ func testMapper(t *testing.T) *mapper {
 	return &mapper{files: files}
 }
 
-func parse(t *testing.T, js string, m proto.Message) {
+func parse(t testing.TB, js string, m proto.Message) {
 	t.Helper()
 	if err := protojson.Unmarshal([]byte(js), m); err != nil {
 		t.Fatalf("fixture: %v\n%s", err, js)
@@ -235,6 +236,28 @@ func TestMapRouteConfiguration(t *testing.T) {
 		{name: "redirect", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[{"match":{"prefix":"/"},"redirect":{"https_redirect":true}}]}]}`,
 			err: `field "virtual_hosts[0].routes[0].redirect" is not supported by hotproxy`},
 	}
+	// 400 domains by 300 routes: 120,400 routes once laid out.
+	many := `{"name":"r","virtual_hosts":[{"name":"a","domains":[`
+	for i := 0; i < 400; i++ {
+		if i > 0 {
+			many += ","
+		}
+		many += fmt.Sprintf(`"h%d.example.com"`, i)
+	}
+	many += `],"routes":[`
+	for i := 0; i < 300; i++ {
+		if i > 0 {
+			many += ","
+		}
+		many += fmt.Sprintf(`{"match":{"path":"/p%d"},"route":{"cluster":"a"}}`, i)
+	}
+	many += `]}]}`
+	cases = append(cases, struct {
+		name, js string
+		want     []config.Route
+		hash     map[string]string
+		err      string
+	}{name: "too many routes once laid out", js: many, err: `field "virtual_hosts": 120400 routes once every domain has its own (hotproxy takes at most 100000)`})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var rc routev3.RouteConfiguration

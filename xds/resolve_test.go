@@ -19,7 +19,7 @@ import (
 )
 
 // exampleSet decodes examples/xds-snapshot.json into mapped resources.
-func exampleSet(t *testing.T) map[TypeURL]map[string]*resource {
+func exampleSet(t testing.TB) map[TypeURL]map[string]*resource {
 	t.Helper()
 	data, err := os.ReadFile("../examples/xds-snapshot.json")
 	if err != nil {
