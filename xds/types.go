@@ -112,6 +112,14 @@ type Config struct {
 	// Raw and Versions): it is the first Update, and the stream resumes
 	// with its versions.
 	Initial *State
+	// StaticClusters are the clusters of the TOML file, which dynamic
+	// routes and tcp listeners may name. An Update is held back (up to
+	// InitialFetchTimeout) while a listener names a cluster that is
+	// neither in it nor static, waiting for the CDS change that adds it
+	// or the LDS/RDS change that stops naming it (make before break).
+	// Nil: only a dynamic cluster being removed is waited on this way,
+	// as any other name might be static.
+	StaticClusters []string
 	// SecretDir is where certificates and keys that arrive as bytes
 	// (SDS, inline data sources) are written, one file per content
 	// (named by its SHA-256), for config's file paths; a private
