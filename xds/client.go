@@ -26,12 +26,12 @@ type Client struct {
 	// done carries an Update's outcome back to Run.
 	done chan error
 
-	m       mapper
-	cleanup func()
-	types   map[TypeURL]*typeState
+	m     mapper
+	types map[TypeURL]*typeState
 
 	// Run's state, touched only by its goroutine.
 	stream    int // counts streams; a response is ACKed on its own stream only
+	upStream  int // the stream Events.Connected(true) was told of
 	wire      wire
 	inFlight  bool   // an Update waits for Done
 	delivered *State // the last State the main goroutine accepted
@@ -186,6 +186,13 @@ func (c *Client) Run(ctx context.Context) error {
 				attempt++
 				continue
 			}
+			if c.upStream != r.resp.stream {
+				// The stream is up once it answered.
+				c.upStream = r.resp.stream
+				if c.cfg.Events.Connected != nil {
+					c.cfg.Events.Connected(true)
+				}
+			}
 			c.handleResponse(r.resp, r.err)
 		case err := <-c.done:
 			c.handleDone(err)
@@ -246,9 +253,6 @@ func (c *Client) connect(ctx context.Context) (chan recvResult, error) {
 			resp, err := w.recv()
 			if resp != nil {
 				resp.stream = stream
-				if !answered && c.cfg.Events.Connected != nil {
-					c.cfg.Events.Connected(true)
-				}
 				answered = true
 			}
 			select {
@@ -266,9 +270,10 @@ func (c *Client) connect(ctx context.Context) (chan recvResult, error) {
 
 func (c *Client) disconnected() {
 	c.wire = nil
-	if c.cfg.Events.Connected != nil {
+	if c.upStream == c.stream && c.cfg.Events.Connected != nil {
 		c.cfg.Events.Connected(false)
 	}
+	c.upStream = 0
 	for _, ts := range c.types {
 		if ts.pending != nil && !ts.inFlight {
 			ts.pending = nil
@@ -651,6 +656,9 @@ func (c *Client) unknownClusters(st *State) []string {
 }
 
 func (c *Client) rejectAll(pending []*typeState, err error) error {
+	if len(pending) == 0 {
+		c.log.Warn("the xDS state cannot be handed over", "error", err)
+	}
 	for _, ts := range pending {
 		c.reject(ts, err)
 	}
