@@ -768,3 +768,45 @@ func TestRoutesNeverNameAClusterTheUpdateLacks(t *testing.T) {
 		}
 	})
 }
+
+// A SotW server answers a NACK by sending the same state again; the client
+// refuses it again itself, with the same words and after a delay that
+// grows, instead of handing it to the main goroutine or looping at the
+// speed of a round trip.
+func TestRefusedSetSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	cp.set("1", resources(t, "127.0.0.1:9001"))
+	c, _ := startClient(t, cp, ProtocolSotW, nil)
+	nextUpdate(t, c, 10*time.Second).Done(nil)
+	cp.set("2", resources(t, "127.0.0.1:9002"))
+	u := nextUpdate(t, c, 10*time.Second)
+	const why = "refused by the test"
+	u.Done(errors.New(why))
+	isNACK := func(r seenRequest) bool { return r.typeURL == EndpointType && r.errorMsg != "" }
+	first, i := cp.waitRequest(0, "NACK", isNACK)
+	second, j := cp.waitRequest(i+1, "second NACK", isNACK)
+	third, _ := cp.waitRequest(j+1, "third NACK", isNACK)
+	for _, r := range []seenRequest{second, third} {
+		if r.errorMsg != why {
+			t.Errorf("repeated NACK says %q, want %q", r.errorMsg, why)
+		}
+	}
+	d1, d2 := second.arrivedAt.Sub(first.arrivedAt), third.arrivedAt.Sub(second.arrivedAt)
+	t.Logf("NACK intervals: %v, %v", d1, d2)
+	if d1 < renackDelayBase || d2 < 2*renackDelayBase {
+		t.Errorf("NACK intervals %v, %v: want at least %v, then %v", d1, d2, renackDelayBase, 2*renackDelayBase)
+	}
+	select {
+	case u := <-c.Updates():
+		t.Errorf("the refused set was handed over again: %+v", u.State.Clusters)
+		u.Done(nil)
+	default:
+	}
+	// A real change is still taken.
+	cp.set("3", resources(t, "127.0.0.1:9003"))
+	u = nextUpdate(t, c, 10*time.Second)
+	if got := endpointsOf(u.State, "backend"); !slices.Equal(got, []string{"127.0.0.1:9003"}) {
+		t.Fatalf("after the repeated NACKs: endpoints %v", got)
+	}
+	u.Done(nil)
+}
