@@ -428,3 +428,16 @@ func TestSecretFilesWithoutADirectory(t *testing.T) {
 		t.Errorf("%s still exists after cleanup (%v)", files.dir, err)
 	}
 }
+
+func TestParseType(t *testing.T) {
+	for _, typ := range AllTypes {
+		for _, s := range []string{typ.Name(), typ.Short(), string(typ)} {
+			if got, err := ParseType(s); err != nil || got != typ {
+				t.Errorf("ParseType(%q) = %v, %v; want %v", s, got, err, typ)
+			}
+		}
+	}
+	if _, err := ParseType("listener"); err == nil || !strings.Contains(err.Error(), "use listeners, routes") {
+		t.Errorf("ParseType(listener): %v", err)
+	}
+}
