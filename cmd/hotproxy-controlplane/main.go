@@ -81,13 +81,22 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *file, *poll); err != nil {
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hotproxy-controlplane: listen %s: %v\n", *addr, err)
+		os.Exit(1)
+	}
+	if err := run(ctx, lis, *file, *poll); err != nil {
 		fmt.Fprintln(os.Stderr, "hotproxy-controlplane:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addr, file string, poll time.Duration) error {
+// run serves file on lis until ctx ends. The caller listens, so that a
+// test hands over a port it holds rather than one it closed and hopes to
+// get back.
+func run(ctx context.Context, lis net.Listener, file string, poll time.Duration) error {
+	defer lis.Close()
 	cache := cachev3.NewSnapshotCache(true, allNodes{}, nil)
 	snap, err := LoadSnapshot(file)
 	if err != nil {
@@ -95,10 +104,6 @@ func run(ctx context.Context, addr, file string, poll time.Duration) error {
 	}
 	if err := cache.SetSnapshot(ctx, "all", snap); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	gs := grpc.NewServer()
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, cache, nil))

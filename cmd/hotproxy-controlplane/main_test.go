@@ -24,16 +24,14 @@ func TestServesTheFileAndFollowsItsChanges(t *testing.T) {
 	if err := os.WriteFile(file, example, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// A free loopback port for run, which listens itself.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- run(ctx, addr, file, 100*time.Millisecond) }()
+	go func() { served <- run(ctx, l, file, 100*time.Millisecond) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -62,6 +60,9 @@ func TestServesTheFileAndFollowsItsChanges(t *testing.T) {
 				select {
 				case u := <-c.Updates():
 					return u
+				case err := <-served:
+					served <- err // for the cleanup's wait
+					t.Fatalf("the control plane stopped: %v", err)
 				case <-time.After(10 * time.Second):
 					t.Fatal("no Update within 10s")
 				}
