@@ -68,6 +68,23 @@ func (wc *WorkerCluster) AcquireRetry(ctx context.Context, key uint64, avoid int
 	return c, err
 }
 
+// AcquireTry is the connection for try n (0: the first) of a request
+// whose hash_on key is key, as a retry policy asks for it
+// (exchange.UpstreamTransport): the first try takes a pooled connection
+// (checked first unless replayable: a request that could not be sent
+// again if it met a stale one); a retry goes to another endpoint than
+// avoid's, or, when fresh, to a new connection to endpoint avoid (the
+// stale connection's).
+func (wc *WorkerCluster) AcquireTry(ctx context.Context, key uint64, n, avoid int, fresh, replayable bool) (*Conn, error) {
+	switch {
+	case n == 0:
+		return wc.AcquireKey(ctx, key, !replayable)
+	case fresh:
+		return wc.AcquireFresh(ctx, avoid)
+	}
+	return wc.AcquireRetry(ctx, key, avoid)
+}
+
 // AcquireChecked is Acquire for a request that cannot be sent twice (not
 // idempotent, or with a body streamed from the client): every pooled
 // connection is checked for a close by the upstream first, one syscall.

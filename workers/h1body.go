@@ -15,7 +15,7 @@ const inlineBodyMax = 8 << 10
 // the upstream request: appended to b (small, or re-encoded chunks), or as
 // bodyRef, a slice of rbuf written right after b. It sets bodyDone, or
 // what is left for the pump.
-func (x *exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err error) {
+func (x *h1Exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err error) {
 	cc := x.cc
 	req := &cc.ex.req
 	switch req.Framing {
@@ -69,7 +69,7 @@ func appendChunk(b, data, trailer []byte, done bool) []byte {
 }
 
 // sendHead writes the request head (and the body bytes taken with it).
-func (x *exchange) sendHead(b, bodyRef []byte) error {
+func (x *h1Exchange) sendHead(b, bodyRef []byte) error {
 	if len(bodyRef) == 0 {
 		_, err := x.up.Write(b)
 		return err
@@ -82,12 +82,12 @@ func (x *exchange) sendHead(b, bodyRef []byte) error {
 // startPump streams the rest of the request body to the upstream on its
 // own goroutine, so that an upstream answering early (401, 413) is heard
 // while the client still sends. The pump owns rbuf until it reports.
-func (x *exchange) startPump() {
+func (x *h1Exchange) startPump() {
 	x.pump = make(chan error, 1)
 	go func() { x.pump <- x.pumpBody() }()
 }
 
-func (x *exchange) pumpBody() (err error) {
+func (x *h1Exchange) pumpBody() (err error) {
 	cc := x.cc
 	defer func() {
 		if err != nil {
@@ -183,7 +183,7 @@ func (x *exchange) pumpBody() (err error) {
 
 // pumpErrorOr prefers the body pump's error (the client's fault) over the
 // upstream read error it caused.
-func (x *exchange) pumpErrorOr(err error) error {
+func (x *h1Exchange) pumpErrorOr(err error) error {
 	if x.pump == nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func (x *exchange) pumpErrorOr(err error) error {
 
 // waitPump ends the body pump: stopped at once (stop) or waited for.
 // It returns the pump's error.
-func (x *exchange) waitPump(stop bool) error {
+func (x *h1Exchange) waitPump(stop bool) error {
 	if x.pump == nil {
 		return nil
 	}

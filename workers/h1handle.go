@@ -1,15 +1,12 @@
 package workers
 
 import (
-	"errors"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 	"unsafe"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -192,20 +189,6 @@ func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), le
 // keep it; the bytes must never be written.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// appendRequestID appends 32 random hex digits. Not a secret: math/rand
-// is enough and does not lock.
-func appendRequestID(b []byte) []byte {
-	const hexDigits = "0123456789abcdef"
-	for range 2 {
-		v := rand.Uint64()
-		for range 16 {
-			b = append(b, hexDigits[v&15])
-			v >>= 4
-		}
-	}
-	return b
-}
-
 // appendSimpleResponse is a plain-text answer of the proxy's own: body and
 // a newline.
 func appendSimpleResponse(b []byte, status int, body string, closeConn bool) []byte {
@@ -220,10 +203,7 @@ func appendSimpleResponse(b []byte, status int, body string, closeConn bool) []b
 	return append(b, '\n')
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
+func isTimeout(err error) bool { return exchange.IsTimeout(err) }
 
 // refuse answers a request that cannot be processed and ends the
 // connection gracefully: the answer, a FIN, then what the client still

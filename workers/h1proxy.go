@@ -4,28 +4,29 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // errClientBody marks an exchange cut because the client's request body
-// was malformed, cut short or too slow: the client is answered 400 (if
-// nothing was sent yet) and its connection closed; never a 5xx that blames
-// the upstream, never another request parsed from that connection.
-var errClientBody = errors.New("malformed or incomplete request body")
+// was malformed, cut short or too slow (exchange.ErrClientBody): the
+// client is answered 400 (if nothing was sent yet) and its connection
+// closed; never a 5xx that blames the upstream, never another request
+// parsed from that connection.
+var errClientBody = exchange.ErrClientBody
 
 // errPumpStopped: the exchange ended before the request body did, and the
 // body pump was told to stop.
 var errPumpStopped = errors.New("request body no longer needed")
 
-// exchange is one proxied request's state, kept in its connection's pooled
+// h1Exchange is one proxied request's state, kept in its connection's pooled
 // h1State (so that it costs no allocation).
-type exchange struct {
+type h1Exchange struct {
 	cc    *clientConn
 	wc    *upstream.WorkerCluster
 	up    *upstream.Conn
@@ -48,13 +49,17 @@ type exchange struct {
 	bodyRead atomic.Bool
 
 	// The upstream's read buffer and its unconsumed bytes.
-	ub     []byte
-	ur, uw int
+	in exchange.ReadBuffer
 
 	// interim: a 1xx response went to the client (in wbuf, where the
 	// request for a retry was): the request is not sent again.
 	interim bool
 	retries int // retries made (retry_on and a stale connection)
+	tries   exchange.Tries
+	// The request as the tries send it: the head for the upstream (and
+	// the buffered body that goes with it), and its hash_on key.
+	out, outBody []byte
+	key          uint64
 }
 
 // proxy forwards the request to rt's cluster and the response back. It
@@ -65,7 +70,7 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep b
 	// The exchange lives in the pooled state: it would escape to the heap
 	// on every request (the body pump refers to it).
 	x := &ex.xchg
-	*x = exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
+	*x = h1Exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
 	x.method = methodOther
 	x.upgrade = forwardsUpgrade(req.Upgrade.Bytes(x.head))
@@ -114,83 +119,33 @@ var (
 	methodOther = []byte("GET")
 )
 
-// appendUpstreamHead writes the request head as the upstream gets it:
-// hop-by-hop fields removed, X-Forwarded-* and X-Request-Id set, framing
-// of the proxy's own.
+// appendUpstreamHead writes the request head as the upstream gets it
+// (exchange.ForwardedFields decides the fields) from the parsed head, in
+// place: the spans are read where they lie in the connection's buffer.
 func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
 	req := &cc.ex.req
-	b = append(b, req.Method.Bytes(head)...)
-	b = append(b, ' ')
-	b = append(b, req.Target.Bytes(head)...)
-	b = append(b, " HTTP/1.1\r\n"...)
-	// Host goes first and always: a Connection header that names it (the
-	// RFC makes it hop-by-hop then) must not strip it, and an HTTP/1.0
-	// request without one still gets one (the cluster's name).
-	b = append(b, "Host: "...)
-	if req.Host.Len() > 0 {
-		b = append(b, req.Host.Bytes(head)...)
-	} else {
-		b = append(b, upstreamHost...)
-	}
-	b = append(b, "\r\n"...)
-	ids := 0
-	var id []byte
+	b = exchange.AppendHTTP1RequestLine(b, req.Method.Bytes(head), req.Target.Bytes(head), req.Host.Bytes(head), upstreamHost)
+	fwd := &cc.ex.fwd
+	fwd.Reset(cc.client(), req.Host.Bytes(head), false)
 	for i := range req.NFields {
-		f := &req.Fields[i]
-		if f.Hop {
-			continue
-		}
-		name := f.Name.Bytes(head)
-		if len(name) == 4 && http1.EqualFold(name, "host") {
-			continue
-		}
-		switch upstreamFieldOf(bytesString(name), cc.settings.trustXFF) {
-		case fieldDrop, fieldForwardedFor:
-			continue // the proxy's own below, or never
-		case fieldRequestID:
-			ids++
-			id = f.Value.Bytes(head)
-			continue
-		}
-		b = append(b, name...)
-		b = append(b, ": "...)
-		b = append(b, f.Value.Bytes(head)...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, "X-Forwarded-For: "...)
-	if cc.settings.trustXFF {
-		for i := range req.NFields {
-			f := &req.Fields[i]
-			if http1.EqualFold(f.Name.Bytes(head), "x-forwarded-for") && f.Value.Len() > 0 {
-				b = append(b, f.Value.Bytes(head)...)
-				b = append(b, ", "...)
-			}
+		if f := &req.Fields[i]; !f.Hop && fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
+			b = appendField(b, f.Name.Bytes(head), f.Value.Bytes(head))
 		}
 	}
-	b = append(b, cc.clientIP...)
-	if cc.tls != nil {
-		b = append(b, "\r\nX-Forwarded-Proto: https\r\n"...)
-	} else {
-		b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
-	}
-	if req.Host.Len() > 0 {
-		b = append(b, "X-Forwarded-Host: "...)
-		b = append(b, req.Host.Bytes(head)...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, "X-Request-Id: "...)
-	b = appendUpstreamRequestID(b, ids, id)
-	b = append(b, "\r\n"...)
+	b = fwd.AppendHTTP1(b)
 	b = appendUpgrade(b, req.Upgrade.Bytes(head))
 	switch req.Framing {
 	case http1.FramingLength:
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, req.ContentLength)
-		b = append(b, "\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, req.ContentLength)
 	case http1.FramingChunked:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, exchange.BodyChunked)
 	}
 	return append(b, "\r\n"...)
+}
+
+// client is what the upstream head says of the client connection.
+func (cc *clientConn) client() exchange.Client {
+	return exchange.Client{IP: cc.clientIP, TLS: cc.tls != nil, TrustForwardedFor: cc.settings.trustXFF}
 }
 
 // appendUpgrade appends "Connection: upgrade" and the Upgrade field for
@@ -272,67 +227,34 @@ func isProxyAuth(name []byte) bool {
 
 // readResponseHead reads until the final response head is parsed into
 // cc.ex.resp; interim 1xx responses (but 101) are passed to the client.
-func (x *exchange) readResponseHead() error {
-	cc := x.cc
-	if x.ub == nil {
-		x.ub = cc.takeBuf(smallBufSize)
+func (x *h1Exchange) readResponseHead() error {
+	if x.in.B == nil {
+		x.in.B = x.cc.takeBuf(smallBufSize)
 	}
-	resp := &cc.ex.resp
-	// As for request heads: parse again only once a line has ended (or
-	// the buffer is full), not after every read.
-	parse := x.ur < x.uw
-	for {
-		err := http1.ErrIncomplete
-		if parse {
-			err = resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, x.method)
-		}
-		if err == http1.ErrIncomplete {
-			if x.uw == len(x.ub) {
-				switch {
-				case x.ur > 0:
-					x.uw = copy(x.ub, x.ub[x.ur:x.uw])
-					x.ur = 0
-				case len(x.ub) < ioBufSize:
-					x.growUpstreamBuf() // the head is parsed again
-				default:
-					return &http1.Error{Status: 502, Reason: "upstream response head too large"}
-				}
-			}
-			n, err := x.up.Read(x.ub[x.uw:])
-			x.uw += n
-			if n == 0 {
-				if err == nil {
-					err = io.ErrNoProgress
-				}
-				return x.pumpErrorOr(err)
-			}
-			parse = bytes.IndexByte(x.ub[x.uw-n:x.uw], '\n') >= 0 || x.uw == len(x.ub)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if resp.Status >= 200 || resp.Status == 101 {
-			return nil
-		}
-		// 1xx: 100 Continue (the client sent Expect), 103 Early Hints.
-		// An HTTP/1.0 client gets none of them.
-		interim := x.ub[x.ur : x.ur+resp.HeadLen]
-		x.ur += resp.HeadLen
-		if cc.ex.req.Minor > 0 {
-			x.interim = true
-			h := cc.appendResponseHead(cc.ex.wbuf[:0], interim, true, -1)
-			cc.ex.wbuf = h
-			if err := cc.write(h); err != nil {
-				return err
-			}
-		}
-	}
+	return exchange.ReadHTTP1Head(x.up, &x.in, &x.cc.ex.resp, x.method, ioBufSize, x)
 }
+
+var _ exchange.HeadReadHooks = (*h1Exchange)(nil)
+
+// InterimResponse passes a 1xx (100 Continue: the client sent Expect; 103
+// Early Hints) to the client; an HTTP/1.0 client gets none of them.
+func (x *h1Exchange) InterimResponse(head []byte) error {
+	cc := x.cc
+	if cc.ex.req.Minor == 0 {
+		return nil
+	}
+	x.interim = true
+	h := cc.appendResponseHead(cc.ex.wbuf[:0], head, true, -1)
+	cc.ex.wbuf = h
+	return cc.write(h)
+}
+
+// ReadFailed is pumpErrorOr (exchange.HeadReadHooks).
+func (x *h1Exchange) ReadFailed(err error) error { return x.pumpErrorOr(err) }
 
 // failBeforeResponse answers an exchange that failed before any response
 // head reached the client.
-func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
+func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
 	perr := x.waitPump(true)
 	if perr != nil {
 		err = perr
@@ -346,9 +268,9 @@ func (cc *clientConn) failBeforeResponse(x *exchange, err error) bool {
 		x.up.Discard()
 		x.wc.RecordRequest(x.start, false)
 	}
-	if x.ub != nil {
-		cc.giveBuf(x.ub)
-		x.ub = nil
+	if x.in.B != nil {
+		cc.giveBuf(x.in.B)
+		x.in.B = nil
 	}
 	if errors.Is(err, errClientBody) {
 		cc.refuse(400, "malformed or incomplete request body")

@@ -57,7 +57,7 @@ func appendField(b, name, value []byte) []byte {
 // forwardResponse sends the parsed final response and its body to the
 // client and settles the upstream connection. It reports whether the
 // client connection may carry another request.
-func (x *exchange) forwardResponse(keep bool) bool {
+func (x *h1Exchange) forwardResponse(keep bool) bool {
 	cc := x.cc
 	ex := cc.ex
 	resp := &ex.resp
@@ -67,7 +67,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 		if !x.upgrade || !x.bodyDone {
 			return cc.failBeforeResponse(x, &http1.Error{Status: 502, Reason: "101 to a request that asked for no upgrade"})
 		}
-		if namesHTTP2(upgradeOf(&resp.Fields, resp.NFields, x.ub[x.ur:x.ur+resp.HeadLen])) {
+		if namesHTTP2(upgradeOf(&resp.Fields, resp.NFields, x.in.B[x.in.R:x.in.R+resp.HeadLen])) {
 			// Only h2c or h2 can have been taken out of the request's
 			// Upgrade (appendUpgrade): an upstream that switches to one
 			// anyway would open HTTP/2 past routing.
@@ -80,9 +80,9 @@ func (x *exchange) forwardResponse(keep bool) bool {
 		return false
 	}
 	defer func() {
-		if x.ub != nil {
-			cc.giveBuf(x.ub)
-			x.ub = nil
+		if x.in.B != nil {
+			cc.giveBuf(x.in.B)
+			x.in.B = nil
 		}
 	}()
 
@@ -111,8 +111,8 @@ func (x *exchange) forwardResponse(keep bool) bool {
 			}
 		}
 	}
-	head := x.ub[x.ur : x.ur+resp.HeadLen]
-	x.ur += resp.HeadLen
+	head := x.in.B[x.in.R : x.in.R+resp.HeadLen]
+	x.in.R += resp.HeadLen
 	var bodyLen int64
 	switch resp.Framing {
 	case http1.FramingNone:
@@ -152,7 +152,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 	if err != nil {
 		keep, upClean = false, false
 	}
-	if x.ur != x.uw {
+	if x.in.R != x.in.W {
 		// Bytes after the response: the upstream's framing is in
 		// doubt.
 		upClean = false
@@ -174,7 +174,7 @@ func (x *exchange) forwardResponse(keep bool) bool {
 
 // setUpstreamReadDeadline bounds the wait for the next body bytes from the
 // upstream by the listener's idle timeout.
-func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
+func (x *h1Exchange) setUpstreamReadDeadline(last *time.Time) {
 	d := x.cc.settings.idleTimeout
 	now := time.Now()
 	if last.IsZero() || now.Add(d).Sub(*last) > deadlineSlack {
@@ -186,19 +186,19 @@ func (x *exchange) setUpstreamReadDeadline(last *time.Time) {
 // readUpstream reads more of the response into ub, after compacting. A
 // body streams through the large buffer: the small one the head was read
 // into is swapped for it at the first refill.
-func (x *exchange) readUpstream(deadline *time.Time) error {
-	if x.ur == x.uw {
-		x.ur, x.uw = 0, 0
+func (x *h1Exchange) readUpstream(deadline *time.Time) error {
+	if x.in.R == x.in.W {
+		x.in.R, x.in.W = 0, 0
 	}
-	if len(x.ub) < ioBufSize {
-		x.growUpstreamBuf()
-	} else if x.uw == len(x.ub) {
-		x.uw = copy(x.ub, x.ub[x.ur:x.uw])
-		x.ur = 0
+	if len(x.in.B) < ioBufSize {
+		x.GrowReadBuffer()
+	} else if x.in.W == len(x.in.B) {
+		x.in.W = copy(x.in.B, x.in.B[x.in.R:x.in.W])
+		x.in.R = 0
 	}
 	x.setUpstreamReadDeadline(deadline)
-	n, err := x.up.Read(x.ub[x.uw:])
-	x.uw += n
+	n, err := x.up.Read(x.in.B[x.in.W:])
+	x.in.W += n
 	if n > 0 {
 		return nil
 	}
@@ -208,23 +208,23 @@ func (x *exchange) readUpstream(deadline *time.Time) error {
 	return err
 }
 
-// growUpstreamBuf moves ub[ur:uw] to the front of a large buffer and
+// GrowReadBuffer moves the unread bytes to the front of a large buffer and
 // gives the small one back. Spans into ub are stale after it: the head is
 // parsed again (readResponseHead), or it was already copied out.
-func (x *exchange) growUpstreamBuf() {
+func (x *h1Exchange) GrowReadBuffer() {
 	nb := x.cc.takeBuf(ioBufSize)
-	x.uw = copy(nb, x.ub[x.ur:x.uw])
-	x.ur = 0
-	x.cc.giveBuf(x.ub)
-	x.ub = nb
+	x.in.W = copy(nb, x.in.B[x.in.R:x.in.W])
+	x.in.R = 0
+	x.cc.giveBuf(x.in.B)
+	x.in.B = nb
 }
 
 // copyLength sends head and a body of n bytes: head and what is buffered
 // in one write, then the rest as it comes.
-func (x *exchange) copyLength(head []byte, n int64) error {
+func (x *h1Exchange) copyLength(head []byte, n int64) error {
 	cc := x.cc
 	var deadline time.Time
-	if x.uw == len(x.ub) && len(x.ub) < ioBufSize && x.ur < x.uw && int64(x.uw-x.ur) < n {
+	if x.in.W == len(x.in.B) && len(x.in.B) < ioBufSize && x.in.R < x.in.W && int64(x.in.W-x.in.R) < n {
 		// The head came with the start of its body and filled the
 		// small buffer: the rest is most likely there already. One
 		// more read, into the large buffer, so that head and body
@@ -233,21 +233,21 @@ func (x *exchange) copyLength(head []byte, n int64) error {
 			return err
 		}
 	}
-	k := min(n, int64(x.uw-x.ur))
-	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.ur+int(k)]); err != nil {
+	k := min(n, int64(x.in.W-x.in.R))
+	if err := cc.writeHeadAnd(head, x.in.B[x.in.R:x.in.R+int(k)]); err != nil {
 		return err
 	}
-	x.ur += int(k)
+	x.in.R += int(k)
 	n -= k
 	for n > 0 {
 		if err := x.readUpstream(&deadline); err != nil {
 			return err
 		}
-		k := min(n, int64(x.uw-x.ur))
-		if err := cc.write(x.ub[x.ur : x.ur+int(k)]); err != nil {
+		k := min(n, int64(x.in.W-x.in.R))
+		if err := cc.write(x.in.B[x.in.R : x.in.R+int(k)]); err != nil {
 			return err
 		}
-		x.ur += int(k)
+		x.in.R += int(k)
 		n -= k
 	}
 	return nil
@@ -269,22 +269,22 @@ func (cc *clientConn) writeHeadAnd(head, body []byte) error {
 
 // copyChunked sends head and a chunked body, re-encoded (rechunk) or
 // de-chunked for an HTTP/1.0 client.
-func (x *exchange) copyChunked(head []byte, rechunk bool) error {
+func (x *h1Exchange) copyChunked(head []byte, rechunk bool) error {
 	cc := x.cc
 	d := &cc.ex.respChunks
 	d.Reset()
 	out := append(cc.ex.wbuf[:0], head...)
 	var deadline time.Time
 	for {
-		for x.ur < x.uw {
-			n, data, trailer, done, err := d.Next(x.ub[x.ur:x.uw])
+		for x.in.R < x.in.W {
+			n, data, trailer, done, err := d.Next(x.in.B[x.in.R:x.in.W])
 			if err != nil {
 				return &http1.Error{Status: 502, Reason: "upstream sent a malformed chunked body"}
 			}
 			if n == 0 {
 				break
 			}
-			x.ur += n
+			x.in.R += n
 			if rechunk {
 				out = appendChunk(out, data, trailer, done)
 			} else {
@@ -318,12 +318,12 @@ func (x *exchange) copyChunked(head []byte, rechunk bool) error {
 }
 
 // copyUntilClose sends head and the body up to the upstream's EOF.
-func (x *exchange) copyUntilClose(head []byte) error {
+func (x *h1Exchange) copyUntilClose(head []byte) error {
 	cc := x.cc
-	if err := cc.writeHeadAnd(head, x.ub[x.ur:x.uw]); err != nil {
+	if err := cc.writeHeadAnd(head, x.in.B[x.in.R:x.in.W]); err != nil {
 		return err
 	}
-	x.ur = x.uw
+	x.in.R = x.in.W
 	var deadline time.Time
 	for {
 		err := x.readUpstream(&deadline)
@@ -333,10 +333,10 @@ func (x *exchange) copyUntilClose(head []byte) error {
 		if err != nil {
 			return err
 		}
-		if err := cc.write(x.ub[x.ur:x.uw]); err != nil {
+		if err := cc.write(x.in.B[x.in.R:x.in.W]); err != nil {
 			return err
 		}
-		x.ur = x.uw
+		x.in.R = x.in.W
 	}
 }
 
@@ -356,18 +356,18 @@ func upgradeOf(fields *[http1.MaxHeaders]http1.Field, n int, head []byte) []byte
 // upgrades), until both directions end or the connection is closed by a
 // drain. The connection's buffers go back to their pools first: a tunnel
 // can live for hours.
-func (x *exchange) tunnel() {
+func (x *h1Exchange) tunnel() {
 	cc := x.cc
 	resp := &cc.ex.resp
-	head := x.ub[x.ur : x.ur+resp.HeadLen]
-	x.ur += resp.HeadLen
+	head := x.in.B[x.in.R : x.in.R+resp.HeadLen]
+	x.in.R += resp.HeadLen
 	h := cc.appendResponseHead(cc.ex.wbuf[:0], head, true, -1)
 	h = append(h[:len(h)-2], "Connection: upgrade\r\nUpgrade: "...)
 	h = append(h, upgradeOf(&resp.Fields, resp.NFields, head)...)
 	h = append(h, "\r\n\r\n"...)
 	cc.ex.wbuf = h
-	err := cc.writeHeadAnd(h, x.ub[x.ur:x.uw])
-	x.ur = x.uw
+	err := cc.writeHeadAnd(h, x.in.B[x.in.R:x.in.W])
+	x.in.R = x.in.W
 	if err == nil && cc.r < cc.w {
 		_, err = x.up.Write(cc.rbuf[cc.r:cc.w])
 		cc.r = cc.w
@@ -378,8 +378,8 @@ func (x *exchange) tunnel() {
 	}
 	up := x.up
 	// x lives in the state released by relay: only locals from now on.
-	cc.giveBuf(x.ub)
-	x.ub = nil
+	cc.giveBuf(x.in.B)
+	x.in.B = nil
 	cc.relay(up.Stream())
 	up.Discard()
 }

@@ -2,158 +2,73 @@ package workers
 
 import (
 	"bytes"
-	"context"
-	"errors"
-	"io"
-	"syscall"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // tryUntilResponse sends the request (head b, then bodyRef) and, when its
 // body is complete, reads the response head; it sends it again where the
-// route's retry policy says so (or once on a stale pooled connection), to
-// another endpoint where there is one. On return, x.up is the connection
-// of the last try (nil if none connected) and, on success with
-// x.bodyDone, cc.ex.resp its response head. A try is repeated only while
-// the whole request is in b and bodyRef (x.bodyDone: nothing streams from
-// the client) and nothing of a response reached the client; a response
-// it repeats is read no further and its connection closed.
-func (x *exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []byte) error {
-	cc := x.cc
-	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
-	deadline := x.start.Add(timeout)
-	pol := &rt.retry
-	left := 0
-	if x.bodyDone {
-		left = pol.num
+// route's retry policy (exchange.Tries) says so, to another endpoint
+// where there is one. On return, x.up is the connection of the last try
+// (nil if none connected) and, on success with x.bodyDone, cc.ex.resp its
+// response head. A try is repeated only while the whole request is in b
+// and bodyRef (x.bodyDone: nothing streams from the client) and nothing
+// of a response reached the client; a response it repeats is read no
+// further and its connection closed.
+func (x *h1Exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []byte) error {
+	t := &x.tries
+	t.Start(&rt.retry, x.wc, x.start, rt.timeout, x.bodyDone, x.idempotent)
+	x.out, x.outBody = b, bodyRef
+	x.key = x.cc.hashKey(&rt.hashOn, x.head)
+	err := exchange.RoundTrip(t, x)
+	x.retries = t.Retries
+	if err == nil && x.bodyDone && t.PerTry() {
+		// The body is read within the request deadline, no longer the
+		// try's.
+		x.up.SetDeadline(t.Deadline())
 	}
-	key := cc.hashKey(&rt.hashOn, x.head)
-	prev, stale := -1, false
-	staleRetried := false
+	return err
+}
+
+var _ exchange.UpstreamTransport = (*h1Exchange)(nil)
+
+// Try sends the request once on a connection of the cluster's pool
+// (exchange.UpstreamTransport) and, when its body is complete, reads the
+// response head.
+func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, exchange.Try, error) {
+	// A stale pooled connection is caught by the retry of
+	// exchange.Tries, for a request that can be sent twice; any other
+	// takes a checked one.
 	var err error
-	for attempt := 0; ; attempt++ {
-		switch {
-		case attempt == 0:
-			// A stale pooled connection is caught by the retry below,
-			// for a request that can be sent twice; any other takes a
-			// checked one.
-			x.up, err = x.wc.AcquireKey(cc.m.ctx, key, !(x.idempotent && x.bodyDone))
-		case stale:
-			x.up, err = x.wc.AcquireFresh(cc.m.ctx, prev)
-		default:
-			x.up, err = x.wc.AcquireRetry(cc.m.ctx, key, prev)
+	x.up, err = x.wc.AcquireTry(x.cc.m.ctx, x.key, n, avoid, fresh, x.idempotent && x.bodyDone)
+	if err != nil {
+		x.up = nil
+		return 0, exchange.Try{Endpoint: -1, Interim: x.interim}, err
+	}
+	x.up.SetDeadline(tryDeadline)
+	err = x.sendHead(x.out, x.outBody)
+	status := 0
+	if err == nil && x.bodyDone {
+		// The response head may already be there; a stale pooled
+		// connection shows itself now, as EOF or a reset.
+		if err = x.readResponseHead(); err == nil {
+			status = int(x.cc.ex.resp.Status)
 		}
-		if err != nil {
-			x.up = nil
-			var ce *upstream.ConnectError
-			if left > 0 && pol.on&retryConnectFailure != 0 && errors.As(err, &ce) && time.Now().Before(deadline) {
-				// Nothing was sent: safe whatever the method.
-				left--
-				x.countRetry()
-				prev, stale = -1, false
-				continue
-			}
-			return err
-		}
-		tryDeadline := deadline
-		if pol.perTry > 0 {
-			tryDeadline = minTime(deadline, time.Now().Add(pol.perTry))
-		}
-		x.up.SetDeadline(tryDeadline)
-		err = x.sendHead(b, bodyRef)
-		if err == nil && x.bodyDone {
-			// The response head may already be there; a stale pooled
-			// connection shows itself now, as EOF or a reset.
-			err = x.readResponseHead()
-		}
-		prev, stale = x.up.EndpointIndex(), false
-		switch {
-		case err != nil && !staleRetried && attempt == 0 && x.retryable(err):
-			staleRetried, stale = true, true
-			x.retries++
-		case err != nil:
-			if left == 0 || x.interim || !x.mayResend(pol) || !retryOnError(pol.on, err) || !time.Now().Before(deadline) {
-				return err
-			}
-			// Hook (upstream resilience): the failed try counts for
-			// outlier detection.
-			x.wc.ReportStatus(prev, 0)
-			left--
-			x.countRetry()
-		case x.bodyDone && left > 0 && !x.interim && retryOnStatus(pol.on, int(cc.ex.resp.Status)) &&
-			x.mayResend(pol) && time.Now().Before(deadline):
-			// A response to repeat: never sent to the client, its
-			// connection closed rather than its body read.
-			x.wc.ReportStatus(prev, int(cc.ex.resp.Status))
-			left--
-			x.countRetry()
-		default:
-			if left < pol.num && x.bodyDone && err == nil && !retryOnStatus(pol.on, int(cc.ex.resp.Status)) {
-				x.wc.CountRetrySuccess()
-			}
-			if !x.bodyDone || err != nil || pol.perTry == 0 {
-				return err
-			}
-			// The body is read within the request deadline, no longer
-			// the try's.
-			x.up.SetDeadline(deadline)
-			return nil
-		}
+	}
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0, Interim: x.interim}, err
+}
+
+// Abandon closes the try's connection: a response to repeat is read no
+// further.
+func (x *h1Exchange) Abandon() {
+	if x.up != nil {
 		x.up.Discard()
 		x.up = nil
-		x.ur, x.uw = 0, 0
 	}
-}
-
-func (x *exchange) countRetry() {
-	x.retries++
-	x.wc.CountRetry()
-}
-
-// mayResend: the request's bytes reached the upstream, which may have
-// acted on them; only an idempotent request is sent again, unless the
-// route says retry_non_idempotent.
-func (x *exchange) mayResend(pol *retryPolicy) bool {
-	return x.idempotent || pol.nonIdempotent
-}
-
-// retryOnError reports whether a try that failed after its request was
-// sent (no response head, a timeout, a malformed response) is retried.
-func retryOnError(on retryOn, err error) bool {
-	if errors.Is(err, errClientBody) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var pe *http1.Error
-	switch {
-	case isTimeout(err):
-		// per_try_timeout (the request's own deadline is checked
-		// apart).
-		return on&(retryReset|retry5xx|retryGatewayError) != 0
-	case errors.As(err, &pe):
-		return on&retry5xx != 0
-	}
-	return on&(retryReset|retry5xx) != 0
-}
-
-// retryOnStatus reports whether a response with status is retried.
-func retryOnStatus(on retryOn, status int) bool {
-	switch {
-	case status < 500:
-		return false
-	case on&retry5xx != 0:
-		return true
-	}
-	return on&retryGatewayError != 0 && (status == 502 || status == 503 || status == 504)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	x.in.R, x.in.W = 0, 0
 }
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the
@@ -200,18 +115,4 @@ func cookieValue(header []byte, name string) ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// retryable: a request that met a stale pooled connection (closed by the
-// upstream while idle) is sent once more on a fresh one, when nothing of a
-// response came back, the whole body went with the head, and repeating the
-// request is safe.
-func (x *exchange) retryable(err error) bool {
-	if !x.up.Reused() || !x.bodyDone || x.uw > 0 || isTimeout(err) || errors.Is(err, errClientBody) {
-		return false
-	}
-	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return false
-	}
-	return x.idempotent
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -74,7 +75,8 @@ type h1State struct {
 	// response's to the connection's goroutine: both run at once.
 	reqChunks  http1.ChunkedDecoder
 	respChunks http1.ChunkedDecoder
-	xchg       exchange
+	xchg       h1Exchange
+	fwd        exchange.ForwardedFields // the upstream head's fields
 }
 
 var h1States = sync.Pool{New: func() any {
@@ -131,7 +133,7 @@ func (cc *clientConn) releaseState() {
 	}
 	if cc.ex != nil {
 		cc.ex.wbuf = cc.ex.wbuf[:0]
-		cc.ex.xchg = exchange{}
+		cc.ex.xchg = h1Exchange{}
 		h1States.Put(cc.ex)
 		cc.ex = nil
 		cc.hold(-h1StateBytes)

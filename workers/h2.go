@@ -178,7 +178,7 @@ func (m *Manager) goAwayHTTP2() {
 	}
 	h.upstreams.Range(func(_, v any) bool {
 		if u := v.(*h2Upstream); u != nil {
-			u.closeIdle()
+			u.pool.CloseIdle()
 		}
 		return true
 	})

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/workers/http1"
@@ -29,6 +30,7 @@ var _ http.Handler = (*h2Handler)(nil)
 type h2Request struct {
 	path []byte
 	head []byte
+	fwd  exchange.ForwardedFields // the upstream head's fields
 }
 
 var h2Requests = sync.Pool{New: func() any {
@@ -99,7 +101,7 @@ func (h *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		wc := lv.clusters[rt.index]
 		if rt.http2 {
-			h.proxyHTTP2(w, r, lv, rt, cc.m.http2UpstreamOf(view.snap, wc), start, &res)
+			h.proxyHTTP2(w, r, lv, rt, cc.m.http2UpstreamOf(view.snap, wc), hr, start, &res)
 		} else {
 			h.proxyHTTP1(w, r, lv, rt, wc, hr, start, &res)
 		}

@@ -1,13 +1,11 @@
 package workers
 
 import (
-	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -30,12 +28,14 @@ type h2Exchange struct {
 	idempotent bool
 	method     []byte // for the response's framing (HEAD)
 	// The upstream's read buffer and its unconsumed bytes.
-	ub     []byte
-	ur, uw int
+	in exchange.ReadBuffer
 	// pump reports the request body's end; nil while none runs.
 	pump    chan error
 	retries int
-	sent    int64 // body bytes written to the client
+	tries   exchange.Tries
+	out     []byte // the request head for the upstream
+	key     uint64 // hash_on key
+	sent    int64  // body bytes written to the client
 }
 
 func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *listenerView, rt *route, wc *upstream.WorkerCluster, hr *h2Request, start time.Time, res *h2Result) {
@@ -54,11 +54,11 @@ func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *liste
 	case "GET", "OPTIONS", "TRACE", "PUT", "DELETE":
 		x.idempotent = true
 	}
-	hr.head = h.cc.appendH2UpstreamHead(hr.head[:0], r, wc.Name(), x.hasBody)
+	hr.head = h.cc.appendH2UpstreamHead(hr.head[:0], &hr.fwd, r, wc.Name(), x.hasBody)
 	defer func() {
-		if x.ub != nil {
-			putBuf(x.ub)
-			x.ub = nil
+		if x.in.B != nil {
+			putBuf(x.in.B)
+			x.in.B = nil
 		}
 	}()
 	err := x.tryUntilResponse(lv, rt, hr.head, start)
@@ -101,188 +101,105 @@ func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *liste
 }
 
 // appendH2UpstreamHead writes the HTTP/1.1 request head for r: Host from
-// :authority, the hop-by-hop fields HTTP/2 forbids left out (x/net
-// already refuses requests that carry them), X-Forwarded-* and
-// X-Request-Id as HTTP/1.1 requests get them, and framing of the proxy's
-// own: Content-Length when the client declared it, otherwise chunked.
-func (cc *clientConn) appendH2UpstreamHead(b []byte, r *http.Request, upstreamHost string, hasBody bool) []byte {
-	b = append(b, r.Method...)
-	b = append(b, ' ')
-	b = append(b, r.RequestURI...)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	if r.Host != "" {
-		b = append(b, r.Host...)
-	} else {
-		b = append(b, upstreamHost...)
-	}
-	b = append(b, "\r\n"...)
-	ids := 0
-	var id string
+// :authority, the fields exchange.ForwardedFields keeps (x/net already
+// refuses requests that carry HTTP/1.1's hop-by-hop fields) and adds, and
+// framing of the proxy's own: Content-Length when the client declared
+// it, otherwise chunked.
+func (cc *clientConn) appendH2UpstreamHead(b []byte, fwd *exchange.ForwardedFields, r *http.Request, upstreamHost string, hasBody bool) []byte {
+	host := stringBytes(r.Host)
+	b = exchange.AppendHTTP1RequestLine(b, stringBytes(r.Method), stringBytes(r.RequestURI), host, upstreamHost)
+	fwd.Reset(cc.client(), host, false)
 	for name, values := range r.Header {
-		switch name {
-		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te",
-			"Trailer", "Host", "Content-Length":
-			continue
-		}
-		switch upstreamFieldOf(name, cc.settings.trustXFF) {
-		case fieldDrop, fieldForwardedFor:
-			continue // the proxy's own below, or never
-		case fieldRequestID:
-			ids += len(values)
-			if len(values) > 0 {
-				id = values[len(values)-1]
-			}
-			continue
-		}
-		for _, v := range values {
-			b = append(b, name...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
-	b = append(b, "X-Forwarded-For: "...)
-	if cc.settings.trustXFF {
-		for _, v := range r.Header["X-Forwarded-For"] {
-			if v != "" {
-				b = append(b, v...)
-				b = append(b, ", "...)
+		if takeHeader(fwd, name, values) {
+			for _, v := range values {
+				b = appendField(b, stringBytes(name), stringBytes(v))
 			}
 		}
 	}
-	b = append(b, cc.clientIP...)
-	// The connection's scheme, not :scheme: an absolute-form target's
-	// scheme over HTTP/1.1 is not believed either.
-	if cc.tls != nil {
-		b = append(b, "\r\nX-Forwarded-Proto: https\r\n"...)
-	} else {
-		b = append(b, "\r\nX-Forwarded-Proto: http\r\n"...)
-	}
-	if r.Host != "" {
-		b = append(b, "X-Forwarded-Host: "...)
-		b = append(b, r.Host...)
-		b = append(b, "\r\n"...)
-	}
-	b = append(b, "X-Request-Id: "...)
-	b = appendUpstreamRequestID(b, ids, stringBytes(id))
-	b = append(b, "\r\n"...)
+	b = fwd.AppendHTTP1(b)
 	switch {
 	case hasBody && r.ContentLength > 0:
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, r.ContentLength)
-		b = append(b, "\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, r.ContentLength)
 	case hasBody:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, exchange.BodyChunked)
 	case r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH":
 		// An empty body said so: some servers wait for a body of a
 		// POST that gives no length.
-		b = append(b, "Content-Length: 0\r\n"...)
+		b = exchange.AppendHTTP1Framing(b, 0)
 	}
 	return append(b, "\r\n"...)
 }
 
-// tryUntilResponse is h1retry.go's loop for an HTTP/2 request: it sends
-// the head and, for a request without a body, reads the response head,
-// trying again where the route's retry policy says so, or once on a
-// stale pooled connection. A request whose body streams from the client
-// is tried once (but a connect failure, where nothing was sent).
-func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, start time.Time) error {
-	cc := x.h.cc
-	ctx := x.r.Context()
-	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
-	deadline := start.Add(timeout)
-	pol := &rt.retry
-	left := 0
-	if !x.hasBody {
-		left = pol.num
+// takeHeader shows fwd every value of one http.Header entry and reports
+// whether the entry goes upstream as it is.
+func takeHeader(fwd *exchange.ForwardedFields, name string, values []string) bool {
+	keep := false
+	for _, v := range values {
+		keep = fwd.Take(stringBytes(name), stringBytes(v))
 	}
-	key := h2HashKey(&rt.hashOn, x.r, cc.clientIP)
-	prev, stale, staleRetried := -1, false, false
+	return keep
+}
+
+// tryUntilResponse sends the head and, for a request without a body,
+// reads the response head, trying again where the route's retry policy
+// (exchange.Tries) says so. A request whose body streams from the client
+// is tried once.
+func (x *h2Exchange) tryUntilResponse(lv *listenerView, rt *route, head []byte, start time.Time) error {
+	t := &x.tries
+	t.Start(&rt.retry, x.wc, start, rt.timeout, !x.hasBody, x.idempotent)
+	x.out = head
+	x.key = h2HashKey(&rt.hashOn, x.r, x.h.cc.clientIP)
+	err := exchange.RoundTrip(t, x)
+	x.retries = t.Retries
+	if err == nil && t.PerTry() {
+		x.up.SetDeadline(t.Deadline())
+	}
+	return err
+}
+
+var _ exchange.UpstreamTransport = (*h2Exchange)(nil)
+
+// Try sends the request once on a connection of the cluster's HTTP/1.1
+// pool (exchange.UpstreamTransport) and, when it has no body, reads the
+// response head.
+func (x *h2Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, exchange.Try, error) {
+	ctx := x.r.Context()
+	none := exchange.Try{Endpoint: -1}
+	if err := ctx.Err(); err != nil {
+		return 0, none, err // the client reset the stream: dial nothing
+	}
 	var err error
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err // the client reset the stream: dial nothing
+	x.up, err = x.wc.AcquireTry(ctx, x.key, n, avoid, fresh, x.idempotent && !x.hasBody)
+	if err != nil {
+		x.up = nil
+		return 0, none, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Reset while a connection was found: nothing was sent on it,
+		// so it goes back to the pool as it came.
+		x.up.Release(true)
+		x.up = nil
+		return 0, none, err
+	}
+	x.up.SetDeadline(tryDeadline)
+	_, err = x.up.Write(x.out)
+	status := 0
+	if err == nil && !x.hasBody {
+		if err = x.readResponseHead(); err == nil {
+			status = x.resp.Status
 		}
-		switch {
-		case attempt == 0:
-			x.up, err = x.wc.AcquireKey(ctx, key, !(x.idempotent && !x.hasBody))
-		case stale:
-			x.up, err = x.wc.AcquireFresh(ctx, prev)
-		default:
-			x.up, err = x.wc.AcquireRetry(ctx, key, prev)
-		}
-		if err != nil {
-			x.up = nil
-			var ce *upstream.ConnectError
-			if left > 0 && pol.on&retryConnectFailure != 0 && errors.As(err, &ce) && time.Now().Before(deadline) {
-				left--
-				x.countRetry()
-				prev, stale = -1, false
-				continue
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			// Reset while a connection was found: nothing was sent
-			// on it, so it goes back to the pool as it came.
-			x.up.Release(true)
-			x.up = nil
-			return err
-		}
-		tryDeadline := deadline
-		if pol.perTry > 0 {
-			tryDeadline = minTime(deadline, time.Now().Add(pol.perTry))
-		}
-		x.up.SetDeadline(tryDeadline)
-		_, err = x.up.Write(head)
-		if err == nil && !x.hasBody {
-			err = x.readResponseHead()
-		}
-		prev, stale = x.up.EndpointIndex(), false
-		switch {
-		case err != nil && !staleRetried && attempt == 0 && x.retryable(err):
-			staleRetried, stale = true, true
-			x.retries++
-		case err != nil:
-			if left == 0 || !(x.idempotent || pol.nonIdempotent) || !retryOnError(pol.on, err) || !time.Now().Before(deadline) {
-				return err
-			}
-			x.wc.ReportStatus(prev, 0)
-			left--
-			x.countRetry()
-		case !x.hasBody && left > 0 && retryOnStatus(pol.on, x.resp.Status) &&
-			(x.idempotent || pol.nonIdempotent) && time.Now().Before(deadline):
-			x.wc.ReportStatus(prev, x.resp.Status)
-			left--
-			x.countRetry()
-		default:
-			if left < pol.num && !x.hasBody && err == nil && !retryOnStatus(pol.on, x.resp.Status) {
-				x.wc.CountRetrySuccess()
-			}
-			if pol.perTry > 0 {
-				x.up.SetDeadline(deadline)
-			}
-			return nil
-		}
+	}
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0}, err
+}
+
+// Abandon closes the try's connection: a response to repeat is read no
+// further.
+func (x *h2Exchange) Abandon() {
+	if x.up != nil {
 		x.up.Discard()
 		x.up = nil
-		x.ur, x.uw = 0, 0
 	}
-}
-
-func (x *h2Exchange) countRetry() {
-	x.retries++
-	x.wc.CountRetry()
-}
-
-// retryable: as h1retry.go's, a safe request without a body that met a
-// pooled connection the upstream had closed goes once more on a fresh one.
-func (x *h2Exchange) retryable(err error) bool {
-	if !x.up.Reused() || x.hasBody || x.uw > 0 || isTimeout(err) || !x.idempotent {
-		return false
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
+	x.in.R, x.in.W = 0, 0
 }
 
 // h2HashKey is hashKey (h1retry.go) for an HTTP/2 request.

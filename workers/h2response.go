@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -17,44 +18,22 @@ import (
 // interim responses (100 Continue, 103) are dropped: x/net answers Expect
 // itself, when the handler first reads the body.
 func (x *h2Exchange) readResponseHead() error {
-	if x.ub == nil {
-		x.ub = getBuf()
+	if x.in.B == nil {
+		x.in.B = getBuf()
 	}
-	parse := x.ur < x.uw
-	for {
-		err := http1.ErrIncomplete
-		if parse {
-			err = x.resp.Parse(x.ub[x.ur:x.uw], http1.Limits{MaxHeadBytes: ioBufSize}, x.method)
-		}
-		if err == http1.ErrIncomplete {
-			if x.uw == len(x.ub) {
-				if x.ur == 0 {
-					return &http1.Error{Status: 502, Reason: "upstream response head too large"}
-				}
-				x.uw = copy(x.ub, x.ub[x.ur:x.uw])
-				x.ur = 0
-			}
-			n, err := x.up.Read(x.ub[x.uw:])
-			x.uw += n
-			if n == 0 {
-				if err == nil {
-					err = io.ErrNoProgress
-				}
-				return x.pumpErrorOr(err)
-			}
-			parse = bytes.IndexByte(x.ub[x.uw-n:x.uw], '\n') >= 0 || x.uw == len(x.ub)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if x.resp.Status >= 200 || x.resp.Status == 101 {
-			return nil
-		}
-		x.ur += x.resp.HeadLen
-		parse = x.ur < x.uw
-	}
+	return exchange.ReadHTTP1Head(x.up, &x.in, &x.resp, x.method, ioBufSize, x)
 }
+
+var _ exchange.HeadReadHooks = (*h2Exchange)(nil)
+
+// GrowReadBuffer is never asked for: the buffer is the largest already.
+func (x *h2Exchange) GrowReadBuffer() {}
+
+// InterimResponse drops a 1xx (exchange.HeadReadHooks).
+func (x *h2Exchange) InterimResponse([]byte) error { return nil }
+
+// ReadFailed is pumpErrorOr (exchange.HeadReadHooks).
+func (x *h2Exchange) ReadFailed(err error) error { return x.pumpErrorOr(err) }
 
 // pumpErrorOr prefers the body pump's error (the client's) to the
 // upstream read error it caused.
@@ -171,8 +150,8 @@ func (x *h2Exchange) fail(w http.ResponseWriter, err error, start time.Time) int
 // short after the head went out.
 func (x *h2Exchange) forwardResponse(w http.ResponseWriter) bool {
 	resp := &x.resp
-	head := x.ub[x.ur : x.ur+resp.HeadLen]
-	x.ur += resp.HeadLen
+	head := x.in.B[x.in.R : x.in.R+resp.HeadLen]
+	x.in.R += resp.HeadLen
 	hd := w.Header()
 	bodyless := resp.Framing == http1.FramingNone
 	for i := range resp.NFields {
@@ -209,7 +188,7 @@ func (x *h2Exchange) forwardResponse(w http.ResponseWriter) bool {
 		err = x.copyUntilClose(w)
 		upClean = false
 	}
-	if err != nil || x.ur != x.uw {
+	if err != nil || x.in.R != x.in.W {
 		upClean = false
 	}
 	if x.pump != nil {
@@ -231,19 +210,19 @@ func (x *h2Exchange) forwardResponse(w http.ResponseWriter) bool {
 
 // readUpstream reads more of the response body into ub.
 func (x *h2Exchange) readUpstream(deadline *time.Time) error {
-	if x.ur == x.uw {
-		x.ur, x.uw = 0, 0
-	} else if x.uw == len(x.ub) {
-		x.uw = copy(x.ub, x.ub[x.ur:x.uw])
-		x.ur = 0
+	if x.in.R == x.in.W {
+		x.in.R, x.in.W = 0, 0
+	} else if x.in.W == len(x.in.B) {
+		x.in.W = copy(x.in.B, x.in.B[x.in.R:x.in.W])
+		x.in.R = 0
 	}
 	d := x.h.cc.settings.idleTimeout
 	if now := time.Now(); deadline.IsZero() || now.Add(d).Sub(*deadline) > deadlineSlack {
 		*deadline = now.Add(d)
 		x.up.SetReadDeadline(*deadline)
 	}
-	n, err := x.up.Read(x.ub[x.uw:])
-	x.uw += n
+	n, err := x.up.Read(x.in.B[x.in.W:])
+	x.in.W += n
 	if n > 0 {
 		return nil
 	}
@@ -270,18 +249,18 @@ func (x *h2Exchange) write(w http.ResponseWriter, p []byte, flush bool) error {
 func (x *h2Exchange) copyLength(w http.ResponseWriter, n int64) error {
 	var deadline time.Time
 	for n > 0 {
-		if x.ur == x.uw {
+		if x.in.R == x.in.W {
 			if err := x.readUpstream(&deadline); err != nil {
 				return err
 			}
 		}
-		k := min(n, int64(x.uw-x.ur))
+		k := min(n, int64(x.in.W-x.in.R))
 		// The last bytes are not flushed: the handler's end sends them
 		// in the frame that ends the stream.
-		if err := x.write(w, x.ub[x.ur:x.ur+int(k)], k < n); err != nil {
+		if err := x.write(w, x.in.B[x.in.R:x.in.R+int(k)], k < n); err != nil {
 			return err
 		}
-		x.ur += int(k)
+		x.in.R += int(k)
 		n -= k
 	}
 	return nil
@@ -292,8 +271,8 @@ func (x *h2Exchange) copyChunked(w http.ResponseWriter) error {
 	d.Reset()
 	var deadline time.Time
 	for {
-		for x.ur < x.uw {
-			n, data, trailer, done, err := d.Next(x.ub[x.ur:x.uw])
+		for x.in.R < x.in.W {
+			n, data, trailer, done, err := d.Next(x.in.B[x.in.R:x.in.W])
 			if err != nil {
 				return &http1.Error{Status: 502, Reason: "upstream sent a malformed chunked body"}
 			}
@@ -308,10 +287,10 @@ func (x *h2Exchange) copyChunked(w http.ResponseWriter) error {
 			}
 			if done {
 				setTrailers(w.Header(), trailer)
-				x.ur += n
+				x.in.R += n
 				return nil
 			}
-			x.ur += n
+			x.in.R += n
 		}
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
@@ -344,11 +323,11 @@ func setTrailers(hd http.Header, trailer []byte) {
 func (x *h2Exchange) copyUntilClose(w http.ResponseWriter) error {
 	var deadline time.Time
 	for {
-		if x.ur < x.uw {
-			if err := x.write(w, x.ub[x.ur:x.uw], true); err != nil {
+		if x.in.R < x.in.W {
+			if err := x.write(w, x.in.B[x.in.R:x.in.W], true); err != nil {
 				return err
 			}
-			x.ur = x.uw
+			x.in.R = x.in.W
 		}
 		if err := x.readUpstream(&deadline); err != nil {
 			if err == io.EOF {

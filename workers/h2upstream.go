@@ -7,11 +7,12 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
 // HTTP/2 upstreams (clusters.http2 = true): each worker's view of such a
-// cluster keeps HTTP/2 client connections per endpoint (h2upstream_pool.go)
+// cluster keeps HTTP/2 client connections per endpoint (upstream.H2Pool)
 // and picks the endpoint per request with the cluster's balancer, as the
 // HTTP/1.1 path does (health, ejection, hash_on keys): a busy connection
 // carrying every request to one endpoint would make round_robin,
@@ -35,20 +36,27 @@ func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h
 		return v.(*h2Upstream)
 	}
 	var u *h2Upstream
-	if spec, ok := snap.h2Upstreams[wc.Name()]; ok {
-		u = newH2Upstream(wc, spec)
+	if opts, ok := snap.h2Upstreams[wc.Name()]; ok {
+		u = &h2Upstream{pool: upstream.NewH2Pool(wc, opts), wc: wc}
 		// Close ends every connection, busy or not: the transport's
 		// own goroutines end with them.
-		context.AfterFunc(m.ctx, u.closeAll)
+		context.AfterFunc(m.ctx, u.pool.CloseAll)
 	}
 	v, _ := h.upstreams.LoadOrStore(wc, u)
 	return v.(*h2Upstream)
 }
 
+// h2Upstream is a worker's view of a cluster that speaks HTTP/2: its
+// multiplexed pool.
+type h2Upstream struct {
+	pool *upstream.H2Pool
+	wc   *upstream.WorkerCluster
+}
+
 // proxyHTTP2 forwards r to an HTTP/2 upstream through u.
 // request_timeout (or the route's timeout) bounds the wait for the
 // response head; the body then streams for as long as it flows.
-func (h *h2Handler) proxyHTTP2(w http.ResponseWriter, r *http.Request, lv *listenerView, rt *route, u *h2Upstream, start time.Time, res *h2Result) {
+func (h *h2Handler) proxyHTTP2(w http.ResponseWriter, r *http.Request, lv *listenerView, rt *route, u *h2Upstream, hr *h2Request, start time.Time, res *h2Result) {
 	cc := h.cc
 	out := &http.Request{
 		Method:     r.Method,
@@ -60,14 +68,14 @@ func (h *h2Handler) proxyHTTP2(w http.ResponseWriter, r *http.Request, lv *liste
 		Trailer:    r.Trailer,
 	}
 	*out.URL = *r.URL
-	out.URL.Scheme, out.URL.Host = u.scheme, u.wc.Name()
+	out.URL.Scheme, out.URL.Host = u.pool.Scheme(), u.wc.Name()
 	replayable := true
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		// The body streams from the client: it is sent once.
 		out.Body, out.ContentLength = r.Body, r.ContentLength
 		replayable = false
 	}
-	cc.copyH2UpstreamHeader(out.Header, r)
+	cc.copyH2UpstreamHeader(out.Header, &hr.fwd, r)
 	try := h2TryRequest{
 		out:        out,
 		ctx:        r.Context(),
@@ -122,63 +130,27 @@ func idempotentMethod(m string) bool {
 }
 
 // copyH2UpstreamHeader is appendH2UpstreamHead's field list for an HTTP/2
-// upstream request: "TE: trailers" is the one TE HTTP/2 allows.
-func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, r *http.Request) {
-	ids := 0
-	var id string
+// upstream request: the fields exchange.ForwardedFields keeps and adds.
+func (cc *clientConn) copyH2UpstreamHeader(dst http.Header, fwd *exchange.ForwardedFields, r *http.Request) {
+	fwd.Reset(cc.client(), stringBytes(r.Host), true)
 	for k, vs := range r.Header {
-		if k == "Te" {
-			for _, v := range vs {
-				if v == "trailers" {
-					dst["Te"] = []string{"trailers"}
-				}
-			}
-			continue
+		if takeHeader(fwd, k, vs) {
+			dst[k] = vs
 		}
-		if h2HopByHop(k) {
-			continue
-		}
-		switch upstreamFieldOf(k, cc.settings.trustXFF) {
-		case fieldDrop, fieldForwardedFor:
-			continue // the proxy's own below, or never
-		case fieldRequestID:
-			ids += len(vs)
-			if len(vs) > 0 {
-				id = vs[len(vs)-1]
-			}
-			continue
-		}
-		dst[k] = vs
 	}
-	xff := string(cc.clientIP)
-	if prior := r.Header["X-Forwarded-For"]; cc.settings.trustXFF && len(prior) > 0 {
-		xff = joinXFF(prior, xff)
-	}
-	dst["X-Forwarded-For"] = []string{xff}
-	if cc.tls != nil { // the connection's scheme, not :scheme
-		dst["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		dst["X-Forwarded-Proto"] = []string{"http"}
-	}
-	if r.Host != "" {
-		dst["X-Forwarded-Host"] = []string{r.Host}
-	}
-	if ids == 1 && validRequestID(stringBytes(id)) {
-		dst["X-Request-Id"] = []string{id}
-	} else {
-		dst["X-Request-Id"] = []string{string(appendRequestID(nil))}
-	}
+	addOwnFields(dst, fwd)
 }
 
-func joinXFF(prior []string, client string) string {
-	var b []byte
-	for _, v := range prior {
-		if v != "" {
-			b = append(b, v...)
-			b = append(b, ", "...)
+// addOwnFields adds the fields the proxy writes itself to an HTTP/2
+// upstream request's header.
+func addOwnFields(dst http.Header, fwd *exchange.ForwardedFields) {
+	for {
+		name, value, ok := fwd.Own()
+		if !ok {
+			return
 		}
+		dst[name] = []string{string(value)}
 	}
-	return string(append(b, client...))
 }
 
 // h2HopByHop: fields of one connection, which HTTP/2 forbids in a message

@@ -169,7 +169,7 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 	if err != nil {
 		return nil, err
 	}
-	target.Scheme, target.Host = u.scheme, u.wc.Name()
+	target.Scheme, target.Host = u.pool.Scheme(), u.wc.Name()
 	out := &http.Request{
 		Method:     string(req.Method.Bytes(head)),
 		URL:        target,
@@ -178,48 +178,15 @@ func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, e
 		Header:     make(http.Header, req.NFields+4),
 		Host:       string(req.Host.Bytes(head)),
 	}
-	ids := 0
-	var id []byte
+	fwd := &cc.ex.fwd
+	fwd.Reset(cc.client(), req.Host.Bytes(head), true)
 	for i := range req.NFields {
-		f := &req.Fields[i]
-		name := f.Name.Bytes(head)
-		if f.Hop || http1.EqualFold(name, "host") {
-			continue
-		}
-		switch upstreamFieldOf(bytesString(name), cc.settings.trustXFF) {
-		case fieldDrop, fieldForwardedFor:
-			continue // the proxy's own below, or never
-		case fieldRequestID:
-			ids++
-			id = f.Value.Bytes(head)
-			continue
-		}
-		k := http.CanonicalHeaderKey(string(name))
-		out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
-	}
-	xff := string(cc.clientIP)
-	if cc.settings.trustXFF {
-		var prior []string
-		for i := range req.NFields {
-			f := &req.Fields[i]
-			if http1.EqualFold(f.Name.Bytes(head), "x-forwarded-for") {
-				prior = append(prior, string(f.Value.Bytes(head)))
-			}
-		}
-		if len(prior) > 0 {
-			xff = joinXFF(prior, xff)
+		if f := &req.Fields[i]; !f.Hop && fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
+			k := http.CanonicalHeaderKey(string(f.Name.Bytes(head)))
+			out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
 		}
 	}
-	out.Header["X-Forwarded-For"] = []string{xff}
-	if cc.tls != nil {
-		out.Header["X-Forwarded-Proto"] = []string{"https"}
-	} else {
-		out.Header["X-Forwarded-Proto"] = []string{"http"}
-	}
-	if out.Host != "" {
-		out.Header["X-Forwarded-Host"] = []string{out.Host}
-	}
-	out.Header["X-Request-Id"] = []string{string(appendUpstreamRequestID(nil, ids, id))}
+	addOwnFields(out.Header, fwd)
 	return out, nil
 }
 

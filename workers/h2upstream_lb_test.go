@@ -300,3 +300,33 @@ func TestH2UpstreamPerTryTimeout(t *testing.T) {
 		t.Errorf("the slow endpoint's timeouts were not reported: %+v", st.Endpoints[0])
 	}
 }
+
+// TestH2UpstreamStreamedBodyIsNoRetrySuccess: a request whose body
+// streams from the client is tried once, so its response is no retry's
+// success, whatever the route's num_retries: upstream_rq_retry_success
+// stays 0. (The HTTP/2 upstream's own retry loop counted every such
+// response as one before the one retry policy, exchange.Tries, replaced
+// it.)
+func TestH2UpstreamStreamedBodyIsNoRetrySuccess(t *testing.T) {
+	good := newCountedH2C(t, "good", 200)
+	cfg := h2ClusterConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, new(2) }, good.addr)
+	m := startManager(t, cfg, 1)
+	h2 := h2cClient(t)
+	const posts = 3
+	for i := range posts {
+		req := newReq(t, "POST", "http://"+addr(t, m, "web")+"/post", strings.NewReader("payload"))
+		resp, body := h2Do(t, h2, req)
+		if resp.StatusCode != 200 || body != "good payload" {
+			t.Fatalf("POST %d: %d %q, want 200 \"good payload\"", i, resp.StatusCode, body)
+		}
+	}
+	if n := good.requests.Load(); n != posts {
+		t.Fatalf("the endpoint got %d requests, want %d: the test proves nothing", n, posts)
+	}
+	if n := counter(m, "cluster.backend.upstream_rq_retry"); n != 0 {
+		t.Errorf("upstream_rq_retry = %d, want 0", n)
+	}
+	if n := counter(m, "cluster.backend.upstream_rq_retry_success"); n != 0 {
+		t.Errorf("upstream_rq_retry_success = %d, want 0 (no request was retried)", n)
+	}
+}

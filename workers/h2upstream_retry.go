@@ -8,10 +8,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
-// h1retry.go's loop for a request to an HTTP/2 upstream: a try that fails
+// A request to an HTTP/2 upstream, through exchange.RoundTrip: a try that fails
 // to connect, is reset before its response head, exceeds per_try_timeout
 // or answers a status the route's retry_on names is tried again, on
 // another endpoint where there is one, while num_retries and the request
@@ -40,101 +41,102 @@ type h2Reply struct {
 	done     func()
 }
 
-// roundTrip sends req through u, trying again as rt's retry policy says.
-// The request timeout (rt's, or the listener's request_timeout) bounds
-// the tries and the wait for the response head, per_try_timeout each
-// try's wait.
+// roundTrip sends req through u, trying again as rt's retry policy
+// (exchange.Tries) says. The request timeout (rt's, or the listener's
+// request_timeout) bounds the tries and the wait for the response head,
+// per_try_timeout each try's wait.
 func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req *h2TryRequest) (h2Reply, error) {
-	var reply h2Reply
-	timeout := rt.timeout // the route's, or the listener's: resolved when compiled
-	deadline := start.Add(timeout)
-	pol := &rt.retry
-	left := 0
-	if req.replayable {
-		left = pol.num
-	}
-	mayResend := req.idempotent || pol.nonIdempotent
-	avoid := -1
-	for attempt := 0; ; attempt++ {
-		try := &h2Try{key: req.key, avoid: avoid, retry: attempt > 0, endpoint: -1}
-		resp, cancel, err := u.tryOnce(req, try, deadline, pol.perTry)
-		if try.addr != "" {
-			reply.endpoint = try.addr
+	x := &h2UpstreamExchange{u: u, req: req}
+	t := &x.tries
+	t.Start(&rt.retry, u.wc, start, rt.timeout, req.replayable, req.idempotent)
+	err := exchange.RoundTrip(t, x)
+	x.reply.retries = t.Retries
+	try, resp, cancel := x.try, x.resp, x.cancel
+	if err != nil {
+		try.Finish()
+		cancel()
+		// The request's own deadline running out says nothing of the
+		// endpoint (per_try_timeout does).
+		timedOut := exchange.IsTimeout(err) && !time.Now().Before(t.Deadline())
+		if try.Endpoint >= 0 && exchange.Blames(err) && !timedOut && !isConnectError(err) {
+			u.wc.ReportStatus(try.Endpoint, 0)
 		}
-		var ce *upstream.ConnectError
-		switch {
-		case err != nil && errors.As(err, &ce):
-			// Nothing was sent: safe whatever the method.
-			try.finish()
-			cancel()
-			if left == 0 || pol.on&retryConnectFailure == 0 || !time.Now().Before(deadline) {
-				return reply, err
-			}
-		case err != nil:
-			try.finish()
-			cancel()
-			if try.endpoint < 0 || errors.Is(err, context.Canceled) || errors.Is(err, upstream.ErrOverflow) || errors.Is(err, errClientBody) {
-				// No endpoint to blame: a breaker, the client gone
-				// or its body malformed.
-				return reply, err
-			}
-			timedOut := errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline)
-			if !timedOut {
-				// Reset, a malformed response, per_try_timeout: the
-				// endpoint failed after the connect.
-				u.wc.ReportStatus(try.endpoint, 0)
-			}
-			if timedOut || left == 0 || !mayResend || !retryOnError(pol.on, err) || !time.Now().Before(deadline) {
-				return reply, err
-			}
-		default:
-			u.wc.ReportStatus(try.endpoint, resp.StatusCode)
-			if left > 0 && retryOnStatus(pol.on, resp.StatusCode) && mayResend && time.Now().Before(deadline) {
-				// A response to repeat: never sent to the client,
-				// its stream reset rather than its body read.
-				cancel()
-				resp.Body.Close()
-				try.finish()
-				break
-			}
-			if left < pol.num && !retryOnStatus(pol.on, resp.StatusCode) {
-				u.wc.CountRetrySuccess()
-			}
-			reply.resp = resp
-			reply.done = func() {
-				resp.Body.Close()
-				cancel()
-				try.finish()
-			}
-			return reply, nil
-		}
-		left--
-		reply.retries++
-		u.wc.CountRetry()
-		avoid = try.endpoint
+		return x.reply, err
 	}
+	u.wc.ReportStatus(try.Endpoint, resp.StatusCode)
+	x.reply.resp = resp
+	x.reply.done = func() {
+		resp.Body.Close()
+		cancel()
+		try.Finish()
+	}
+	return x.reply, nil
+}
+
+// h2UpstreamExchange is one request's tries on an HTTP/2 upstream
+// (exchange.UpstreamTransport): the last try, its response and the
+// cancel that ends its stream.
+type h2UpstreamExchange struct {
+	u      *h2Upstream
+	req    *h2TryRequest
+	tries  exchange.Tries
+	reply  h2Reply
+	try    *upstream.H2Try
+	resp   *http.Response
+	cancel context.CancelFunc
+}
+
+var _ exchange.UpstreamTransport = (*h2UpstreamExchange)(nil)
+
+// Try sends one try of the request through the transport, whose pool
+// picks the endpoint (the transport retries a stale connection itself:
+// no Stale).
+func (x *h2UpstreamExchange) Try(n, avoid int, _ bool, tryDeadline time.Time) (int, exchange.Try, error) {
+	x.try = &upstream.H2Try{Key: x.req.key, Avoid: avoid, Retry: n > 0, Endpoint: -1}
+	var err error
+	x.resp, x.cancel, err = x.u.tryOnce(x.req, x.try, tryDeadline)
+	if x.try.Addr != "" {
+		x.reply.endpoint = x.try.Addr
+	}
+	status := 0
+	if err == nil {
+		status = x.resp.StatusCode
+	}
+	return status, exchange.Try{Endpoint: x.try.Endpoint}, err
+}
+
+// Abandon resets the try's stream: a response to repeat is never sent
+// to the client, nor its body read.
+func (x *h2UpstreamExchange) Abandon() {
+	if x.resp != nil {
+		x.resp.Body.Close()
+		x.resp = nil
+	}
+	x.cancel()
+	x.try.Finish()
+}
+
+func isConnectError(err error) bool {
+	var ce *upstream.ConnectError
+	return errors.As(err, &ce)
 }
 
 // tryOnce sends one try of req and waits for its response head until the
 // request's deadline or, sooner, per_try_timeout. cancel ends the try's
 // stream: after the response's body, or at once for a try given up. A
 // try that ran out of time fails with context.DeadlineExceeded.
-func (u *h2Upstream) tryOnce(req *h2TryRequest, try *h2Try, deadline time.Time, perTry time.Duration) (*http.Response, context.CancelFunc, error) {
-	ctx, cancel := context.WithCancel(context.WithValue(req.ctx, h2TryKey{}, try))
+func (u *h2Upstream) tryOnce(req *h2TryRequest, try *upstream.H2Try, tryDeadline time.Time) (*http.Response, context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(upstream.WithH2Try(req.ctx, try))
 	if err := req.ctx.Err(); err != nil {
 		return nil, cancel, err // the client reset the stream: send nothing
 	}
-	wait := time.Until(deadline)
-	if perTry > 0 && perTry < wait {
-		wait = perTry
-	}
-	timer := time.AfterFunc(wait, cancel)
+	timer := time.AfterFunc(time.Until(tryDeadline), cancel)
 	out := req.out.WithContext(ctx)
 	if len(req.body) > 0 {
 		out.Body = io.NopCloser(bytes.NewReader(req.body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(req.body)), nil }
 	}
-	resp, err := u.t.RoundTrip(out)
+	resp, err := u.pool.RoundTrip(out)
 	if !timer.Stop() && err != nil && errors.Is(err, context.Canceled) && req.ctx.Err() == nil {
 		err = context.DeadlineExceeded // the timer, not the client
 	}

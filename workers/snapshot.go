@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -40,19 +41,13 @@ type Snapshot struct {
 	clusters map[string]*upstream.Cluster
 	// h2Upstreams are how the clusters that speak HTTP/2 are spoken to,
 	// by name; a cluster not in it speaks HTTP/1.1.
-	h2Upstreams map[string]h2UpstreamSpec
+	h2Upstreams map[string]upstream.H2PoolOptions
 	// views[w] is worker w's view of every cluster, by name.
 	views []map[string]*upstream.WorkerCluster
 
 	// The process-wide socket settings, fixed when the Manager is built.
 	reusePort      bool // one SO_REUSEPORT socket per worker and listener
 	maxConnections int  // server.max_connections; 0: from the open-file limit
-}
-
-// h2UpstreamSpec is a cluster's HTTP/2 transport, compiled.
-type h2UpstreamSpec struct {
-	tls         bool          // https, ALPN h2; else cleartext prior knowledge
-	idleTimeout time.Duration // a pooled connection idle this long closes
 }
 
 // Clusters returns the snapshot's clusters, sorted by name: the main side
@@ -131,27 +126,10 @@ type route struct {
 	// listener's request_timeout), its retry policy, and what its
 	// cluster hashes.
 	timeout time.Duration
-	retry   retryPolicy
+	retry   exchange.RetryPolicy
 	hashOn  hashSource
 	http2   bool // its cluster speaks HTTP/2 (clusters.http2)
 }
-
-// retryPolicy is a route's retry_on, compiled.
-type retryPolicy struct {
-	on            retryOn
-	num           int           // retries of one request at most
-	perTry        time.Duration // 0: no bound per try
-	nonIdempotent bool          // retry_non_idempotent
-}
-
-type retryOn uint8
-
-const (
-	retryConnectFailure retryOn = 1 << iota
-	retryReset
-	retry5xx
-	retryGatewayError
-)
 
 // hashSource is a cluster's hash_on, compiled: where the data path finds
 // a request's key.
@@ -226,7 +204,7 @@ func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, e
 		id:             id,
 		listeners:      make(map[string]*listenerSnap, len(cfg.Listeners)),
 		clusters:       make(map[string]*upstream.Cluster, len(cfg.Clusters)),
-		h2Upstreams:    map[string]h2UpstreamSpec{},
+		h2Upstreams:    map[string]upstream.H2PoolOptions{},
 		reusePort:      cfg.Server.ReusePortEnabled(),
 		maxConnections: cfg.Server.MaxConnections,
 	}
@@ -238,7 +216,7 @@ func compileSnapshot(cfg *config.Config, id Identity, workers int) (*Snapshot, e
 		}
 		s.clusters[cs.Name] = c
 		if cs.HTTP2 {
-			s.h2Upstreams[cs.Name] = h2UpstreamSpec{tls: cs.TLS != nil, idleTimeout: cs.IdleTimeout.D()}
+			s.h2Upstreams[cs.Name] = upstream.H2PoolOptions{TLS: cs.TLS != nil, IdleTimeout: cs.IdleTimeout.D()}
 		}
 	}
 	replacer := strings.NewReplacer(
@@ -408,22 +386,22 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 }
 
 // compileRetry turns a validated route's retry keys into its policy.
-func compileRetry(rs *config.Route) retryPolicy {
-	p := retryPolicy{perTry: rs.PerTryTimeout.D(), nonIdempotent: rs.RetryNonIdempotent}
+func compileRetry(rs *config.Route) exchange.RetryPolicy {
+	p := exchange.RetryPolicy{PerTry: rs.PerTryTimeout.D(), NonIdempotent: rs.RetryNonIdempotent}
 	for _, c := range rs.RetryOn {
 		switch c {
 		case config.RetryConnectFailure:
-			p.on |= retryConnectFailure
+			p.On |= exchange.RetryConnectFailure
 		case config.RetryReset:
-			p.on |= retryReset
+			p.On |= exchange.RetryReset
 		case config.Retry5xx:
-			p.on |= retry5xx
+			p.On |= exchange.Retry5xx
 		case config.RetryGatewayError:
-			p.on |= retryGatewayError
+			p.On |= exchange.RetryGatewayError
 		}
 	}
-	if rs.NumRetries != nil && p.on != 0 {
-		p.num = *rs.NumRetries
+	if rs.NumRetries != nil && p.On != 0 {
+		p.Num = *rs.NumRetries
 	}
 	return p
 }

@@ -42,7 +42,10 @@ var layers = map[string][]string{
 
 	"tlsconf":  {"config", "stats"},
 	"upstream": {"config", "stats"},
-	"workers": {"config", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+	// The exchange core: one proxied request, whatever the protocols;
+	// below the front ends and workers that run it, above the transports.
+	"exchange": {"upstream", "workers/http1"},
+	"workers": {"config", "exchange", "stats", "upstream", "internal/accesslog", "internal/ratelog",
 		"workers/http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
 	"workers/http1":    nil,

@@ -1,11 +1,13 @@
-package workers
+package exchange
 
-import "strings"
+import (
+	"math/rand/v2"
+	"strings"
+)
 
-// What the proxy does with a client's request field on its way upstream,
-// one decision for the four request-head writers (HTTP/1.1 or HTTP/2
-// client, HTTP/1.1 or HTTP/2 upstream), beside the hop-by-hop rules each
-// protocol has.
+// What the proxy does with a client's request field on its way upstream:
+// one decision for every pair of client and upstream protocol, taken by
+// ForwardedFields.
 //
 // The fields that say who the client is and how it came (X-Forwarded-*,
 // Forwarded, X-Real-IP) and the request id are the proxy's to set: a
@@ -79,6 +81,22 @@ func upstreamFieldOf(name string, trusted bool) upstreamField {
 	return fieldForward
 }
 
+// equalFold reports whether name is lower but for ASCII case.
+func equalFold(name []byte, lower string) bool {
+	if len(name) != len(lower) {
+		return false
+	}
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // foldName reports whether name is lower (lower case, '-' between
 // words) but for case and '_' in place of '-'.
 func foldName(name, lower string) bool {
@@ -124,14 +142,41 @@ func validRequestID(id []byte) bool {
 	return true
 }
 
-// appendUpstreamRequestID appends the X-Request-Id value the upstream
-// gets: the client's when it sent exactly one and it is valid (ids counts
-// the client's X-Request-Id fields, id is the last one's value), a new
-// one otherwise — two ids are one too many to choose from, and an
-// invalid one is not passed on.
-func appendUpstreamRequestID(b []byte, ids int, id []byte) []byte {
-	if ids == 1 && validRequestID(id) {
-		return append(b, id...)
+// appendRequestID appends 32 random hex digits. Not a secret: math/rand
+// is enough to tell requests apart.
+func appendRequestID(b []byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	for range 2 {
+		v := rand.Uint64()
+		for range 16 {
+			b = append(b, hexDigits[v&15])
+			v >>= 4
+		}
 	}
-	return appendRequestID(b)
+	return b
+}
+
+// hopByHop reports whether name is a field of one connection, never
+// forwarded as it is (RFC 9110 §7.6.1, RFC 9113 §8.2.2), or one the
+// proxy writes itself: Host (from the request's authority) and
+// Content-Length (from the body's framing). An HTTP/1.1 front end also
+// leaves out the fields its Connection header names.
+func hopByHop(name []byte) bool {
+	switch len(name) {
+	case 2:
+		return equalFold(name, "te")
+	case 4:
+		return equalFold(name, "host")
+	case 7:
+		return equalFold(name, "upgrade") || equalFold(name, "trailer")
+	case 10:
+		return equalFold(name, "connection") || equalFold(name, "keep-alive")
+	case 14:
+		return equalFold(name, "content-length")
+	case 16:
+		return equalFold(name, "proxy-connection")
+	case 17:
+		return equalFold(name, "transfer-encoding")
+	}
+	return false
 }

@@ -1,0 +1,83 @@
+package exchange
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/hotproxy/hotproxy/workers/http1"
+)
+
+// ReadBuffer is an HTTP/1.1 upstream connection's read buffer: B[R:W]
+// has been read and not yet consumed.
+type ReadBuffer struct {
+	B    []byte
+	R, W int
+}
+
+// HeadReadHooks is what ReadHTTP1Head asks of the front end whose request
+// the response answers.
+type HeadReadHooks interface {
+	// GrowReadBuffer replaces the buffer, smaller than the largest
+	// head, with one as large, holding its unread bytes at its start.
+	GrowReadBuffer()
+	// InterimResponse is given each interim response head (1xx but
+	// 101): 100 Continue, 103 Early Hints. An HTTP/1.1 client gets it;
+	// an HTTP/2 server answers Expect itself.
+	InterimResponse(head []byte) error
+	// ReadFailed returns the error a failed read of the upstream ends
+	// the exchange with: the request body pump's, when it failed first
+	// (the client's fault), before the read's.
+	ReadFailed(err error) error
+}
+
+// ReadHTTP1Head reads from up into rb until resp holds the final response
+// head (a status of 200 or more, or 101), parsed in place: its spans are
+// of rb.B[rb.R:]. method is what the parser needs of the request's
+// (HEAD changes the framing). A head larger than maxHead, the largest
+// buffer, is a 502.
+func ReadHTTP1Head(up io.Reader, rb *ReadBuffer, resp *http1.Response, method []byte, maxHead int, fe HeadReadHooks) error {
+	// As for request heads: parse again only once a line has ended (or
+	// the buffer is full), not after every read.
+	parse := rb.R < rb.W
+	for {
+		err := http1.ErrIncomplete
+		if parse {
+			err = resp.Parse(rb.B[rb.R:rb.W], http1.Limits{MaxHeadBytes: maxHead}, method)
+		}
+		if err == http1.ErrIncomplete {
+			if rb.W == len(rb.B) {
+				switch {
+				case rb.R > 0:
+					rb.W = copy(rb.B, rb.B[rb.R:rb.W])
+					rb.R = 0
+				case len(rb.B) < maxHead:
+					fe.GrowReadBuffer() // the head is parsed again
+				default:
+					return &http1.Error{Status: 502, Reason: "upstream response head too large"}
+				}
+			}
+			n, err := up.Read(rb.B[rb.W:])
+			rb.W += n
+			if n == 0 {
+				if err == nil {
+					err = io.ErrNoProgress
+				}
+				return fe.ReadFailed(err)
+			}
+			parse = bytes.IndexByte(rb.B[rb.W-n:rb.W], '\n') >= 0 || rb.W == len(rb.B)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if resp.Status >= 200 || resp.Status == 101 {
+			return nil
+		}
+		interim := rb.B[rb.R : rb.R+resp.HeadLen]
+		rb.R += resp.HeadLen
+		if err := fe.InterimResponse(interim); err != nil {
+			return err
+		}
+		parse = rb.R < rb.W
+	}
+}
