@@ -17,7 +17,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" at the deadline on a loaded machine (golang/go#75804).
 FUZZTIME ?= 20000x
-FUZZ_TARGETS = ./config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest ./workers/http1:FuzzRequestVsNetHTTP ./workers/http1:FuzzResponseVsNetHTTP ./workers/http1:FuzzChunkedVsNetHTTP
+FUZZ_TARGETS = ./config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest ./workers/http1:FuzzRequestVsNetHTTP ./workers/http1:FuzzResponseVsNetHTTP ./workers/http1:FuzzChunkedVsNetHTTP ./workers/h2:FuzzRequestVsXNet
 
 .PHONY: all build run test check unit integration fuzz bench clean image
 

@@ -49,6 +49,7 @@ var layers = map[string][]string{
 		"workers/http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
 	"workers/http1":    nil,
+	"workers/h2":       nil, // our HTTP/2 engine: x/net's Framer and hpack only
 	"workers/steering": nil,
 
 	"hotrestart":                           {"internal/ratelog", "internal/safefile", "internal/unixsock"},
@@ -76,7 +77,7 @@ var layers = map[string][]string{
 // read a raw config.Config (DESIGN §2: "nothing below the snapshot builder
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
-var configFree = []string{"shm", "stats", "workers/http1", "workers/steering",
+var configFree = []string{"shm", "stats", "workers/http1", "workers/h2", "workers/steering",
 	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw

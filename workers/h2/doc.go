@@ -1,0 +1,31 @@
+// Package h2 is hotproxy's own HTTP/2 connection engine (RFC 9113), built on
+// golang.org/x/net/http2's Framer and hpack codecs only (not its Server,
+// Transport or net/http types). It imports nothing of the project.
+//
+// The server side: NewServerConn wraps an accepted net.Conn (TLS with ALPN
+// "h2", or h2c with prior knowledge), Serve runs the frame read loop in the
+// calling goroutine and calls Handler.ServeH2 once per request, on a small
+// pool of goroutines owned by the connection (at most MaxConcurrentStreams,
+// reused from stream to stream: no goroutine is started per stream once the
+// pool is warm). A request whose whole body arrives within
+// MaxRequestBodyBuffer is handed over buffered (Stream.Body); a larger one
+// streams through Stream.Read. Responses go out through
+// Stream.WriteHeaders, Write, WriteTrailers and CloseWrite; frames of every
+// stream are coalesced into one write system call by a single writer
+// goroutine per connection.
+//
+//	sc := h2.NewServerConn(conn, preread, &h2.ServerConfig{}, handler)
+//	go func() { <-draining; sc.Shutdown() }()
+//	err := sc.Serve()
+//
+// Protections against the known HTTP/2 attacks are built in and tuned by
+// ServerConfig: Rapid Reset (streams count against MaxConcurrentStreams
+// until their handler returns, and resets are rate-limited), CONTINUATION
+// floods (MaxHeaderBlockBytes), HPACK bombs (HeaderTableSize,
+// MaxHeaderListSize), control-frame reply floods (MaxQueuedControlFrames),
+// empty-frame floods, WINDOW_UPDATE overflow, stream-id exhaustion and
+// clients that stop reading (WriteStallTimeout).
+//
+// The shared primitives (flow.go, settings.go, headers.go, writebuf.go) are
+// side-neutral: the client side of this package reuses them.
+package h2
