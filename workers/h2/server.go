@@ -112,7 +112,7 @@ var (
 	ErrBadPreface = errors.New("h2: client preface missing or invalid")
 )
 
-var clientPreface = []byte(http2.ClientPreface)
+var serverWantsPreface = []byte(http2.ClientPreface)
 
 // shutdownPing is the payload of the PING a graceful Shutdown sends.
 var shutdownPing = [8]byte{'h', 'p', 'd', 'r', 'a', 'i', 'n', 0}
@@ -295,7 +295,7 @@ func (sc *ServerConn) StreamsInFlight() int {
 func (sc *ServerConn) Serve() error {
 	defer sc.conn.Close()
 	var preface [24]byte
-	if _, err := io.ReadFull(sc.br, preface[:]); err != nil || !bytes.Equal(preface[:], clientPreface) {
+	if _, err := io.ReadFull(sc.br, preface[:]); err != nil || !bytes.Equal(preface[:], serverWantsPreface) {
 		close(sc.writerDone)
 		if err == nil {
 			err = ErrBadPreface
