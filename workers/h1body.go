@@ -181,23 +181,6 @@ func (x *h1Exchange) pumpBody() (err error) {
 	}
 }
 
-// pumpErrorOr prefers the body pump's error (the client's fault) over the
-// upstream read error it caused.
-func (x *h1Exchange) pumpErrorOr(err error) error {
-	if x.pump == nil {
-		return err
-	}
-	select {
-	case perr := <-x.pump:
-		x.pump = nil
-		if perr != nil {
-			return perr
-		}
-	default:
-	}
-	return err
-}
-
 // waitPump ends the body pump: stopped at once (stop) or waited for.
 // It returns the pump's error.
 func (x *h1Exchange) waitPump(stop bool) error {

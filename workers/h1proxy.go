@@ -249,8 +249,8 @@ func (x *h1Exchange) InterimResponse(head []byte) error {
 	return cc.write(h)
 }
 
-// ReadFailed is pumpErrorOr (exchange.HeadReadHooks).
-func (x *h1Exchange) ReadFailed(err error) error { return x.pumpErrorOr(err) }
+// ReadFailed prefers the body pump's error (exchange.HeadReadHooks).
+func (x *h1Exchange) ReadFailed(err error) error { return exchange.PumpErrorOr(&x.pump, err) }
 
 // failBeforeResponse answers an exchange that failed before any response
 // head reached the client.

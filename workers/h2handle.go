@@ -31,6 +31,7 @@ type h2Request struct {
 	path []byte
 	head []byte
 	fwd  exchange.ForwardedFields // the upstream head's fields
+	xchg h2Exchange               // a request to an HTTP/1.1 cluster
 }
 
 var h2Requests = sync.Pool{New: func() any {

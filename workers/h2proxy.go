@@ -39,7 +39,10 @@ type h2Exchange struct {
 }
 
 func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *listenerView, rt *route, wc *upstream.WorkerCluster, hr *h2Request, start time.Time, res *h2Result) {
-	x := &h2Exchange{h: h, r: r, wc: wc, method: methodOther}
+	// The exchange lives in the stream's pooled state: handed to the
+	// core's interfaces, it would escape to the heap on every request.
+	x := &hr.xchg
+	*x = h2Exchange{h: h, r: r, wc: wc, method: methodOther}
 	if isGRPC(r.Header["Content-Type"]) {
 		// Sent on all the same (the upstream may bridge), but a gRPC
 		// server answers HTTP/1.1 with bytes that are no response: every
@@ -58,8 +61,8 @@ func (h *h2Handler) proxyHTTP1(w http.ResponseWriter, r *http.Request, lv *liste
 	defer func() {
 		if x.in.B != nil {
 			putBuf(x.in.B)
-			x.in.B = nil
 		}
+		*x = h2Exchange{} // the pool keeps no request or connection
 	}()
 	err := x.tryUntilResponse(lv, rt, hr.head, start)
 	if x.up != nil {

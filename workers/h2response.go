@@ -32,25 +32,8 @@ func (x *h2Exchange) GrowReadBuffer() {}
 // InterimResponse drops a 1xx (exchange.HeadReadHooks).
 func (x *h2Exchange) InterimResponse([]byte) error { return nil }
 
-// ReadFailed is pumpErrorOr (exchange.HeadReadHooks).
-func (x *h2Exchange) ReadFailed(err error) error { return x.pumpErrorOr(err) }
-
-// pumpErrorOr prefers the body pump's error (the client's) to the
-// upstream read error it caused.
-func (x *h2Exchange) pumpErrorOr(err error) error {
-	if x.pump == nil {
-		return err
-	}
-	select {
-	case perr := <-x.pump:
-		x.pump = nil
-		if perr != nil {
-			return perr
-		}
-	default:
-	}
-	return err
-}
+// ReadFailed prefers the body pump's error (exchange.HeadReadHooks).
+func (x *h2Exchange) ReadFailed(err error) error { return exchange.PumpErrorOr(&x.pump, err) }
 
 // startPump streams the request body to the upstream on a goroutine of
 // its own, so that an upstream answering early is heard while the client

@@ -233,6 +233,7 @@ type ClientConn struct {
 	shutdown    bool  // Shutdown called: no new streams
 	closing     bool  // GOAWAY queued, close after the next flush
 	closed      bool  // dead
+	dying       error // the reason of a close in progress (GOAWAY being written)
 	err         error // why closed
 	idleSince   time.Time
 	idleTimer   *time.Timer
@@ -378,23 +379,11 @@ func (cc *ClientConn) Shutdown() {
 	cc.mu.Unlock()
 }
 
-// Close closes the connection now: GOAWAY(NO_ERROR) if the socket is
-// free to write, then the socket. Streams in flight fail with
+// Close closes the connection now: GOAWAY(NO_ERROR) (waiting at most a
+// second for a stuck writer), then the socket. Streams in flight fail with
 // ErrClientConnClosed. Close is idempotent.
 func (cc *ClientConn) Close() error {
-	if cc.wmu.TryLock() {
-		cc.mu.Lock()
-		b := clientAppendGoAway(cc.ctrl.b, 0, http2.ErrCodeNo)
-		cc.ctrl.b = b
-		closed := cc.closed
-		cc.mu.Unlock()
-		if !closed {
-			cc.conn.SetWriteDeadline(time.Now().Add(time.Second))
-			cc.flushLocked()
-		}
-		cc.wmu.Unlock()
-	}
-	cc.fail(ErrClientConnClosed)
+	cc.goAwayAndFail(http2.ErrCodeNo, ErrClientConnClosed)
 	return nil
 }
 
@@ -403,6 +392,9 @@ func (cc *ClientConn) Close() error {
 func (cc *ClientConn) fail(err error) {
 	cc.closeOnce.Do(func() {
 		cc.mu.Lock()
+		if cc.dying != nil {
+			err = cc.dying // the reason we sent GOAWAY for, not its write error
+		}
 		cc.closed = true
 		cc.err = err
 		for id, s := range cc.streams {
@@ -434,18 +426,29 @@ func (cc *ClientConn) fail(err error) {
 }
 
 // failConn kills the connection for a protocol error of ours to report:
-// GOAWAY with code (if the socket is free), then fail.
+// GOAWAY with code, then fail. The write deadline bounds how long a
+// writer stuck on a peer that does not read can delay it (1s); the
+// reason is fixed first, so that writer's error does not replace it.
 func (cc *ClientConn) failConn(code http2.ErrCode, reason string) {
-	err := &ClientConnError{Code: code, Reason: reason}
-	if cc.wmu.TryLock() {
-		cc.mu.Lock()
-		last := cc.ctrl.b
-		cc.ctrl.b = clientAppendGoAway(last, 0, code)
+	cc.goAwayAndFail(code, &ClientConnError{Code: code, Reason: reason})
+}
+
+func (cc *ClientConn) goAwayAndFail(code http2.ErrCode, err error) {
+	cc.mu.Lock()
+	if cc.closed || cc.dying != nil {
 		cc.mu.Unlock()
-		cc.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		cc.flushLocked()
-		cc.wmu.Unlock()
+		cc.fail(err)
+		return
 	}
+	cc.dying = err
+	cc.mu.Unlock()
+	cc.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	cc.wmu.Lock()
+	cc.mu.Lock()
+	cc.ctrl.b = clientAppendGoAway(cc.ctrl.b, 0, code)
+	cc.mu.Unlock()
+	cc.flushLocked()
+	cc.wmu.Unlock()
 	cc.fail(err)
 }
 

@@ -17,7 +17,10 @@ func TestClientControlFloodBounded(t *testing.T) {
 			// Tiny socket buffers both ways (set before connect, so the
 			// kernel cannot autotune them away): our replies back up after
 			// a few kB instead of megabytes.
-			addr, done := clientStartRawPeer(t, nil, func(ln *net.TCPListener) { clientSetSockBuf(t, ln, syscall.SO_RCVBUF) }, func(p *clientRawPeer) {
+			addr, done := clientStartRawPeer(t, nil, func(ln *net.TCPListener) {
+				clientSetSockBuf(t, ln, syscall.SO_RCVBUF)
+				clientSetSockBuf(t, ln, syscall.SO_SNDBUF)
+			}, func(p *clientRawPeer) {
 				for i := 0; i < 200_000; i++ {
 					var err error
 					if kind == "ping" {
@@ -32,7 +35,10 @@ func TestClientControlFloodBounded(t *testing.T) {
 				t.Errorf("client took 200000 %s frames without closing", kind)
 			})
 			d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-				return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096) })
+				return rc.Control(func(fd uintptr) {
+					syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+					syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+				})
 			}}
 			c, err := d.Dial("tcp", addr)
 			if err != nil {

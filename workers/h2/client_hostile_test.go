@@ -3,7 +3,9 @@ package h2
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -607,5 +609,76 @@ func clientWaitPeerSettings(tb testing.TB, cc *ClientConn, cond func() bool) {
 			tb.Fatal("peer's SETTINGS not applied in time")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestClientShutdownLetsStreamsFinish(t *testing.T) {
+	addr2, done2 := clientStartRawPeer(t, nil, nil, func(p *clientRawPeer) {
+		id := p.request()
+		p.fr.WritePing(false, [8]byte{1}) // a round trip: Shutdown ran by the time the ACK is back
+		p.waitFor(func(f http2.Frame) bool { pf, ok := f.(*http2.PingFrame); return ok && pf.IsAck() })
+		p.headers(id, false, ":status", "200", "content-length", "4")
+		p.fr.WriteData(id, true, []byte("done"))
+		if code := p.waitGoAway(); code != int64(http2.ErrCodeNo) {
+			t.Errorf("GOAWAY code %d after the last stream, want NO_ERROR", code)
+		}
+	})
+	cc := clientDial(t, addr2, nil)
+	s, err := cc.OpenStream(clientGET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Shutdown()
+	if cc.CanTakeNewStream() {
+		t.Fatal("CanTakeNewStream after Shutdown")
+	}
+	if _, err := cc.OpenStream(clientGET); !IsRetrySafe(err) {
+		t.Fatalf("OpenStream after Shutdown: %v, want retry-safe", err)
+	}
+	st, _, err := s.ResponseHead()
+	body, rerr := io.ReadAll(s)
+	if st != 200 || err != nil || string(body) != "done" || rerr != nil {
+		t.Fatalf("stream in flight across Shutdown: %d %q %v %v", st, body, err, rerr)
+	}
+	s.Release()
+	if err := clientWaitDone(t, cc); !errors.Is(err, ErrClientConnClosed) {
+		t.Fatalf("after Shutdown drained: %v, want ErrClientConnClosed", err)
+	}
+	clientWaitChan(t, done2, "raw peer")
+
+	// An idle connection closes at once.
+	idle := clientDial(t, clientXNetServer(t, http.HandlerFunc(clientTestHandler)), nil)
+	idle.Shutdown()
+	if err := clientWaitDone(t, idle); !errors.Is(err, ErrClientConnClosed) {
+		t.Fatalf("idle Shutdown: %v", err)
+	}
+}
+
+// Closed connections leave no goroutine behind (read loop, control
+// writer, timers).
+func TestClientNoGoroutineLeak(t *testing.T) {
+	addr := clientXNetServer(t, http.HandlerFunc(clientTestHandler))
+	before := runtime.NumGoroutine()
+	for i := 0; i < 20; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := NewClientConn(c, &ClientConfig{ReadIdleTimeout: time.Second, IdleTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _, _, _, err := clientRoundTrip(t, cc, clientGET); st != 200 || err != nil {
+			t.Fatal(st, err)
+		}
+		cc.Close()
+		<-cc.Done()
+	}
+	deadline := time.Now().Add(clientTestTimeout)
+	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+2 {
+		t.Fatalf("%d goroutines after closing 20 connections, %d before", n, before)
 	}
 }

@@ -69,7 +69,7 @@ const clientMaxPooledBuf = 64 << 10
 // clientCheckRequestHead validates h and returns its RFC 9113 header
 // list size.
 func clientCheckRequestHead(h *RequestHead) (uint64, error) {
-	if !clientValidName(clientLowerASCII(h.Method)) || h.Method == "" {
+	if !clientValidMethod(h.Method) {
 		return 0, fmt.Errorf("%w: method %q is not a token", ErrInvalidRequestHead, h.Method)
 	}
 	if h.Method != "CONNECT" {
@@ -96,15 +96,21 @@ func clientCheckRequestHead(h *RequestHead) (uint64, error) {
 	return size, nil
 }
 
-// clientLowerASCII lower-cases a method for the token check without
-// allocating for the usual upper-case methods.
-func clientLowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			return "a" // a token letter: the check only needs token-ness
+// clientValidMethod: a method is a token (RFC 9110 §9.1), any case.
+func clientValidMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if !clientTokenChar[c] {
+			return false
 		}
 	}
-	return s
+	return true
 }
 
 // OpenStream opens a stream and sends h: HEADERS (with CONTINUATION as

@@ -308,3 +308,40 @@ func TestClientCloseUnblocksReaders(t *testing.T) {
 		t.Fatal("Read still blocked after Close")
 	}
 }
+
+// A head that cannot be HTTP/2 is refused before anything is sent, and
+// is not retry-safe: another connection would refuse it too.
+func TestClientRejectsInvalidRequestHeads(t *testing.T) {
+	addr := clientXNetServer(t, http.HandlerFunc(clientTestHandler))
+	cc := clientDial(t, addr, nil)
+	base := func(f ...hpack.HeaderField) *RequestHead {
+		return &RequestHead{Method: "GET", Scheme: "http", Authority: "t", Path: "/", Fields: f, EndStream: true}
+	}
+	cases := map[string]*RequestHead{
+		"space in method":           {Method: "G T", Scheme: "http", Path: "/", EndStream: true},
+		"empty method":              {Scheme: "http", Path: "/", EndStream: true},
+		"no path":                   {Method: "GET", Scheme: "http", EndStream: true},
+		"CONNECT without authority": {Method: "CONNECT", EndStream: true},
+		"CRLF in path":              {Method: "GET", Scheme: "http", Path: "/\r\nx: y", EndStream: true},
+		"upper-case name":           base(hpack.HeaderField{Name: "Accept", Value: "*/*"}),
+		"connection field":          base(hpack.HeaderField{Name: "connection", Value: "keep-alive"}),
+		"transfer-encoding":         base(hpack.HeaderField{Name: "transfer-encoding", Value: "chunked"}),
+		"te other than trailers":    base(hpack.HeaderField{Name: "te", Value: "gzip"}),
+		"pseudo in fields":          base(hpack.HeaderField{Name: ":path", Value: "/x"}),
+		"LF in value":               base(hpack.HeaderField{Name: "x-a", Value: "a\nb"}),
+	}
+	for name, h := range cases {
+		if _, err := cc.OpenStream(h); !errors.Is(err, ErrInvalidRequestHead) || IsRetrySafe(err) {
+			t.Errorf("%s: %v, want ErrInvalidRequestHead, not retry-safe", name, err)
+		}
+	}
+	// Nothing went out: the first real request is stream 1.
+	s, err := cc.OpenStream(base(hpack.HeaderField{Name: "te", Value: "trailers"}))
+	if err != nil || s.ID() != 1 {
+		t.Fatalf("first valid request: id %d, %v", s.ID(), err)
+	}
+	if st, _, err := s.ResponseHead(); st != 200 || err != nil {
+		t.Fatal(st, err)
+	}
+	s.Release()
+}

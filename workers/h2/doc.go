@@ -18,6 +18,22 @@
 //	go func() { <-draining; sc.Shutdown() }()
 //	err := sc.Serve()
 //
+// When a handler runs: at once for a request that ended with its HEADERS,
+// for CONNECT (passed through as is; the proxy answers 405) and for a
+// content-length above MaxRequestBodyBuffer (streaming); with the whole
+// body buffered when it ends within MaxRequestBodyBuffer (a content-length
+// within it, or no content-length and END_STREAM among the bytes already
+// read); otherwise, streaming, as soon as the read loop has consumed what
+// it read, so a bidirectional gRPC stream is never held back.
+//
+// Writing: WriteHeaders (1xx heads may come first), Write (flow-controlled,
+// blocks while the window is closed), WriteTrailers or CloseWrite to end
+// the stream; returning from ServeH2 ends it too. Frames are queued, not
+// written, until the stream ends, Flush is called, 16 KiB are queued or a
+// writer must wait: a proxy streaming a response calls Flush after each
+// upstream read. Stream objects are pooled: nothing of a Stream (its
+// Fields, Body, Done channel) may be kept after ServeH2 returns.
+//
 // Protections against the known HTTP/2 attacks are built in and tuned by
 // ServerConfig: Rapid Reset (streams count against MaxConcurrentStreams
 // until their handler returns, and resets are rate-limited), CONTINUATION

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"os"
@@ -16,10 +17,11 @@ import (
 
 // TestH2loadCPUVsXNet measures CPU per request of this package's server
 // and of x/net's http2.Server, the same answer (200, two fields, 10 bytes)
-// on each, under h2load over loopback h2c. A measurement, not a gate: it
+// on each, under h2load (16 connections x 10 streams) over loopback h2c,
+// or TLS with ALPN h2 when H2LOAD_TLS=1. A measurement, not a gate: it
 // runs only with H2LOAD_COMPARE=1 (H2LOAD_REQUESTS sets the load).
 //
-//	H2LOAD_COMPARE=1 go test -count=1 -v -run TestH2loadCPUVsXNet ./workers/h2/
+//	H2LOAD_COMPARE=1 [H2LOAD_TLS=1] go test -count=1 -v -run TestH2loadCPUVsXNet ./workers/h2/
 func TestH2loadCPUVsXNet(t *testing.T) {
 	if os.Getenv("H2LOAD_COMPARE") == "" {
 		t.Skip("a measurement: set H2LOAD_COMPARE=1 to run it")
@@ -32,7 +34,12 @@ func TestH2loadCPUVsXNet(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("H2LOAD_REQUESTS")); err == nil && n > 0 {
 		requests = n
 	}
-	ours := startServer(t, &ServerConfig{}, benchHandler, nil).addr()
+	var tlsConf *tls.Config
+	scheme := "http"
+	if os.Getenv("H2LOAD_TLS") != "" {
+		tlsConf, scheme = selfSignedTLS(t), "https"
+	}
+	ours := startServer(t, &ServerConfig{}, benchHandler, tlsConf).addr()
 
 	xln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,6 +58,14 @@ func TestH2loadCPUVsXNet(t *testing.T) {
 			if err != nil {
 				return
 			}
+			if tlsConf != nil {
+				tc := tls.Server(c, tlsConf)
+				if tc.Handshake() != nil { // x/net's ServeConn wants it done
+					tc.Close()
+					continue
+				}
+				c = tc
+			}
 			go xsrv.ServeConn(c, &http2.ServeConnOpts{Handler: xh})
 		}
 	}()
@@ -60,7 +75,7 @@ func TestH2loadCPUVsXNet(t *testing.T) {
 		var before, after syscall.Rusage
 		syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 		start := time.Now()
-		out, err := exec.Command(bin, "-c16", "-m10", "-t1", "-n", strconv.Itoa(requests), "http://"+addr+"/bench").CombinedOutput()
+		out, err := exec.Command(bin, "-c16", "-m10", "-t1", "-n", strconv.Itoa(requests), scheme+"://"+addr+"/bench").CombinedOutput()
 		wall := time.Since(start)
 		syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 		m := succeeded.FindSubmatch(out)

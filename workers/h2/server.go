@@ -208,7 +208,7 @@ type ServerConn struct {
 	hdrPayload []byte       // its payload (MaxFrameSize bytes)
 	// pendingDispatch: requests without content-length whose body has not
 	// ended yet; dispatched streaming once the read buffer is drained.
-	pendingDispatch []*Stream
+	pendingDispatch []pendingStream
 	sawSettings     bool
 
 	flushWake  chan struct{} // cap 1: frames are queued
@@ -355,7 +355,17 @@ func (sc *ServerConn) Serve() error {
 		}
 		sc.mu.Unlock()
 	}
-	<-sc.writerDone
+	sc.mu.Lock()
+	sc.closeLocked(nil, false) // the read side ended: tear down what is left
+	sc.mu.Unlock()
+	// The writer flushes the last frames (GOAWAY); a client that does not
+	// read gets closeLinger, then the socket closes under the writer.
+	linger := time.NewTimer(closeLinger)
+	select {
+	case <-sc.writerDone:
+	case <-linger.C:
+	}
+	linger.Stop()
 	sc.mu.Lock()
 	err := sc.closeErr
 	sc.mu.Unlock()

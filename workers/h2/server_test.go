@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -303,5 +304,52 @@ func TestInterimResponseAndFieldCase(t *testing.T) {
 	}
 	if got := strings.Join(names, " "); got != ":status=100 :status=200 x-upstream-name=v" {
 		t.Errorf("heads %q, want 100 then 200 with x-upstream-name", got)
+	}
+}
+
+// preread: the bytes the caller already read (h2c prior knowledge sniffing)
+// are consumed before the socket.
+func TestPrereadPrefaceBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		sniff := make([]byte, len("PRI * HTTP/2.0"))
+		if _, err := io.ReadFull(c, sniff); err != nil {
+			served <- err
+			return
+		}
+		served <- NewServerConn(c, sniff, nil, answerHandler).Serve()
+	}()
+	rc := dialRaw(t, ln.Addr().String())
+	if status, body, err := rc.get(1, "/", 10*time.Second); err != nil || status != "200" || string(body) != "hello, h2\n" {
+		t.Fatalf("with preread: %q %q %v", status, body, err)
+	}
+	rc.c.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve after the client closed: %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Serve did not return 10s after the client closed")
+	}
+}
+
+func TestBadPreface(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	go client.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	err := NewServerConn(server, nil, nil, answerHandler).Serve()
+	if !errors.Is(err, ErrBadPreface) {
+		t.Errorf("Serve on an HTTP/1.1 request: %v, want ErrBadPreface", err)
 	}
 }

@@ -262,7 +262,7 @@ func (sc *ServerConn) endHeaderBlock() error {
 		// No length: a streaming protocol (gRPC) may wait for our answer
 		// before sending more, so the body is buffered only if it ends
 		// within what was already read; see dispatchPendingLocked.
-		sc.pendingDispatch = append(sc.pendingDispatch, st)
+		sc.pendingDispatch = append(sc.pendingDispatch, pendingStream{st, st.id})
 	}
 	return nil
 }
@@ -491,12 +491,19 @@ func (sc *ServerConn) resetStreamLocked(id uint32, code http2.ErrCode, causedByP
 // body did not end within the bytes read so far: the read loop is about
 // to block, and waiting for more could deadlock a bidirectional stream.
 func (sc *ServerConn) dispatchPendingLocked() {
-	for i, st := range sc.pendingDispatch {
-		if st.inMap && !st.dispatched && st.id != 0 {
+	for i, p := range sc.pendingDispatch {
+		// A stream reset meanwhile went back to the pool, maybe to another
+		// connection: only the map says whether p.st is still ours.
+		if st := sc.streams[p.id]; st == p.st && !st.dispatched {
 			st.streaming = true
 			sc.dispatchLocked(st)
 		}
-		sc.pendingDispatch[i] = nil
+		sc.pendingDispatch[i] = pendingStream{}
 	}
 	sc.pendingDispatch = sc.pendingDispatch[:0]
+}
+
+type pendingStream struct {
+	st *Stream
+	id uint32
 }

@@ -111,7 +111,8 @@ func (sc *ServerConn) runHandler(st *Stream) {
 }
 
 func (sc *ServerConn) handlerReturnedLocked(st *Stream) {
-	st.running = false
+	// running stays true until the end: ending the stream below may wait
+	// (unlocked) for the writer, and a reset meanwhile must not pool st.
 	st.handlerDone = true
 	if st.inMap && !sc.closing {
 		switch {
@@ -126,6 +127,7 @@ func (sc *ServerConn) handlerReturnedLocked(st *Stream) {
 		}
 	}
 	sc.creditUnreadLocked(st)
+	st.running = false
 	sc.maybeCloseStreamLocked(st)
 	sc.releaseLocked(st)
 }
@@ -510,7 +512,9 @@ func (st *Stream) Reset(code http2.ErrCode) {
 }
 
 // Done is closed when the stream is torn down before its response ended:
-// client RST_STREAM, our Reset, GOAWAY teardown or connection close.
+// client RST_STREAM, our Reset, GOAWAY teardown or connection close. The
+// channel is reused by a later stream when it was not closed, so nothing
+// may wait on it after ServeH2 returns.
 func (st *Stream) Done() <-chan struct{} {
 	st.sc.mu.Lock()
 	defer st.sc.mu.Unlock()
