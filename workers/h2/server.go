@@ -232,6 +232,7 @@ type ServerConn struct {
 	queuedCtl    int
 	resets       tokenBucket
 	empties      tokenBucket
+	controls     tokenBucket
 	shuttingDown bool   // first GOAWAY sent
 	finalGoAway  bool   // GOAWAY naming the last stream sent
 	lastStreamID uint32 // valid with finalGoAway
@@ -274,6 +275,7 @@ func NewServerConn(c net.Conn, preread []byte, cfg *ServerConfig, h Handler) *Se
 	// Empty DATA/CONTINUATION frames do nothing useful: ten times the
 	// reset budget is generous for any honest client.
 	sc.empties.init(10*sc.cfg.ResetBurst, 10*sc.cfg.ResetPerSecond)
+	sc.controls.init(ControlFrameBurst, ControlFramesPerSecond) // framebudget.go
 	sc.flushWake = make(chan struct{}, 1)
 	sc.writerDone = make(chan struct{})
 	sc.workCh = make(chan *Stream, sc.cfg.MaxConcurrentStreams)
