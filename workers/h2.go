@@ -97,8 +97,8 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 
 // servedAsHTTP2 is the HTTP/1.1 path's hook for a head it refuses: on a
 // listener with http2_cleartext, a connection that opened with the HTTP/2
-// preface is served as HTTP/2, and one whose first line is no HTTP/1.x
-// request line at all is taken for an HTTP/2 client with a broken preface
+// preface is served as HTTP/2, and one whose head does not even name an
+// HTTP version is taken for an HTTP/2 client with a broken preface
 // and closed without an answer (RFC 9113 §3.4: a connection error; an
 // HTTP/1.1 400 would read as garbage frames to it). true says the
 // connection is over. Anywhere else the refusal keeps its HTTP/1.1
@@ -112,11 +112,9 @@ func (cc *clientConn) servedAsHTTP2() bool {
 		cc.m.serveHTTP2(cc)
 		return true
 	}
-	line := head
-	if i := bytes.IndexByte(line, '\n'); i >= 0 {
-		line = line[:i]
-	}
-	return !bytes.Contains(line, []byte(" HTTP/1."))
+	// No "HTTP/" anywhere in the head: no HTTP/1.x request, however
+	// malformed (a bare LF in the target still names its version).
+	return !bytes.Contains(head, []byte("HTTP/"))
 }
 
 // goAwayHTTP2 is the drain's hook: every HTTP/2 connection gets the

@@ -8,8 +8,8 @@ import (
 )
 
 // TestH2CInvalidPrefaceClosed: on an http2_cleartext listener, a client
-// whose first line is neither the HTTP/2 preface nor an HTTP/1.x request
-// line is closed without an answer (h2spec 3.5/2: an HTTP/1.1 400 reads
+// whose head is not the HTTP/2 preface and names no HTTP version is
+// closed without an answer (h2spec 3.5/2: an HTTP/1.1 400 reads
 // as garbage frames to an HTTP/2 client); an HTTP/1.1-only listener still
 // answers it 400, and an h2c listener still answers HTTP/1.1 requests.
 func TestH2CInvalidPrefaceClosed(t *testing.T) {
@@ -33,6 +33,10 @@ func TestH2CInvalidPrefaceClosed(t *testing.T) {
 	}
 	if resp := rawRequest(t, a, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("HTTP/1.1 request on the h2c listener: %d", resp.StatusCode)
+	}
+	// A malformed HTTP/1.1 request still gets its 400 there.
+	if resp := rawRequest(t, a, "GET /a\nb HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 400 {
+		t.Fatalf("malformed HTTP/1.1 request on the h2c listener: %d, want 400", resp.StatusCode)
 	}
 
 	m1 := startManager(t, directConfig("ok"), 1)
