@@ -423,8 +423,10 @@ func (x *h2StreamExchange) forwardResponse() bool {
 	empty := bodyless || (resp.Framing == http1.FramingLength && resp.ContentLength == 0)
 	x.headSent = true
 	if err := x.st.WriteHeaders(resp.Status, s.fields, empty); err != nil {
-		x.up.Release(false)
-		x.up = nil
+		if x.pump == nil { // else stopPump settles it, once the pump is out
+			x.up.Release(false)
+			x.up = nil
+		}
 		return false
 	}
 	var err error
