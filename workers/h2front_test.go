@@ -3,8 +3,12 @@ package workers
 import (
 	"io"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // TestH2CInvalidPrefaceClosed: on an http2_cleartext listener, a client
@@ -42,5 +46,30 @@ func TestH2CInvalidPrefaceClosed(t *testing.T) {
 	m1 := startManager(t, directConfig("ok"), 1)
 	if resp := rawRequest(t, addr(t, m1, "web"), invalid); resp.StatusCode != 400 && resp.StatusCode != 505 {
 		t.Fatalf("HTTP/1.1-only listener: %d, want its 400", resp.StatusCode)
+	}
+}
+
+// TestH2CBufferedBodyRetried: an HTTP/2 request whose whole body the
+// engine buffered before the handler ran can be sent again, so it is
+// retried on a 5xx like a request without a body (x/net's server handed
+// every body over as a stream: such a request was tried once).
+func TestH2CBufferedBodyRetried(t *testing.T) {
+	var bad, good atomic.Int64
+	cfg := retryConfig(func(r *config.Route) { r.RetryOn, r.NumRetries = []string{"5xx"}, new(1) },
+		namedBackend(t, "bad", 503, &bad), namedBackend(t, "good", 200, &good))
+	h2cListener(&cfg.Listeners[0])
+	m := startManager(t, cfg, 1)
+	c := h2cClient(t)
+	for i := range 10 {
+		resp, body := h2Do(t, c, newReq(t, "PUT", "http://"+addr(t, m, "web")+"/", strings.NewReader("a small body")))
+		if resp.StatusCode != 200 || body != "good" {
+			t.Fatalf("request %d: %d %q, want the good endpoint's 200 (retried)", i, resp.StatusCode, body)
+		}
+	}
+	if bad.Load() == 0 {
+		t.Fatal("the failing endpoint got no request: the test proves nothing")
+	}
+	if n := counter(m, "cluster.backend.upstream_rq_retry"); n != uint64(bad.Load()) {
+		t.Errorf("upstream_rq_retry = %d, want %d (one per 503)", n, bad.Load())
 	}
 }
