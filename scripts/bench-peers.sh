@@ -34,6 +34,23 @@
 #                  and its signature.
 #                  Both tlsload modes report the resumed share, so a peer
 #                  that did not resume, or did when it should not, shows it.
+# HTTP/2 and gRPC (issue 21), each proxy on its own HTTP/2 listeners:
+#   h2             h2load over TLS with ALPN h2 (-c H2_CONNS -m H2_STREAMS,
+#                  one thread), TLS_VERSION as above, to the same HTTP/1.1
+#                  keep-alive backend; a self-signed ECDSA P-256
+#                  certificate made here with openssl (h2load does not
+#                  verify). hotproxy: a TLS listener with alpn ["h2"]; nginx:
+#                  listen ... ssl http2; HAProxy: bind ... ssl crt ... alpn h2
+#   grpc           unary gRPC calls (grpc.health.v1.Health/Check) from
+#                  scripts/grpcload (grpc-go, H2_CONNS connections x
+#                  H2_STREAMS calls at once) through an h2c listener to
+#                  scripts/grpcbackend (grpc-go). hotproxy: http2_cleartext
+#                  to a cluster with http2 = true; nginx: listen ... http2
+#                  and grpc_pass grpc://; HAProxy: bind ... proto h2 and
+#                  server ... proto h2. Failed calls are reported (want 0).
+#   Both run H2_DURATION per round, and a probe (curl --http2 for h2, a
+#   one-second grpcload for grpc) keeps a proxy that cannot serve the
+#   mode out of it, with the reason.
 # A proxy whose TLS listener does not complete a verified handshake and a
 # proxied request (a probe with openssl s_client and curl, before the
 # runs) keeps its plaintext rows; its TLS rows say why they are missing.
@@ -45,10 +62,11 @@
 #
 #   scripts/bench-peers.sh
 #   MODES="tls-keepalive tls-close tls-resume" ROUNDS=1 DURATION=3s scripts/bench-peers.sh
+#   MODES="h2 grpc" scripts/bench-peers.sh
 #
 # Environment (defaults in brackets):
-#   MODES [keepalive close tls-keepalive tls-close tls-resume memory burst tcp]:
-#       what to measure; the first five are the HTTP modes above, memory
+#   MODES [keepalive close tls-keepalive tls-close tls-resume h2 grpc memory burst tcp]:
+#       what to measure; the first seven are the HTTP modes above, memory
 #       the idle-connection memory, burst the memory after a burst
 #       (BURST_CONNS clients connect, then all send one request at the same
 #       moment, none reading a response before all are sent, then stay
@@ -61,6 +79,8 @@
 #   TLS_VERSION [1.3]: 1.3 or 1.2, for all three proxies (the probe lines
 #       in environment.txt say what each negotiated)
 #   ROUNDS [3]  DURATION [10s]  WARMUP [2s]  CONNECTIONS [64]
+#   H2_DURATION [8s]: each run of h2 and grpc (DURATION is the others')
+#   H2_CONNS [16]  H2_STREAMS [10]: h2load's -c and -m, grpcload's -c and -m
 #   IDLE_CONNS [4000]  BURST_CONNS [4000]  TCP_BYTES [1073741824]  PORT_BASE [19100]
 #   SYSCALL_REQUESTS [20000]
 #   HOTPROXY [bin/hotproxy, built with `make build`]
@@ -68,7 +88,8 @@
 #       summary go; it is kept
 #   KEEP [0]: 1 keeps the work directory (configs, logs) too
 #
-# Needs 2 CPUs; installs wrk, nginx and haproxy with apt-get if missing.
+# Needs 2 CPUs; installs wrk, nginx, haproxy and h2load (nghttp2-client)
+# with apt-get if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -83,7 +104,10 @@ burst_conns=${BURST_CONNS:-4000}
 tcp_bytes=${TCP_BYTES:-1073741824}
 syscall_requests=${SYSCALL_REQUESTS:-20000}
 port_base=${PORT_BASE:-19100}
-all_modes="keepalive close tls-keepalive tls-close tls-resume memory burst tcp syscalls"
+h2_duration=${H2_DURATION:-8s}
+h2_conns=${H2_CONNS:-16}
+h2_streams=${H2_STREAMS:-10}
+all_modes="keepalive close tls-keepalive tls-close tls-resume h2 grpc memory burst tcp syscalls"
 modes=${MODES:-$all_modes}
 tls_version=${TLS_VERSION:-1.3}
 
@@ -92,11 +116,11 @@ die() {
 	exit 1
 }
 
-for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "IDLE_CONNS:$idle_conns" "BURST_CONNS:$burst_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base" "SYSCALL_REQUESTS:$syscall_requests"; do
+for pair in "ROUNDS:$rounds" "CONNECTIONS:$connections" "H2_CONNS:$h2_conns" "H2_STREAMS:$h2_streams" "IDLE_CONNS:$idle_conns" "BURST_CONNS:$burst_conns" "TCP_BYTES:$tcp_bytes" "PORT_BASE:$port_base" "SYSCALL_REQUESTS:$syscall_requests"; do
 	[[ ${pair#*:} =~ ^[1-9][0-9]*$ ]] || die "${pair%%:*}=${pair#*:}: want a positive whole number"
 done
 [ "$rounds" -le 100 ] || die "ROUNDS=$rounds: at most 100"
-[ "$port_base" -le 65000 ] || die "PORT_BASE=$port_base: at most 65000 (the script uses PORT_BASE to PORT_BASE+32)"
+[ "$port_base" -le 65000 ] || die "PORT_BASE=$port_base: at most 65000 (the script uses PORT_BASE to PORT_BASE+34)"
 http_modes=()
 for mode in $modes; do
 	[[ " $all_modes " == *" $mode "* ]] || die "MODES: $mode: not a mode (choose from: $all_modes)"
@@ -106,6 +130,10 @@ done
 wants() { [[ " $modes " == *" $1 "* ]]; }
 tls_wanted=0
 [[ " ${http_modes[*]} " == *" tls-"* ]] && tls_wanted=1
+h2_wanted=0
+wants h2 && h2_wanted=1
+grpc_wanted=0
+wants grpc && grpc_wanted=1
 case $tls_version in
 1.3) nginx_tls="ssl_protocols TLSv1.3; ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;"
 	haproxy_tls="ssl-min-ver TLSv1.3 ssl-max-ver TLSv1.3 ciphersuites TLS_AES_128_GCM_SHA256"
@@ -117,7 +145,7 @@ case $tls_version in
   cipher_suites = ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]' ;;
 *) die "TLS_VERSION=$tls_version: 1.3 or 1.2" ;;
 esac
-for pair in "DURATION:$duration" "WARMUP:$warmup"; do
+for pair in "DURATION:$duration" "WARMUP:$warmup" "H2_DURATION:$h2_duration"; do
 	[[ ${pair#*:} =~ ^[1-9][0-9]*[smh]$ ]] || die "${pair%%:*}=${pair#*:}: write it like wrk does, e.g. 10s or 1m"
 done
 [ "$(nproc)" -ge 2 ] || die "needs 2 CPUs: the proxy on CPU 0, the load on CPU 1"
@@ -136,6 +164,7 @@ ulimit -n "$nofile"
 
 bench_install wrk:wrk nginx:nginx haproxy:haproxy curl:curl openssl:openssl
 wants syscalls && bench_install strace:strace h2load:nghttp2-client
+[ "$h2_wanted" = 0 ] || bench_install h2load:nghttp2-client
 
 clk_tck=$(getconf CLK_TCK)
 
@@ -143,10 +172,13 @@ proxies=(hotproxy nginx haproxy)
 declare -A http_port=([hotproxy]=$((port_base + 10)) [nginx]=$((port_base + 20)) [haproxy]=$((port_base + 30)))
 declare -A tcp_port=([hotproxy]=$((port_base + 11)) [nginx]=$((port_base + 21)) [haproxy]=$((port_base + 31)))
 declare -A tls_port=([hotproxy]=$((port_base + 12)) [nginx]=$((port_base + 22)) [haproxy]=$((port_base + 32)))
+declare -A h2_port=([hotproxy]=$((port_base + 13)) [nginx]=$((port_base + 23)) [haproxy]=$((port_base + 33)))
+declare -A grpc_port=([hotproxy]=$((port_base + 14)) [nginx]=$((port_base + 24)) [haproxy]=$((port_base + 34)))
 backend_port=$port_base
 sink_port=$((port_base + 1))
+grpc_backend_port=$((port_base + 2))
 admin_port=$((port_base + 19))
-for port in "$backend_port" "$sink_port" "$admin_port" "${http_port[@]}" "${tcp_port[@]}" "${tls_port[@]}"; do
+for port in "$backend_port" "$sink_port" "$grpc_backend_port" "$admin_port" "${http_port[@]}" "${tcp_port[@]}" "${tls_port[@]}" "${h2_port[@]}" "${grpc_port[@]}"; do
 	bench_port_free "$port" || die "127.0.0.1:$port is already in use (another benchmark running? set PORT_BASE)"
 done
 
@@ -186,7 +218,7 @@ else
 	make -s build
 	hotproxy=bin/hotproxy
 fi
-go build -o "$work/" ./scripts/benchbackend ./scripts/idleconns ./scripts/tcpbulk ./scripts/tlsload
+go build -o "$work/" ./scripts/benchbackend ./scripts/idleconns ./scripts/tcpbulk ./scripts/tlsload ./scripts/grpcbackend ./scripts/grpcload
 
 # The certificate all three serve, and the CA the TLS probe and tlsload
 # verify it with. HAProxy wants the chain and the key in one file.
@@ -195,6 +227,18 @@ tls_cert=$PWD/examples/tls/a.example.com.pem
 tls_key=$PWD/examples/tls/a.example.com.key
 tls_ca=$PWD/examples/tls/ca.pem
 cat "$tls_cert" "$tls_key" >"$work/haproxy-tls.pem"
+
+# The h2 mode's certificate: self-signed, ECDSA P-256 like the one above,
+# made here (h2load does not verify it).
+h2_cert=$work/h2-self-signed.pem
+h2_key=$work/h2-self-signed.key
+if [ "$h2_wanted" = 1 ]; then
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj "/CN=${tls_name}" -addext "subjectAltName=DNS:${tls_name},IP:127.0.0.1" \
+		-keyout "$h2_key" -out "$h2_cert" 2>"$work/openssl.log" ||
+		die "openssl could not make the h2 mode's self-signed certificate: $(tail -3 "$work/openssl.log")"
+	cat "$h2_cert" "$h2_key" >"$work/haproxy-h2.pem"
+fi
 
 # nginx's TCP proxying is its stream module: built in, a dynamic module
 # (Debian's libnginx-mod-stream, installed here if missing), or absent.
@@ -254,6 +298,111 @@ idle_timeout = \"120s\"
     unique-id-header X-Request-Id
     default_backend backend"
 fi
+# h2 and grpc (issue 21): each proxy's HTTP/2 listeners, on upstreams of
+# their own. h2's 160 concurrent streams become as many HTTP/1.1 upstream
+# requests at once, so its upstream keeps up to 256 idle connections
+# (hotproxy max_idle_per_endpoint, nginx keepalive; HAProxy keeps what it
+# opened), apart from "backend", whose 64 the burst mode's memory figure
+# depends on. nginx's grpc_pass does not multiplex either: a connection per
+# call in flight, kept alive.
+hotproxy_h2_listeners=""
+hotproxy_h2_clusters=""
+nginx_h2_servers=""
+haproxy_h2_frontends=""
+if [ "$h2_wanted" = 1 ]; then
+	hotproxy_h2_listeners+="[[listeners]]
+name = \"h2\"
+address = \"127.0.0.1:${h2_port[hotproxy]}\"
+protocol = \"http\"
+idle_timeout = \"120s\"
+  [listeners.tls]
+  certificates = [{ cert = \"${h2_cert}\", key = \"${h2_key}\" }]
+  ${hotproxy_tls}
+  alpn = [\"h2\"]
+  [[listeners.routes]]
+  prefix = \"/\"
+  cluster = \"backend_h2\"
+"
+	hotproxy_h2_clusters+="[[clusters]]
+name = \"backend_h2\"
+endpoints = [\"127.0.0.1:${backend_port}\"]
+max_idle_per_endpoint = 256
+"
+	nginx_h2_servers+="upstream backend_h2 {
+        server 127.0.0.1:${backend_port};
+        keepalive 256;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:${h2_port[nginx]} ssl http2;
+        ssl_certificate ${h2_cert};
+        ssl_certificate_key ${h2_key};
+        ${nginx_tls}
+        location / {
+            proxy_pass http://backend_h2;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+            proxy_set_header X-Forwarded-Host \$host;
+            proxy_set_header X-Request-Id \$request_id;
+        }
+    }
+"
+	haproxy_h2_frontends+="frontend h2
+    bind 127.0.0.1:${h2_port[haproxy]} ssl crt ${work}/haproxy-h2.pem alpn h2 ${haproxy_tls}
+    option forwardfor
+    http-request set-header X-Forwarded-Proto https
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    unique-id-format %[uuid()]
+    unique-id-header X-Request-Id
+    default_backend backend
+"
+fi
+if [ "$grpc_wanted" = 1 ]; then
+	hotproxy_h2_listeners+="[[listeners]]
+name = \"grpc\"
+address = \"127.0.0.1:${grpc_port[hotproxy]}\"
+protocol = \"http\"
+http2_cleartext = true
+idle_timeout = \"120s\"
+  [[listeners.routes]]
+  prefix = \"/\"
+  cluster = \"grpc\"
+"
+	hotproxy_h2_clusters+="[[clusters]]
+name = \"grpc\"
+endpoints = [\"127.0.0.1:${grpc_backend_port}\"]
+http2 = true
+"
+	nginx_h2_servers+="upstream grpc_backend {
+        server 127.0.0.1:${grpc_backend_port};
+        keepalive 256;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:${grpc_port[nginx]} http2;
+        location / {
+            grpc_pass grpc://grpc_backend;
+            grpc_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            grpc_set_header X-Forwarded-Proto \$scheme;
+            grpc_set_header X-Forwarded-Host \$host;
+            grpc_set_header X-Request-Id \$request_id;
+        }
+    }
+"
+	haproxy_h2_frontends+="frontend grpc
+    bind 127.0.0.1:${grpc_port[haproxy]} proto h2
+    option forwardfor
+    http-request set-header X-Forwarded-Proto http
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    unique-id-format %[uuid()]
+    unique-id-header X-Request-Id
+    default_backend grpc
+backend grpc
+    server grpc 127.0.0.1:${grpc_backend_port} proto h2
+"
+fi
 cat >"$work/hotproxy.toml" <<TOML
 [server]
 concurrency = 1
@@ -273,6 +422,7 @@ idle_timeout = "120s"
   prefix = "/"
   cluster = "backend"
 ${hotproxy_tls_listener}
+${hotproxy_h2_listeners}
 [[listeners]]
 name = "tcp"
 address = "127.0.0.1:${tcp_port[hotproxy]}"
@@ -285,6 +435,7 @@ max_idle_per_endpoint = 64
 [[clusters]]
 name = "sink"
 endpoints = ["127.0.0.1:${sink_port}"]
+${hotproxy_h2_clusters}
 TOML
 
 # hotproxy adds X-Forwarded-For, -Proto, -Host and an X-Request-Id to every
@@ -342,6 +493,7 @@ http {
         }
     }
     ${nginx_tls_server}
+    ${nginx_h2_servers}
 }
 ${nginx_stream_block}
 NGINX
@@ -367,6 +519,7 @@ frontend http
     unique-id-header X-Request-Id
     default_backend backend
 ${haproxy_tls_frontend}
+${haproxy_h2_frontends}
 backend backend
     server backend 127.0.0.1:${backend_port}
 frontend tcp
@@ -396,6 +549,7 @@ start() {
 declare -A proxy_failed # proxy -> why it is left out of everything after
 declare -A tls_failed   # proxy -> why its TLS rows are missing
 declare -A tls_seen     # proxy -> the version and cipher its probe negotiated
+declare -A mode_failed  # "proxy mode" (h2, grpc) -> why that mode's rows are missing
 failures=$out/failures.txt
 : >"$failures"
 
@@ -421,6 +575,42 @@ start_proxy() {
 		return 0
 	fi
 	if [ "$tls_wanted" = 1 ]; then tls_probe "$1"; fi
+	if [ "$h2_wanted" = 1 ]; then h2_probe "$1"; fi
+	if [ "$grpc_wanted" = 1 ]; then grpc_probe "$1"; fi
+}
+
+# h2_probe NAME: one request with curl over TLS, ALPN h2 only, that must
+# come back as HTTP/2 with a 200. A failure leaves NAME's h2 rows out.
+h2_probe() {
+	local proxy=$1 port=${h2_port[$1]} got
+	unset "mode_failed[$proxy h2]"
+	if ! bench_wait_tcp "$port" 100; then
+		mode_failed[$proxy h2]="nothing listens on its h2 port 127.0.0.1:$port"
+	else
+		got=$(curl -sS --insecure --http2 --max-time 5 -o /dev/null -w '%{http_code} HTTP/%{http_version}' \
+			"https://127.0.0.1:$port/" 2>&1) || true
+		[ "$got" = "200 HTTP/2" ] || mode_failed[$proxy h2]="GET https://127.0.0.1:$port/ over ALPN h2 did not answer 200 over HTTP/2: $got"
+	fi
+	if [ -n "${mode_failed[$proxy h2]:-}" ]; then
+		echo "bench-peers: $proxy: its h2 rows are left out: ${mode_failed[$proxy h2]}" | tee -a "$failures" >&2
+	fi
+}
+
+# grpc_probe NAME: a second of gRPC calls, one at a time, through NAME's
+# h2c listener: some must succeed and none fail. A failure leaves NAME's
+# grpc rows out.
+grpc_probe() {
+	local proxy=$1 port=${grpc_port[$1]} got
+	unset "mode_failed[$proxy grpc]"
+	if ! bench_wait_tcp "$port" 100; then
+		mode_failed[$proxy grpc]="nothing listens on its h2c port 127.0.0.1:$port"
+	elif ! got=$(taskset -c 1 "$work/grpcload" -addr "127.0.0.1:$port" -c 1 -m 1 -d 1s 2>&1) ||
+		[[ $got != *" failed=0 "* ]]; then
+		mode_failed[$proxy grpc]="gRPC calls through 127.0.0.1:$port did not all succeed: $got"
+	fi
+	if [ -n "${mode_failed[$proxy grpc]:-}" ]; then
+		echo "bench-peers: $proxy: its grpc rows are left out: ${mode_failed[$proxy grpc]}" | tee -a "$failures" >&2
+	fi
 }
 
 # tls_probe NAME: a verified handshake with openssl s_client (which says
@@ -456,6 +646,10 @@ alive() {
 
 start backend 1 "$work/benchbackend" -addr "127.0.0.1:${backend_port}"
 start sink 1 "$work/tcpbulk" sink -addr "127.0.0.1:${sink_port}"
+if [ "$grpc_wanted" = 1 ]; then
+	start grpcbackend 1 "$work/grpcbackend" -addr "127.0.0.1:${grpc_backend_port}"
+	bench_wait_tcp "$grpc_backend_port" || die "the gRPC backend did not start; its log: $(tail -5 "$work/grpcbackend.log")"
+fi
 bench_wait_http "http://127.0.0.1:${backend_port}/" || die "the backend did not start; its log: $(tail -5 "$work/backend.log")"
 bench_wait_tcp "$sink_port" || die "the TCP sink did not start; its log: $(tail -5 "$work/sink.log")"
 for proxy in "${proxies[@]}"; do start_proxy "$proxy"; done
@@ -496,6 +690,8 @@ skip_reason() {
 		echo "${proxy_failed[$1]}"
 	elif [[ $2 == tls-* ]] && [ -n "${tls_failed[$1]:-}" ]; then
 		echo "${tls_failed[$1]}"
+	elif [ -n "${mode_failed[$1 $2]:-}" ]; then
+		echo "${mode_failed[$1 $2]}"
 	fi
 }
 
@@ -507,9 +703,16 @@ wrk_run() {
 	local proxy=$1 mode=$2 d=$3 before after args=() url="http://127.0.0.1:${http_port[$1]}/" resume
 	[ "$mode" = close ] && args=(-H "Connection: close")
 	[[ $mode == tls-* ]] && url="https://127.0.0.1:${tls_port[$proxy]}/"
+	[ "$mode" = h2 ] && url="https://127.0.0.1:${h2_port[$proxy]}/"
 	alive "$proxy" || { wrk_out="${proxy_failed[$proxy]}"; return 1; }
 	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
-	if [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
+	if [ "$mode" = h2 ]; then
+		wrk_out=$(taskset -c 1 h2load -t 1 -c "$h2_conns" -m "$h2_streams" -D "$d" --npn-list h2 "$url" 2>&1) ||
+			{ wrk_out="h2load failed against $proxy ($mode): $wrk_out"; return 1; }
+	elif [ "$mode" = grpc ]; then
+		wrk_out=$(taskset -c 1 "$work/grpcload" -addr "127.0.0.1:${grpc_port[$proxy]}" -c "$h2_conns" -m "$h2_streams" -d "$d" 2>&1) ||
+			{ wrk_out="grpcload failed against $proxy ($mode): $wrk_out"; return 1; }
+	elif [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
 		resume=false
 		[ "$mode" = tls-resume ] && resume=true
 		wrk_out=$(taskset -c 1 "$work/tlsload" -url "$url" -ca "$tls_ca" -server-name "$tls_name" \
@@ -528,10 +731,11 @@ wrk_run() {
 # proxy that cannot run MODE, or whose run failed, gets a row of "-" and
 # the reason.
 http_run() {
-	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core resumed="-" why
+	local round=$1 proxy=$2 mode=$3 rps p99 requests seconds errors cpu core resumed="-" why d=$duration
+	[[ $mode == h2 || $mode == grpc ]] && d=$h2_duration
 	alive "$proxy" || true
 	why=$(skip_reason "$proxy" "$mode")
-	if [ -z "$why" ] && ! wrk_run "$proxy" "$mode" "$duration"; then
+	if [ -z "$why" ] && ! wrk_run "$proxy" "$mode" "$d"; then
 		why=$wrk_out
 		echo "bench-peers: round $round, $proxy $mode: $why" >>"$failures"
 	fi
@@ -541,7 +745,29 @@ http_run() {
 		return 0
 	fi
 	echo "$wrk_out" >"$out/wrk/$round-$proxy-$mode.txt"
-	if [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
+	if [ "$mode" = h2 ]; then
+		# h2load: "finished in 8.00s, 41234.50 req/s, ...", "requests: N
+		# total, N started, D done, S succeeded, F failed, E errored, T
+		# timeout", "status codes: X 2xx, Y 3xx, Z 4xx, W 5xx". It has no
+		# percentiles. Its status codes also count the answers that came
+		# after -D ended (so 2xx can exceed done): errors are the failed,
+		# errored and timed-out requests and every answer not 2xx.
+		rps=$(sed -n 's/^finished in [0-9.]*s, \([0-9.]*\) req\/s.*/\1/p' <<<"$wrk_out")
+		seconds=$(sed -n 's/^finished in \([0-9.]*\)s,.*/\1/p' <<<"$wrk_out")
+		requests=$(sed -n 's/^requests: .* \([0-9]*\) done,.*/\1/p' <<<"$wrk_out")
+		errors=$(awk '/^requests: / {for (i = 2; i <= NF; i++) if ($i ~ /^(failed|errored|timeout)/) n += $(i - 1)}
+			/^status codes: / {for (i = 2; i <= NF; i++) if ($i ~ /^[345]xx/) n += $(i - 1)}
+			END {print n + 0}' <<<"$wrk_out")
+		p99=-
+	elif [ "$mode" = grpc ]; then
+		# grpcload: calls= ok= failed= seconds= calls_per_s= mean_ms= p99_ms=
+		kv() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$wrk_out" | head -1; }
+		requests=$(kv calls)
+		seconds=$(kv seconds)
+		errors=$(kv failed)
+		rps=$(kv calls_per_s)
+		p99=$(kv p99_ms)
+	elif [ "$mode" = tls-close ] || [ "$mode" = tls-resume ]; then
 		# tlsload: requests= seconds= errors= full= resumed=
 		kv() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$wrk_out" | head -1; }
 		requests=$(kv requests)
@@ -606,6 +832,18 @@ tcp_proxies=(hotproxy haproxy)
 			echo "TLS probe: ${proxy}: ${tls_seen[$proxy]:-no handshake}${tls_failed[$proxy]:+ (left out: ${tls_failed[$proxy]})}"
 		done
 	fi
+	if [ "$h2_wanted" = 1 ]; then
+		echo "h2: h2load -t1 -c${h2_conns} -m${h2_streams} -D${h2_duration} --npn-list h2 ($(h2load --version 2>&1 | head -1)), TLS_VERSION ${tls_version}, a self-signed ECDSA P-256 certificate, HTTP/1.1 keep-alive backend"
+	fi
+	if [ "$grpc_wanted" = 1 ]; then
+		echo "grpc: scripts/grpcload -c${h2_conns} -m${h2_streams} -d${h2_duration} (grpc-go $(go list -m -f '{{.Version}}' google.golang.org/grpc 2>/dev/null || echo '?')), unary grpc.health.v1.Health/Check over h2c to scripts/grpcbackend"
+	fi
+	for mode in h2 grpc; do
+		wants "$mode" || continue
+		for proxy in "${proxies[@]}"; do
+			[ -z "${mode_failed[$proxy $mode]:-}" ] || echo "$mode probe: $proxy left out: ${mode_failed[$proxy $mode]}"
+		done
+	done
 	echo "on CPU 0 only: ${pinning%, } (hotproxy with GOMAXPROCS=1)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/environment.txt"
@@ -774,7 +1012,7 @@ verdict() {
 
 {
 	echo
-	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}); CPU is the proxy's whole process tree"
+	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}; h2 and grpc: -c${h2_conns} -m${h2_streams} for ${h2_duration}, p99 of grpc from grpcload, none from h2load); CPU is the proxy's whole process tree"
 	printf '%-13s %-9s %12s %10s %12s %7s %8s %9s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" errors "resumed"
 	for mode in "${http_modes[@]}"; do
 		for proxy in "${proxies[@]}"; do
@@ -788,9 +1026,23 @@ verdict() {
 		done
 	done
 	echo
-	echo "hotproxy / the better of nginx and HAProxy (issue 10's bars; TLS: issue 13's ratios, no bar)"
+	echo "hotproxy / the better of nginx and HAProxy (issue 10's bars; TLS: issue 13's ratios, no bar; h2: issue 21's bars; grpc: no bar)"
 	printf '%-13s %-11s %7s %-8s %s\n' mode figure ratio bar verdict
 	for mode in "${http_modes[@]}"; do
+		if [ "$mode" = h2 ] || [ "$mode" = grpc ]; then
+			for figure in "req/s:4:HIGHER:>=:0.95" "p99:5:LOWER:-:-" "CPU us/req:9:LOWER:<=:1.10"; do
+				IFS=: read -r name col want op bar <<<"$figure"
+				[ "$mode" = h2 ] && [ "$name" = p99 ] && continue
+				best=$(better "$want" "$(median "$http_raw" nginx "$col" "$mode")" "$(median "$http_raw" haproxy "$col" "$mode")")
+				r=$(ratio "$(median "$http_raw" hotproxy "$col" "$mode")" "$best")
+				if [ "$mode" = grpc ] || [ "$op" = - ]; then
+					printf '%-13s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "-" "(no bar)"
+				else
+					printf '%-13s %-11s %7s %-8s %s\n' "$mode" "$name" "$r" "$op $bar" "$(verdict "$r" "$op" "$bar")"
+				fi
+			done
+			continue
+		fi
 		if [[ $mode == tls-* ]]; then
 			for figure in "req/s:4:HIGHER" "CPU us/req:9:LOWER"; do
 				IFS=: read -r name col want <<<"$figure"

@@ -357,7 +357,7 @@ func (cc *clientConn) readHead() bool {
 			return true
 		}
 		if perr, ok := err.(*http1.Error); ok {
-			if perr.Status == 505 && cc.servedAsHTTP2() {
+			if cc.servedAsHTTP2() {
 				return false // an HTTP/2 connection preface: served as HTTP/2 (h2.go)
 			}
 			cc.st.rqTotal.Inc()

@@ -2,27 +2,19 @@ package workers
 
 import (
 	"bytes"
-	"crypto/tls"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"golang.org/x/net/http2"
+	"github.com/hotproxy/hotproxy/workers/h2"
 )
 
-// HTTP/2 downstream. Unlike HTTP/1.1 (h1conn.go), HTTP/2 is served by
-// golang.org/x/net/http2's server, one ServeConn per client connection: a
-// multiplexed protocol with flow control and HPACK is not where a codec of
-// our own pays off, and HTTP/2 clients keep few connections open. Its
-// requests go through the same routing (routematch.go), stats and upstream
-// pools as HTTP/1.1 ones (h2handle.go, h2proxy.go).
-//
-// A connection gets here two ways: a TLS handshake that negotiated ALPN h2
-// (the TLS path calls serveHTTP2), or, on a cleartext listener with
-// http2_cleartext = true, a client that opens with the HTTP/2 connection
-// preface (prior knowledge, "h2c"; see servedAsHTTP2).
+// HTTP/2 downstream, on our own engine (workers/h2's ServerConn; the
+// stream front end is h2front.go). A connection gets here two ways: a TLS
+// handshake that negotiated ALPN h2 (the TLS path calls serveHTTP2), or,
+// on a cleartext listener with http2_cleartext = true, a client that opens
+// with the HTTP/2 connection preface (prior knowledge, "h2c"; see
+// servedAsHTTP2). Its requests go through the same routing
+// (routematch.go), stats and upstream pools as HTTP/1.1 ones.
 
 // statRqHTTP2 counts the requests that came over HTTP/2 (also counted in
 // downstream_rq_total).
@@ -34,26 +26,16 @@ const statRqHTTP2 = "downstream_rq_http2_total"
 const http2PrefaceLine = "PRI * HTTP/2.0\r\n"
 
 // h2State is a Manager's HTTP/2 side, built on first use (most
-// generations never see an HTTP/2 client). Its servers are fixed for the
-// Manager's life, like the HTTP/1.1 connection settings.
+// generations never see an HTTP/2 client). The engine's configurations
+// are fixed for the Manager's life, like the HTTP/1.1 connection settings.
 type h2State struct {
-	once      sync.Once
-	listeners []*h2Listener // by Manager listener index; nil: not http
+	once    sync.Once
+	configs []*h2.ServerConfig // by Manager listener index; nil: not http
 	// upstreams are the HTTP/2 upstream transports, by worker cluster
 	// view (h2upstream.go).
 	upstreams sync.Map // *upstream.WorkerCluster → *h2Upstream
-	// guards are the connections being served (h2guard.go), for the
-	// drain's graceful GOAWAY.
-	guards h2Guards
-}
-
-// h2Listener is one http listener's HTTP/2 server. base is the
-// http.Server the connections are served under (ServeConnOpts.BaseConfig);
-// it never listens itself, and the drain does not shut it down: its
-// GOAWAY is the connection guard's, per connection (h2guard.go).
-type h2Listener struct {
-	base *http.Server
-	srv  *http2.Server
+	// fronts are the connections being served, for the drain's GOAWAY.
+	fronts h2Fronts
 }
 
 func (m *Manager) http2() *h2State {
@@ -63,105 +45,81 @@ func (m *Manager) http2() *h2State {
 }
 
 func (h *h2State) build(m *Manager) {
-	h.listeners = make([]*h2Listener, len(m.listeners))
+	h.configs = make([]*h2.ServerConfig, len(m.listeners))
 	for i, ml := range m.listeners {
 		if ml.h1 == nil {
 			continue
 		}
-		p := ml.h2
-		base := &http.Server{
-			// SETTINGS_MAX_HEADER_LIST_SIZE, and the bound on a
-			// request's decoded header block.
-			MaxHeaderBytes: p.maxHeaderBytes,
-			ConnState:      h2ConnState,
-			// x/net logs each client's protocol errors: debug lines
-			// of ours, not the standard logger's stderr.
-			ErrorLog: m.log.Named("http2").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug}),
-			// WriteTimeout would bound a whole response (per stream),
-			// which a long download through the proxy must not be;
-			// write_timeout bounds each write instead (below).
-		}
-		srv := &http2.Server{
-			// An idle connection (no stream open) gets a GOAWAY and
-			// closes after idle_timeout, as an idle HTTP/1.1 one closes.
-			IdleTimeout: p.idleTimeout,
-			// 0: x/net's default of 250 concurrent streams per
-			// connection.
-			MaxConcurrentStreams: 0,
-			// A client that stops reading is cut off after
-			// write_timeout without progress, as in HTTP/1.1.
-			WriteByteTimeout: p.writeTimeout,
-		}
-		if err := http2.ConfigureServer(base, srv); err != nil {
-			// Only a TLSConfig with a cipher list lacking HTTP/2's
-			// mandatory suite fails, and base has none.
-			panic("workers: http2.ConfigureServer: " + err.Error())
-		}
-		h.listeners[i] = &h2Listener{base: base, srv: srv}
+		cfg := h2ServerConfig(ml.h2)
+		h.configs[i] = &cfg
 	}
 }
 
 // serveHTTP2 serves cc as HTTP/2 until the connection ends: after a TLS
 // handshake that chose ALPN h2 (cc.c is then the TLS connection), or after
 // the HTTP/1.1 path saw the connection preface (its bytes, still in
-// cc.rbuf[cc.r:cc.w], are read again by the HTTP/2 server first). The
-// caller closes cc afterwards (Close is idempotent).
+// cc.rbuf[cc.r:cc.w], are read again by the engine first). The caller
+// closes cc afterwards (Close is idempotent).
 func (m *Manager) serveHTTP2(cc *clientConn) {
 	h := m.http2()
-	hl := h.listeners[cc.li]
-	if hl == nil {
+	base := h.configs[cc.li]
+	if base == nil {
 		return // not an http listener: nothing speaks HTTP/2 there
 	}
-	conn := &h2NetConn{Conn: cc.c, cc: cc, guard: newH2Guard(cc)}
-	h.guards.add(conn.guard)
-	defer func() {
-		h.guards.remove(conn.guard)
-		conn.guard.ended()
-	}()
+	var preread []byte
 	if cc.r < cc.w {
 		// A copy: the read buffer goes back to its pool now, not when
 		// the connection (which may live for hours) ends.
-		conn.guard.setPending(bytes.Clone(cc.rbuf[cc.r:cc.w]))
+		preread = bytes.Clone(cc.rbuf[cc.r:cc.w])
 		cc.r = cc.w
 	}
 	cc.releaseState()
 	// The HTTP/1.1 path's header timeout is no longer the bound: the
-	// HTTP/2 server times the preface, idle connections and writes
-	// itself.
+	// engine times idle connections and writes itself.
 	cc.c.SetDeadline(time.Time{})
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 
-	var nc net.Conn = conn
-	if _, ok := any(cc.c).(connectionStater); ok {
-		// The server reads the TLS state (version, cipher suite,
-		// r.TLS) through this method; a cleartext connection must not
-		// have it, or the server refuses it as TLS too weak.
-		nc = &h2TLSConn{conn}
+	cfg := *base
+	calm := cc.st.h2Calm
+	cfg.Events.FloodDetected = func(kind string) {
+		if kind != "header-block" { // that one is a PROTOCOL_ERROR
+			calm.Inc()
+		}
 	}
-	hl.srv.ServeConn(nc, &http2.ServeConnOpts{
-		// Ends at Close or a forced drain: handlers' upstream requests
-		// end with it.
-		Context:    m.ctx,
-		BaseConfig: hl.base,
-		Handler:    &h2StreamGuard{next: &h2Handler{cc: cc, rqHTTP2: cc.st.rqHTTP2}, guard: conn.guard, writeTimeout: cc.settings.writeTimeout},
-	})
+	f := &h2Front{cc: cc}
+	f.sc = h2.NewServerConn(&h2Conn{Conn: cc.c, cc: cc}, preread, &cfg, f)
+	cc.idleSince.Store(max(monotime(), 1)) // no stream yet
+	h.fronts.add(f)
+	defer h.fronts.remove(f)
+	m.goAwayIfDraining(f)
+	f.sc.Serve()
 }
 
 // servedAsHTTP2 is the HTTP/1.1 path's hook for a head it refuses: on a
 // listener with http2_cleartext, a connection that opened with the HTTP/2
-// preface is served as HTTP/2 (and true says it is over). Anywhere else
-// the preface keeps its HTTP/1.1 answer (505).
+// preface is served as HTTP/2, and one whose head does not even name an
+// HTTP version is taken for an HTTP/2 client with a broken preface
+// and closed without an answer (RFC 9113 §3.4: a connection error; an
+// HTTP/1.1 400 would read as garbage frames to it). true says the
+// connection is over. Anywhere else the refusal keeps its HTTP/1.1
+// answer (400, 505).
 func (cc *clientConn) servedAsHTTP2() bool {
-	if !cc.m.listeners[cc.li].http2Cleartext || !bytes.HasPrefix(cc.rbuf[cc.r:cc.w], []byte(http2PrefaceLine)) {
+	if !cc.m.listeners[cc.li].http2Cleartext {
 		return false
 	}
-	cc.m.serveHTTP2(cc)
-	return true
+	head := cc.rbuf[cc.r:cc.w]
+	if bytes.HasPrefix(head, []byte(http2PrefaceLine)) {
+		cc.m.serveHTTP2(cc)
+		return true
+	}
+	// No "HTTP/" anywhere in the head: no HTTP/1.x request, however
+	// malformed (a bare LF in the target still names its version).
+	return !bytes.Contains(head, []byte("HTTP/"))
 }
 
 // goAwayHTTP2 is the drain's hook: every HTTP/2 connection gets the
-// graceful GOAWAY (h2guard.go: stream id 2^31-1 and a PING now, the final
-// GOAWAY once the PING is answered), finishes the streams it has and is
+// engine's graceful GOAWAY (stream id 2^31-1 and a PING now, the final
+// GOAWAY naming the last stream once the PING is answered), finishes the streams it has and is
 // closed by the drain once idle (drainIdleGrace). A connection that
 // starts later gets it as soon as it is served (goAwayIfDraining).
 func (m *Manager) goAwayHTTP2() {
@@ -173,8 +131,8 @@ func (m *Manager) goAwayHTTP2() {
 	if !built {
 		return
 	}
-	for _, g := range h.guards.all() {
-		g.drainGoAway()
+	for _, f := range h.fronts.all() {
+		f.sc.Shutdown()
 	}
 	h.upstreams.Range(func(_, v any) bool {
 		if u := v.(*h2Upstream); u != nil {
@@ -190,73 +148,12 @@ func (m *Manager) goAwayHTTP2() {
 // client that opened it and has sent nothing yet would see it closed
 // under it, without notice, once idle for drainIdleGrace.
 //
-// Called once the connection is in h.guards: then either draining is
+// Called once the connection is in h.fronts: then either draining is
 // already true here, or it was set after, and the drain's own pass over
-// the guards (which follows that store) reaches it. A guard sends its
+// the fronts (which follows that store) reaches it. The engine sends its
 // GOAWAY once however often asked.
-func (m *Manager) goAwayIfDraining(g *h2Guard) {
+func (m *Manager) goAwayIfDraining(f *h2Front) {
 	if m.draining.Load() {
-		g.drainGoAway()
-	}
-}
-
-type connectionStater interface {
-	ConnectionState() tls.ConnectionState
-}
-
-// h2NetConn is the client connection as the HTTP/2 server sees it: the
-// bytes the HTTP/1.1 path had already read come first; what goes through
-// is counted in the listener's byte counters; Close is the clientConn's
-// (which takes it out of the worker's connection set and counts it).
-type h2NetConn struct {
-	net.Conn
-	cc    *clientConn
-	guard *h2Guard // reads and writes go through it (h2guard.go)
-	// served: the HTTP/2 server has taken the connection in (its first
-	// ConnState call). Touched by the server's goroutine for it only.
-	served bool
-}
-
-func (c *h2NetConn) Read(p []byte) (int, error) { return c.guard.read(p) }
-
-func (c *h2NetConn) Write(p []byte) (int, error) {
-	n, err := c.guard.write(p)
-	if n > 0 {
-		c.cc.st.txBytes.Add(uint64(n))
-	}
-	return n, err
-}
-
-func (c *h2NetConn) Close() error { return c.cc.Close() }
-
-// h2TLSConn is an h2NetConn over TLS.
-type h2TLSConn struct{ *h2NetConn }
-
-func (c *h2TLSConn) ConnectionState() tls.ConnectionState {
-	return any(c.cc.c).(connectionStater).ConnectionState()
-}
-
-// h2ConnState keeps the connection's idle mark for the drain: an HTTP/2
-// connection without an open stream is idle, like a keep-alive HTTP/1.1
-// connection between requests.
-func h2ConnState(c net.Conn, s http.ConnState) {
-	var hc *h2NetConn
-	switch c := c.(type) {
-	case *h2NetConn:
-		hc = c
-	case *h2TLSConn:
-		hc = c.h2NetConn
-	default:
-		return
-	}
-	if !hc.served {
-		hc.served = true
-		hc.cc.m.goAwayIfDraining(hc.guard)
-	}
-	switch s {
-	case http.StateIdle:
-		hc.cc.idleSince.Store(max(monotime(), 1))
-	case http.StateActive:
-		hc.cc.idleSince.Store(0)
+		f.sc.Shutdown()
 	}
 }

@@ -322,3 +322,21 @@ func (b *h1RequestBody) stop() bool {
 	b.cc.readDeadline = aLongTimeAgo
 	return ok
 }
+
+// appendTrailer writes trailer fields as HTTP/1.1 field lines, leaving
+// out those a trailer may not carry (framing, routing, hop-by-hop).
+func appendTrailer(b []byte, trailer http.Header) []byte {
+	for name, values := range trailer {
+		switch name {
+		case "Content-Length", "Transfer-Encoding", "Host", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade":
+			continue
+		}
+		for _, v := range values {
+			b = append(b, name...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	return b
+}

@@ -72,7 +72,7 @@ func hostileCases() []hostileCase {
 		get("backslash in :path", "/public\\..\\private/x", 400, "/public\\..\\private/x"),
 		get("fragment in :path", "/ok#frag", 400, "/ok#frag"),
 		get("non-ASCII byte in :path", "/caf\xe9", 400, "/caf\xe9"),
-		reset(get("tab in :path", "/a\tb", 400, "/a\tb")),
+		get("tab in :path", "/a\tb", 400, "/a\tb"), // the HTTP/1.1 parser's 400, as over HTTP/1.1
 		reset(get("bad percent-encoding in :path", "/%zz", 400, "/%zz")),
 		{name: "bad percent-encoding in the query (passed, as over HTTP/1.1)", method: "GET", scheme: "http", authority: "a.example", path: "/ok?off=10%",
 			h1: "GET /ok?off=10% HTTP/1.1\r\nHost: a.example\r\n\r\n", status: 200, line: "GET /ok?off=10% HTTP/1.1"},
@@ -113,8 +113,9 @@ func hostileCases() []hostileCase {
 			h1:     "GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n", status: 400}),
 		{name: "Host alone, invalid", method: "GET", scheme: "http", authority: omit, path: "/",
 			fields: []string{"host", "a,b"}, h1: "GET / HTTP/1.1\r\nHost: a,b\r\n\r\n", status: 400},
-		{name: "connection-specific field", method: "GET", scheme: "http", authority: "a.example", path: "/",
-			fields: []string{"connection", "close"}, status: 400}, // x/net's own 400
+		// Malformed (RFC 9113 §8.2.2): the engine resets the stream.
+		reset(hostileCase{name: "connection-specific field", method: "GET", scheme: "http", authority: "a.example", path: "/",
+			fields: []string{"connection", "close"}, status: 400}),
 	}
 }
 
@@ -256,7 +257,7 @@ func runHostileCases(t *testing.T, cb *captureBackend, dial1, dial2 func(testing
 				got := h2RawExchange(t, dial2(t), hc.pseudo(), hc.fields)
 				switch {
 				case hc.h2Reset && (!got.isRST || got.reset != http2.ErrCodeProtocol):
-					t.Errorf("HTTP/2: %+v, want the stream reset with PROTOCOL_ERROR by x/net", got)
+					t.Errorf("HTTP/2: %+v, want the stream reset with PROTOCOL_ERROR by the engine", got)
 				case !hc.h2Reset && got.status != hc.status:
 					t.Errorf("HTTP/2: %+v, want status %d (as over HTTP/1.1)", got, hc.status)
 				}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/stats"
+	"github.com/hotproxy/hotproxy/workers/h2"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -271,26 +272,25 @@ func (cc *clientConn) overloadedSlow(v *overloadView, keep *bool) bool {
 }
 
 // overloaded is the HTTP/2 request-start check: keep-alive off sends the
-// connection a GOAWAY (x/net does, for "Connection: close"); refused, the
-// stream is answered 503 with Retry-After (true).
-func (h *h2Handler) overloaded(w http.ResponseWriter, res *h2Result) bool {
-	v := h.cc.wk.overload.Load()
+// connection the graceful GOAWAY (HTTP/2's "Connection: close"); refused,
+// the stream is answered 503 with Retry-After (true).
+func (f *h2Front) overloaded(st *h2.Stream, s *h2StreamState, out *streamOutcome) bool {
+	cc := f.cc
+	v := cc.wk.overload.Load()
 	if v == nil {
 		return false
 	}
 	if v.DisableKeepAlive || v.RefuseRequests {
-		w.Header().Set("Connection", "close")
+		f.sc.Shutdown()
 	}
 	if !v.RefuseRequests {
 		return false
 	}
-	cc := h.cc
 	oc := cc.m.overloadStatsOf()
 	oc.refused.Lane(cc.wk.id + 1).Inc()
 	oc.shed.Lane(cc.wk.id + 1).Inc()
-	w.Header()["Retry-After"] = v.retryAfter
-	res.status = h2Answer(w, cc.st, http.StatusServiceUnavailable, overloadRefusalBody)
-	res.sent = int64(len(overloadRefusalBody) + 1)
+	out.status = h2RefusalReply(st, s, cc.st, v.retryAfter[0])
+	out.sent = int64(len(overloadRefusalBody) + 1)
 	return true
 }
 

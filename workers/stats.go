@@ -61,7 +61,7 @@ type listenerStats struct {
 	steerActive *atomic.Uint64
 	logDropped  stats.CounterLane // statAccessLogDropped
 	rqHTTP2     stats.CounterLane // statRqHTTP2
-	h2Calm      stats.CounterLane // statH2Calm (h2guard.go)
+	h2Calm      stats.CounterLane // statH2Calm (h2front.go)
 	// tls: a listener that terminates TLS (tls.go); nil otherwise.
 	tls *tlsStats
 	// sniNoRoute: a TLS passthrough listener (sni.go); zero otherwise.

@@ -78,7 +78,7 @@ type Options struct {
 type Manager struct {
 	log hclog.Logger
 	// grpcToHTTP1 warns, rate-limited, of gRPC requests routed to a
-	// cluster that speaks HTTP/1.1 (h2proxy.go).
+	// cluster that speaks HTTP/1.1 (h2front_h1.go).
 	grpcToHTTP1 ratelog.Limiter
 	n           int
 	listeners   []*mlistener

@@ -72,6 +72,8 @@ var layers = map[string][]string{
 	"integration/harness":  {"shm"},
 	"integration/loadgen":  nil,
 	"scripts/benchbackend": nil,
+	"scripts/grpcbackend":  nil,
+	"scripts/grpcload":     nil,
 	"scripts/idleconns":    nil,
 	"scripts/smugglecheck": {"internal/smuggle"},
 	"scripts/tcpbulk":      nil,

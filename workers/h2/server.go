@@ -35,6 +35,10 @@ const (
 	// closeLinger bounds how long a closing connection keeps reading (and
 	// discarding) so that its GOAWAY is not lost to a TCP reset.
 	closeLinger = time.Second
+	// closeLingerFrames bounds the frames a closing connection discards:
+	// a flooding client that keeps writing sees the socket close (and
+	// its writes fail) soon after its GOAWAY, not a second later.
+	closeLingerFrames = 16 << 10
 	// maxWriteBuffered is how many encoded bytes may wait for the writer
 	// before stream writes block: the bound on response memory per
 	// connection when the client reads slowly.
@@ -232,6 +236,7 @@ type ServerConn struct {
 	queuedCtl    int
 	resets       tokenBucket
 	empties      tokenBucket
+	controls     tokenBucket
 	shuttingDown bool   // first GOAWAY sent
 	finalGoAway  bool   // GOAWAY naming the last stream sent
 	lastStreamID uint32 // valid with finalGoAway
@@ -242,6 +247,9 @@ type ServerConn struct {
 	stallTimer   *time.Timer
 	stallArmed   bool
 	writeErr     error
+
+	// started: our SETTINGS are queued; a Shutdown before waits for it.
+	started, shutdownOnStart bool
 }
 
 // NewServerConn prepares a server connection on c. preread holds bytes the
@@ -274,6 +282,7 @@ func NewServerConn(c net.Conn, preread []byte, cfg *ServerConfig, h Handler) *Se
 	// Empty DATA/CONTINUATION frames do nothing useful: ten times the
 	// reset budget is generous for any honest client.
 	sc.empties.init(10*sc.cfg.ResetBurst, 10*sc.cfg.ResetPerSecond)
+	sc.controls.init(ControlFrameBurst, ControlFramesPerSecond) // framebudget.go
 	sc.flushWake = make(chan struct{}, 1)
 	sc.writerDone = make(chan struct{})
 	sc.workCh = make(chan *Stream, sc.cfg.MaxConcurrentStreams)
@@ -318,20 +327,25 @@ func (sc *ServerConn) Serve() error {
 	if sc.cfg.IdleTimeout > 0 {
 		sc.idleTimer = time.AfterFunc(sc.cfg.IdleTimeout, sc.idleFired)
 	}
+	sc.started = true
+	if sc.shutdownOnStart {
+		sc.shutdownLocked()
+	}
 	sc.mu.Unlock()
 	sc.wakeWriter()
 	go sc.writeLoop()
 
 	var readErr error
+	lingered := 0
 	for {
 		f, hf, err := sc.readFrame()
 		sc.mu.Lock()
 		if sc.closing {
 			sc.mu.Unlock()
-			if err != nil {
+			if lingered++; err != nil || lingered > closeLingerFrames {
 				break
 			}
-			continue // lingering: discard until EOF or the deadline
+			continue // lingering: discard until EOF, the deadline or closeLingerFrames
 		}
 		if err != nil {
 			sc.readErrorLocked(err)
@@ -556,6 +570,16 @@ func (sc *ServerConn) floodLocked(kind string) {
 func (sc *ServerConn) Shutdown() {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	if !sc.started {
+		// Our SETTINGS must be the first frame: the GOAWAY follows
+		// them, once Serve has read the client's preface.
+		sc.shutdownOnStart = true
+		return
+	}
+	sc.shutdownLocked()
+}
+
+func (sc *ServerConn) shutdownLocked() {
 	if sc.shuttingDown || sc.closing {
 		return
 	}

@@ -19,6 +19,9 @@ func (sc *ServerConn) processFrameLocked(f http2.Frame) error {
 		}
 		sc.sawSettings = true
 	}
+	if err := sc.chargeControlLocked(f); err != nil {
+		return err
+	}
 	switch f := f.(type) {
 	case *http2.ContinuationFrame:
 		return sc.onContinuation(f)

@@ -254,6 +254,7 @@ func (sc *ServerConn) writeHeadersLocked(st *Stream, status int, fields []hpack.
 		block = block[len(frag):]
 		if first {
 			sc.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0})
+			sc.creditControlLocked()
 			first = false
 		} else {
 			sc.wfr.WriteContinuation(st.id, len(block) == 0, frag)
@@ -315,6 +316,7 @@ func (sc *ServerConn) writeDataLocked(st *Stream, p []byte, end bool) (int, erro
 		st.stallSince = time.Time{}
 		last := end && int(n) == len(p)
 		sc.wfr.WriteData(st.id, last, p[:n])
+		sc.creditControlLocked()
 		st.send.take(n)
 		sc.send.take(n)
 		written += int(n)
