@@ -75,6 +75,10 @@ type ServerConfig struct {
 	// MaxQueuedControlFrames bounds SETTINGS/PING acks and RST_STREAM
 	// replies queued but not yet written; beyond: GOAWAY ENHANCE_YOUR_CALM.
 	MaxQueuedControlFrames int
+	// ControlFrameBurst and ControlFramesPerSecond are the budget of
+	// frames that carry no request (framebudget.go); 0: its defaults.
+	ControlFrameBurst      int
+	ControlFramesPerSecond float64
 	// IdleTimeout closes (GOAWAY NO_ERROR) a connection without streams.
 	IdleTimeout time.Duration
 	// WriteStallTimeout resets a stream whose send window stays closed this
@@ -160,6 +164,12 @@ func (c *ServerConfig) withDefaults() ServerConfig {
 	}
 	if d.MaxQueuedControlFrames <= 0 {
 		d.MaxQueuedControlFrames = DefaultMaxQueuedControlFrames
+	}
+	if d.ControlFrameBurst <= 0 {
+		d.ControlFrameBurst = ControlFrameBurst
+	}
+	if d.ControlFramesPerSecond <= 0 {
+		d.ControlFramesPerSecond = ControlFramesPerSecond
 	}
 	if d.IdleTimeout == 0 {
 		d.IdleTimeout = DefaultIdleTimeout
@@ -282,7 +292,7 @@ func NewServerConn(c net.Conn, preread []byte, cfg *ServerConfig, h Handler) *Se
 	// Empty DATA/CONTINUATION frames do nothing useful: ten times the
 	// reset budget is generous for any honest client.
 	sc.empties.init(10*sc.cfg.ResetBurst, 10*sc.cfg.ResetPerSecond)
-	sc.controls.init(ControlFrameBurst, ControlFramesPerSecond) // framebudget.go
+	sc.controls.init(sc.cfg.ControlFrameBurst, sc.cfg.ControlFramesPerSecond) // framebudget.go
 	sc.flushWake = make(chan struct{}, 1)
 	sc.writerDone = make(chan struct{})
 	sc.workCh = make(chan *Stream, sc.cfg.MaxConcurrentStreams)
