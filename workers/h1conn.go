@@ -108,6 +108,25 @@ type clientConn struct {
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
 
+	// Parking in the worker's idle poller (idlepoll_linux.go). parked:
+	// the socket waits there and no goroutine runs the connection; whoever
+	// turns it false owns the connection. parkToken and parkSlot (index
+	// plus one; 0: none) are its slot there, set once; parkAdded: the
+	// socket is in the poller's epoll (re-armed with EPOLL_CTL_MOD).
+	parked    atomic.Bool
+	parkToken uint64
+	parkSlot  uint32
+	parkAdded bool
+	// idleTimer closes a parked connection at its idle timeout (no read
+	// deadline can: nobody reads). Made at the first park, armed at most
+	// once at a time (idleTimerArmed), re-armed lazily: a busy keep-alive
+	// connection costs it one reset per idle_timeout, not one per request.
+	// parkedIdleTimeout is the timeout the parked connection started
+	// waiting with, for the timer's goroutine.
+	idleTimer         *time.Timer
+	idleTimerArmed    atomic.Bool
+	parkedIdleTimeout atomic.Int64
+
 	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
 	ex   *h1State
@@ -147,7 +166,11 @@ func (cc *clientConn) Close() error {
 		cc.set.remove(cc)
 		cc.slots.release() // connection slot (connlimit.go): once, here
 	}
-	return cc.tcp.Close()
+	err := cc.tcp.Close()
+	// A parked connection has no goroutine to see the close: it gets one,
+	// whose read fails, and ends as any connection does.
+	cc.set.idle.unpark(cc)
+	return err
 }
 
 // idleFor reports how long the connection has been idle between
@@ -160,50 +183,150 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 	return time.Duration(now - since)
 }
 
-// serve runs the connection until it closes.
+// serve runs the connection until it closes or parks. The goroutine of
+// a connection that parks becomes a resumer of the worker's idle poller,
+// or ends.
 func (cc *clientConn) serve() {
-	defer func() {
-		cc.flushPending()
-		cc.endState()
-		cc.closeAtEnd()
-		cc.m.httpWG.Done()
-	}()
+	if cc.start() && cc.serveRequests() {
+		cc.set.idle.joinResumers()
+		return
+	}
+	cc.finish()
+}
+
+// resume runs a parked connection again, on a resumer goroutine: its
+// socket is readable, or it was closed (Close, the idle timer).
+func (cc *clientConn) resume() {
+	cc.idleSince.Store(0)
+	if !cc.closed.Load() && cc.serveRequests() {
+		return
+	}
+	cc.finish()
+}
+
+// finish ends the connection, on its goroutine.
+func (cc *clientConn) finish() {
+	cc.flushPending()
+	cc.endState()
+	if cc.idleTimer != nil {
+		cc.idleTimer.Stop()
+	}
+	cc.set.idle.release(cc)
+	cc.closeAtEnd()
+	cc.m.httpWG.Done()
+}
+
+// start does what comes before the first request: the TLS handshake, and
+// HTTP/2 when ALPN chose it. false: the connection is over.
+func (cc *clientConn) start() bool {
 	if cc.tls != nil {
 		if !cc.handshake() {
-			return
+			return false
 		}
 		if cc.tls.ConnectionState().NegotiatedProtocol == config.ALPNHTTP2 {
 			cc.m.serveHTTP2(cc)
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// serveRequests serves HTTP/1.1 requests until the connection is over
+// (false) or parks (true: another goroutine owns it now).
+func (cc *clientConn) serveRequests() bool {
 	// A new connection reads its first request straight away: its client
 	// has just connected to send it, and is most often sent already, so
 	// a peek first would be one more syscall per connection. Until then
 	// it holds a buffer, for at most header_timeout (and max_connections
-	// bounds how many do).
+	// bounds how many do). A resumed one was woken because it is
+	// readable.
 	fresh := true
 	for {
 		if cc.r == cc.w && !fresh {
-			if cc.pending == nil || cc.tls != nil {
+			if cc.tls == nil && parkIdleConns {
+				// The poller's arm checks readiness itself (no peek
+				// needed), so a deferred response is written first.
+				if !cc.flushPending() {
+					return false
+				}
+				cc.releaseState()
+				if cc.park() {
+					return true
+				}
+			} else if cc.pending == nil || cc.tls != nil {
 				cc.flushPending()
 				cc.releaseState()
 			} // else waitReadable writes it, then releases the state
 			if !cc.waitForRequest() {
-				return
+				return false
 			}
 		} else if !cc.flushPending() {
-			return
+			return false
 		}
 		fresh = false
 		cc.takeState()
 		if !cc.readHead() {
-			return
+			return false
 		}
 		if !cc.handle() {
-			return
+			return false
 		}
 	}
+}
+
+// parkIdleConns: idle plaintext keep-alive connections park in the
+// worker's idle poller (idlepoll_linux.go) rather than wait in their
+// goroutine. A variable for the tests that compare both.
+var parkIdleConns = parkedSocketsSupported
+
+// park gives the idle connection, which holds no buffer, to the worker's
+// idle poller; true: it is parked (or already taken back by Close), and
+// the calling goroutine must not touch it again. false: it waits in its
+// goroutine (waitReadable).
+func (cc *clientConn) park() bool {
+	d := cc.settings.idleTimeout
+	if d > 0 && cc.idleTimer == nil {
+		cc.idleTimer = time.AfterFunc(time.Hour, cc.idleTimerFired)
+		cc.idleTimer.Stop()
+	}
+	cc.parkedIdleTimeout.Store(int64(d))
+	// The socket's read deadline may pass while parked; the next
+	// setReadDeadline sets one afresh.
+	cc.readDeadline = time.Time{}
+	cc.idleSince.Store(max(monotime(), 1))
+	if !cc.set.idle.park(cc) {
+		return false
+	}
+	cc.armIdleTimer()
+	return true
+}
+
+// armIdleTimer arms the idle timer for the rest of the parked
+// connection's idle timeout, unless it is armed already. Safe from any
+// goroutine: it reads only atomics and the timer, made before the park.
+func (cc *clientConn) armIdleTimer() {
+	d := time.Duration(cc.parkedIdleTimeout.Load())
+	if d <= 0 || cc.idleTimer == nil || !cc.idleTimerArmed.CompareAndSwap(false, true) {
+		return
+	}
+	cc.idleTimer.Reset(max(d-cc.idleFor(monotime()), 0))
+}
+
+// idleTimerFired closes the connection if it is still parked and has
+// been idle for its whole timeout, or re-arms the timer for the rest (it
+// was armed by an earlier park, and the connection was busy since).
+// Disarming first, then looking at parked, pairs with park's parked then
+// arm: one of the two arms it.
+func (cc *clientConn) idleTimerFired() {
+	cc.idleTimerArmed.Store(false)
+	if !cc.parked.Load() {
+		return
+	}
+	if cc.idleFor(monotime()) >= time.Duration(cc.parkedIdleTimeout.Load()) {
+		cc.Close()
+		return
+	}
+	cc.armIdleTimer()
 }
 
 // waitReadable waits, holding no buffer, until the client sends something

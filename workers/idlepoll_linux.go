@@ -1,0 +1,313 @@
+package workers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The idle poller (issue 22, item 3): a plaintext HTTP/1.1 keep-alive
+// connection that goes idle gives its goroutine back and parks its socket
+// here until the client sends its next request, so that an idle
+// connection costs its structs and its kernel socket, not a stack.
+//
+// One poller per worker (its connection set's), made at the first park:
+// an epoll instance of our own, in which a parked socket is registered
+// one-shot. Go's runtime keeps the same socket in its own epoll
+// (edge-triggered, registered when the connection was accepted); Linux
+// allows both, and as no goroutine waits on the socket while it is parked,
+// the runtime's wake finds nobody and costs nothing but the event. The
+// poller's own epoll fd is non-blocking and wrapped in an os.File, so the
+// runtime's netpoller tells the poller's goroutine when it has events: no
+// thread is blocked in epoll_wait.
+//
+// Race-freedom, by the connection's parked flag (clientConn.parked):
+//   - park sets every field the wake reads, then parked, then arms the
+//     socket (EPOLL_CTL_MOD, or ADD the first time). From parked on the
+//     connection's goroutine touches nothing of it: whoever turns parked
+//     back to false (a wake, Close, the idle timer, a failed arm) owns it.
+//   - A wake takes it with parked.CompareAndSwap(true, false) and hands
+//     it to a resumer goroutine, which runs serveRequests. An arm checks
+//     the socket's readiness itself (ep_modify polls the file), so bytes
+//     that came before the arm still wake it: no peek, and a deferred
+//     response (clientConn.pending) can simply be written before parking.
+//   - Close closes the socket (the kernel drops it from every epoll when
+//     the last reference goes) and takes parked the same way, then hands
+//     the connection to a resumer: its read fails, and it ends on a
+//     goroutine as every connection does (httpWG, access log, slots).
+//   - Epoll data cannot hold a Go pointer; it holds a token, the
+//     connection's slot here and a sequence number, so that an event read
+//     just before a close does not wake the next connection in that slot.
+type idlePoller struct {
+	mu      sync.Mutex // guards the fields below, once per connection, never per request
+	started bool
+	stopped bool
+	file    *os.File        // the epoll fd, for the runtime's netpoller
+	raw     syscall.RawConn // file's
+	seq     uint32          // tokens' sequence numbers
+	free    []uint32        // slots free for the next connection
+	nslots  uint32          // slots handed out so far
+
+	// slots hold the connections that have a slot, by index: chunks made
+	// once, never moved, so the poller's goroutine reads them without
+	// the lock.
+	slots [idleSlotChunks]atomic.Pointer[idleSlotChunk]
+
+	resume       chan *clientConn // to a resumer waiting in resumeLoop
+	stop         chan struct{}    // closed by close: resumers and the wait end
+	idleResumers atomic.Int32     // resumers waiting on resume
+	events       [128]unix.EpollEvent
+	waitFn       func(fd uintptr) bool
+}
+
+const (
+	idleSlotChunkSize = 1024
+	idleSlotChunks    = 4096 // 4M parked connections per worker
+	// maxIdleResumers is how many resumers wait for a wake; a goroutine
+	// coming back to the pool when that many wait ends instead, so a
+	// burst's goroutines do not stay.
+	maxIdleResumers = 64
+)
+
+type idleSlotChunk [idleSlotChunkSize]atomic.Pointer[clientConn]
+
+// errIdlePollerClosed: the worker is closing; the connection waits in its
+// own goroutine.
+var errIdlePollerClosed = errors.New("idle poller closed")
+
+// startLocked makes the epoll instance and starts the poller's goroutine.
+func (p *idlePoller) startLocked() error {
+	if p.stopped {
+		return errIdlePollerClosed
+	}
+	if p.started {
+		return nil
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		p.stopped = true
+		return fmt.Errorf("idle poller: epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		p.stopped = true
+		return fmt.Errorf("idle poller: set epoll fd non-blocking: %w", err)
+	}
+	p.file = os.NewFile(uintptr(epfd), "idle-poller")
+	raw, err := p.file.SyscallConn()
+	if err != nil {
+		p.file.Close()
+		p.stopped = true
+		return fmt.Errorf("idle poller: %w", err)
+	}
+	p.resume = make(chan *clientConn)
+	p.stop = make(chan struct{})
+	p.raw = raw
+	p.waitFn = p.handleEvents
+	p.started = true
+	go func() {
+		// The callback never reports done: Read returns only when close
+		// closes the file.
+		raw.Read(p.waitFn)
+	}()
+	return nil
+}
+
+// assign gives cc a slot and its token; false: no poller.
+func (p *idlePoller) assign(cc *clientConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.startLocked() != nil {
+		return false
+	}
+	var idx uint32
+	if n := len(p.free); n > 0 {
+		idx = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		if p.nslots == idleSlotChunkSize*idleSlotChunks {
+			return false
+		}
+		idx = p.nslots
+		p.nslots++
+		if idx%idleSlotChunkSize == 0 {
+			p.slots[idx/idleSlotChunkSize].Store(new(idleSlotChunk))
+		}
+	}
+	p.seq++
+	cc.parkToken = uint64(idx) | uint64(p.seq)<<32
+	cc.parkSlot = idx + 1
+	p.slots[idx/idleSlotChunkSize].Load()[idx%idleSlotChunkSize].Store(cc)
+	return true
+}
+
+// release frees cc's slot, at the connection's end.
+func (p *idlePoller) release(cc *clientConn) {
+	if cc.parkSlot == 0 {
+		return
+	}
+	idx := cc.parkSlot - 1
+	cc.parkSlot = 0
+	p.slots[idx/idleSlotChunkSize].Load()[idx%idleSlotChunkSize].Store(nil)
+	p.mu.Lock()
+	p.free = append(p.free, idx)
+	p.mu.Unlock()
+}
+
+// park registers cc's socket and gives cc up; true: cc belongs to the
+// poller now (or to whoever took it since), and its goroutine must not
+// touch it. false: it could not be parked and its goroutine waits as
+// before.
+func (p *idlePoller) park(cc *clientConn) bool {
+	if cc.parkSlot == 0 && !p.assign(cc) {
+		return false
+	}
+	op := unix.EPOLL_CTL_MOD
+	if !cc.parkAdded {
+		op = unix.EPOLL_CTL_ADD
+		cc.parkAdded = true
+	}
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
+		Fd:     int32(uint32(cc.parkToken)),
+		Pad:    int32(uint32(cc.parkToken >> 32)),
+	}
+	cc.parked.Store(true)
+	var armErr error
+	// Both fds inside Control, so that neither can be closed (and its
+	// number reused) during the epoll_ctl.
+	err := p.raw.Control(func(epfd uintptr) {
+		err := cc.raw.Control(func(fd uintptr) {
+			armErr = unix.EpollCtl(int(epfd), op, int(fd), &ev)
+			if armErr == unix.ENOENT && op == unix.EPOLL_CTL_MOD {
+				armErr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, int(fd), &ev)
+			}
+		})
+		if armErr == nil {
+			armErr = err
+		}
+	})
+	if err == nil {
+		err = armErr
+	}
+	if err != nil && cc.parked.CompareAndSwap(true, false) {
+		// Not armed (a closed socket, a closing poller): the goroutine
+		// keeps it and its wait sees what happened.
+		return false
+	}
+	// Armed, or taken already by Close: either way not ours.
+	return true
+}
+
+// handleEvents is the poller goroutine's RawConn.Read callback: it reads
+// every event there is and resumes their connections. It always reports
+// not done, so Read waits for the epoll fd to be readable again: the
+// runtime resets that readiness before calling it, and every event added
+// to our ready list after that wakes the runtime's epoll again.
+func (p *idlePoller) handleEvents(epfd uintptr) bool {
+	for {
+		n, err := unix.EpollWait(int(epfd), p.events[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return false
+		}
+		for i := range p.events[:n] {
+			ev := &p.events[i]
+			token := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			idx := uint32(token)
+			chunk := p.slots[idx/idleSlotChunkSize].Load()
+			if chunk == nil {
+				continue
+			}
+			cc := chunk[idx%idleSlotChunkSize].Load()
+			if cc == nil || cc.parkToken != token || !cc.parked.CompareAndSwap(true, false) {
+				continue // a connection that has ended, or been taken by Close
+			}
+			p.dispatch(cc)
+		}
+		if n < len(p.events) {
+			return false
+		}
+	}
+}
+
+// unpark takes cc back from the poller for Close or the idle timer; true:
+// cc was parked and has been handed to a resumer to end.
+func (p *idlePoller) unpark(cc *clientConn) bool {
+	if !cc.parked.CompareAndSwap(true, false) {
+		return false
+	}
+	p.dispatch(cc)
+	return true
+}
+
+// dispatch runs cc's requests on a waiting resumer, or a new one when
+// none waits.
+func (p *idlePoller) dispatch(cc *clientConn) {
+	select {
+	case p.resume <- cc:
+	default:
+		go p.resumeLoop(cc)
+	}
+}
+
+// resumeLoop serves cc until it parks or ends, then waits for the next
+// woken connection, unless enough resumers wait already.
+func (p *idlePoller) resumeLoop(cc *clientConn) {
+	for {
+		cc.resume()
+		if p.idleResumers.Load() >= maxIdleResumers {
+			return
+		}
+		p.idleResumers.Add(1)
+		select {
+		case cc = <-p.resume:
+			p.idleResumers.Add(-1)
+		case <-p.stop:
+			p.idleResumers.Add(-1)
+			return
+		}
+	}
+}
+
+// joinResumers makes a goroutine whose connection has just parked (the
+// one accept started) a resumer, or lets it end.
+func (p *idlePoller) joinResumers() {
+	if p.idleResumers.Load() >= maxIdleResumers {
+		return
+	}
+	p.idleResumers.Add(1)
+	select {
+	case cc := <-p.resume:
+		p.idleResumers.Add(-1)
+		p.resumeLoop(cc)
+	case <-p.stop:
+		p.idleResumers.Add(-1)
+	}
+}
+
+// close stops the poller: the waiting resumers end, and no connection
+// parks any more. Called once every connection has been closed
+// (connSet.killAll), so each parked one has been handed to a resumer.
+func (p *idlePoller) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	if p.started {
+		close(p.stop)
+		p.file.Close()
+	}
+}
+
+// parkedSocketsSupported says whether idle connections park (tests).
+const parkedSocketsSupported = true
