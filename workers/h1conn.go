@@ -108,15 +108,20 @@ type clientConn struct {
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
 
-	// Parking in the worker's idle poller (idlepoll_linux.go). parked:
-	// the socket waits there and no goroutine runs the connection; whoever
-	// turns it false owns the connection. parkToken and parkSlot (index
-	// plus one; 0: none) are its slot there, set once; parkAdded: the
-	// socket is in the poller's epoll (re-armed with EPOLL_CTL_MOD).
-	parked    atomic.Bool
-	parkToken uint64
-	parkSlot  uint32
-	parkAdded bool
+	// Parking in the worker's idle poller (idlepoll_linux.go).
+	// parkState: stateParked while the socket waits there and no goroutine
+	// runs the connection; whoever turns it back to stateRunning owns the
+	// connection. parkToken and parkSlot (index plus one; 0: none) are its
+	// slot there, set once; parkAdded: the socket is in the poller's epoll
+	// (re-armed with EPOLL_CTL_MOD). The arm* fields are park's, for its
+	// Control callbacks (method values made once).
+	parkState              atomic.Int32
+	parkToken              uint64
+	parkSlot               uint32
+	parkAdded              bool
+	armOp, armEpfd         int
+	armErr                 error
+	armOuterFn, armInnerFn func(fd uintptr)
 	// idleTimer closes a parked connection at its idle timeout (no read
 	// deadline can: nobody reads). Made at the first park, armed at most
 	// once at a time (idleTimerArmed), re-armed lazily: a busy keep-alive
@@ -243,21 +248,11 @@ func (cc *clientConn) serveRequests() bool {
 	fresh := true
 	for {
 		if cc.r == cc.w && !fresh {
-			if cc.tls == nil && parkIdleConns {
-				// The poller's arm checks readiness itself (no peek
-				// needed), so a deferred response is written first.
-				if !cc.flushPending() {
-					return false
-				}
-				cc.releaseState()
-				if cc.park() {
-					return true
-				}
-			} else if cc.pending == nil || cc.tls != nil {
-				cc.flushPending()
-				cc.releaseState()
-			} // else waitReadable writes it, then releases the state
-			if !cc.waitForRequest() {
+			ok, parked := cc.idleWait()
+			if parked {
+				return true
+			}
+			if !ok {
 				return false
 			}
 		} else if !cc.flushPending() {
@@ -279,11 +274,51 @@ func (cc *clientConn) serveRequests() bool {
 // goroutine. A variable for the tests that compare both.
 var parkIdleConns = parkedSocketsSupported
 
+// idleWait waits, holding no buffer, for the next request: parked in the
+// worker's idle poller (parked: another goroutine owns the connection
+// now), or in its own goroutine. ok false: the connection is over.
+func (cc *clientConn) idleWait() (ok, parked bool) {
+	if cc.tls == nil && parkIdleConns {
+		// The poller's arm checks readiness itself (no peek needed), so
+		// a deferred response is written first.
+		if !cc.flushPending() {
+			return false, false
+		}
+		cc.releaseState()
+		switch cc.park() {
+		case parkParked:
+			return true, true
+		case parkWoken:
+			cc.idleSince.Store(0)
+			return true, false // readable, or closed: the read tells
+		}
+	} else if cc.pending == nil || cc.tls != nil {
+		cc.flushPending()
+		cc.releaseState()
+	} // else waitReadable writes it, then releases the state
+	return cc.waitForRequest(), false
+}
+
+// parkResult is what a park came to (idlePoller.park).
+type parkResult int
+
+const (
+	parkFailed parkResult = iota // not parked: wait in the goroutine
+	parkParked                   // parked: the goroutine lets go
+	parkWoken                    // woken while being armed: read on
+)
+
+// clientConn.parkState values.
+const (
+	stateRunning     int32 = iota // a goroutine runs the connection
+	stateArming                   // its goroutine is registering it in the poller
+	stateWokenArming              // woken or closed during the arm: its goroutine reads on
+	stateParked                   // in the poller, no goroutine
+)
+
 // park gives the idle connection, which holds no buffer, to the worker's
-// idle poller; true: it is parked (or already taken back by Close), and
-// the calling goroutine must not touch it again. false: it waits in its
-// goroutine (waitReadable).
-func (cc *clientConn) park() bool {
+// idle poller (idlePoller.park says what the result means).
+func (cc *clientConn) park() parkResult {
 	d := cc.settings.idleTimeout
 	if d > 0 && cc.idleTimer == nil {
 		cc.idleTimer = time.AfterFunc(time.Hour, cc.idleTimerFired)
@@ -294,11 +329,11 @@ func (cc *clientConn) park() bool {
 	// setReadDeadline sets one afresh.
 	cc.readDeadline = time.Time{}
 	cc.idleSince.Store(max(monotime(), 1))
-	if !cc.set.idle.park(cc) {
-		return false
+	r := cc.set.idle.park(cc)
+	if r == parkParked {
+		cc.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
 	}
-	cc.armIdleTimer()
-	return true
+	return r
 }
 
 // armIdleTimer arms the idle timer for the rest of the parked
@@ -319,7 +354,7 @@ func (cc *clientConn) armIdleTimer() {
 // arm: one of the two arms it.
 func (cc *clientConn) idleTimerFired() {
 	cc.idleTimerArmed.Store(false)
-	if !cc.parked.Load() {
+	if cc.parkState.Load() != stateParked {
 		return
 	}
 	if cc.idleFor(monotime()) >= time.Duration(cc.parkedIdleTimeout.Load()) {

@@ -26,18 +26,20 @@ import (
 // runtime's netpoller tells the poller's goroutine when it has events: no
 // thread is blocked in epoll_wait.
 //
-// Race-freedom, by the connection's parked flag (clientConn.parked):
-//   - park sets every field the wake reads, then parked, then arms the
-//     socket (EPOLL_CTL_MOD, or ADD the first time). From parked on the
-//     connection's goroutine touches nothing of it: whoever turns parked
-//     back to false (a wake, Close, the idle timer, a failed arm) owns it.
-//   - A wake takes it with parked.CompareAndSwap(true, false) and hands
-//     it to a resumer goroutine, which runs serveRequests. An arm checks
+// Race-freedom, by the connection's park state (clientConn.parkState):
+//   - park sets every field the wake reads, then stateArming, then arms the
+//     socket (EPOLL_CTL_MOD, or ADD the first time), then stateParked if
+//     nobody marked it meanwhile. From stateParked on the connection's
+//     goroutine touches nothing of it: whoever turns it back to running
+//     (a wake, Close, the idle timer) owns it. A wake or Close during the
+//     arm marks it stateWokenArming, and the goroutine reads on itself.
+//   - A wake takes it (clientConn.take) and hands it to a resumer
+//     goroutine, which runs serveRequests. An arm checks
 //     the socket's readiness itself (ep_modify polls the file), so bytes
 //     that came before the arm still wake it: no peek, and a deferred
 //     response (clientConn.pending) can simply be written before parking.
 //   - Close closes the socket (the kernel drops it from every epoll when
-//     the last reference goes) and takes parked the same way, then hands
+//     the last reference goes) and takes it the same way, then hands
 //     the connection to a resumer: its read fails, and it ends on a
 //     goroutine as every connection does (httpWG, access log, slots).
 //   - Epoll data cannot hold a Go pointer; it holds a token, the
@@ -159,49 +161,88 @@ func (p *idlePoller) release(cc *clientConn) {
 	p.mu.Unlock()
 }
 
-// park registers cc's socket and gives cc up; true: cc belongs to the
-// poller now (or to whoever took it since), and its goroutine must not
-// touch it. false: it could not be parked and its goroutine waits as
-// before.
-func (p *idlePoller) park(cc *clientConn) bool {
+// park registers cc's socket in the poller: parkParked, cc belongs to
+// the poller now and its goroutine must not touch it; parkWoken, it was
+// woken (or closed) while being armed and its goroutine reads on;
+// parkFailed, it could not be parked and its goroutine waits as before.
+func (p *idlePoller) park(cc *clientConn) parkResult {
 	if cc.parkSlot == 0 && !p.assign(cc) {
-		return false
+		return parkFailed
 	}
-	op := unix.EPOLL_CTL_MOD
+	cc.armOp = unix.EPOLL_CTL_MOD
 	if !cc.parkAdded {
-		op = unix.EPOLL_CTL_ADD
-		cc.parkAdded = true
+		cc.armOp = unix.EPOLL_CTL_ADD
 	}
+	if cc.armOuterFn == nil {
+		// Method values made once: a closure per park would be an
+		// allocation per keep-alive request.
+		cc.armOuterFn, cc.armInnerFn = cc.armInEpoll, cc.armSocket
+	}
+	cc.armErr = nil
+	// While arming, a wake or a Close only marks the connection
+	// (stateArming to stateWokenArming): the goroutine still owns it, and
+	// the fields the arm writes.
+	cc.parkState.Store(stateArming)
+	// Both fds inside Control, so that neither can be closed (and its
+	// number reused) during the epoll_ctl.
+	err := p.raw.Control(cc.armOuterFn)
+	if err == nil {
+		err = cc.armErr
+	}
+	if err == nil {
+		cc.parkAdded = true
+		if cc.parkState.CompareAndSwap(stateArming, stateParked) {
+			return parkParked
+		}
+	} else if cc.parkState.CompareAndSwap(stateArming, stateRunning) {
+		// Not armed (a closed socket, a closing poller): the
+		// goroutine's own wait sees what happened.
+		return parkFailed
+	}
+	cc.parkState.Store(stateRunning)
+	return parkWoken
+}
+
+// take turns a parked connection to running for whoever calls it: true,
+// the caller owns it (and hands it to a resumer). A connection still
+// being armed is marked instead, and its goroutine reads on.
+func (cc *clientConn) take() bool {
+	for {
+		switch cc.parkState.Load() {
+		case stateParked:
+			if cc.parkState.CompareAndSwap(stateParked, stateRunning) {
+				return true
+			}
+		case stateArming:
+			if cc.parkState.CompareAndSwap(stateArming, stateWokenArming) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// armInEpoll and armSocket are park's Control callbacks, on the poller's
+// epoll fd and then on the socket.
+func (cc *clientConn) armInEpoll(epfd uintptr) {
+	cc.armEpfd = int(epfd)
+	if err := cc.raw.Control(cc.armInnerFn); err != nil {
+		cc.armErr = err
+	}
+}
+
+func (cc *clientConn) armSocket(fd uintptr) {
 	ev := unix.EpollEvent{
 		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
 		Fd:     int32(uint32(cc.parkToken)),
 		Pad:    int32(uint32(cc.parkToken >> 32)),
 	}
-	cc.parked.Store(true)
-	var armErr error
-	// Both fds inside Control, so that neither can be closed (and its
-	// number reused) during the epoll_ctl.
-	err := p.raw.Control(func(epfd uintptr) {
-		err := cc.raw.Control(func(fd uintptr) {
-			armErr = unix.EpollCtl(int(epfd), op, int(fd), &ev)
-			if armErr == unix.ENOENT && op == unix.EPOLL_CTL_MOD {
-				armErr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, int(fd), &ev)
-			}
-		})
-		if armErr == nil {
-			armErr = err
-		}
-	})
-	if err == nil {
-		err = armErr
+	err := unix.EpollCtl(cc.armEpfd, cc.armOp, int(fd), &ev)
+	if err == unix.ENOENT && cc.armOp == unix.EPOLL_CTL_MOD {
+		err = unix.EpollCtl(cc.armEpfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
 	}
-	if err != nil && cc.parked.CompareAndSwap(true, false) {
-		// Not armed (a closed socket, a closing poller): the goroutine
-		// keeps it and its wait sees what happened.
-		return false
-	}
-	// Armed, or taken already by Close: either way not ours.
-	return true
+	cc.armErr = err
 }
 
 // handleEvents is the poller goroutine's RawConn.Read callback: it reads
@@ -227,7 +268,7 @@ func (p *idlePoller) handleEvents(epfd uintptr) bool {
 				continue
 			}
 			cc := chunk[idx%idleSlotChunkSize].Load()
-			if cc == nil || cc.parkToken != token || !cc.parked.CompareAndSwap(true, false) {
+			if cc == nil || cc.parkToken != token || !cc.take() {
 				continue // a connection that has ended, or been taken by Close
 			}
 			p.dispatch(cc)
@@ -241,7 +282,7 @@ func (p *idlePoller) handleEvents(epfd uintptr) bool {
 // unpark takes cc back from the poller for Close or the idle timer; true:
 // cc was parked and has been handed to a resumer to end.
 func (p *idlePoller) unpark(cc *clientConn) bool {
-	if !cc.parked.CompareAndSwap(true, false) {
+	if !cc.take() {
 		return false
 	}
 	p.dispatch(cc)

@@ -22,7 +22,7 @@ func parkedConns(m *Manager) int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			if cc, ok := c.(*clientConn); ok && cc.parked.Load() {
+			if cc, ok := c.(*clientConn); ok && cc.parkState.Load() == stateParked {
 				n++
 			}
 		}
@@ -288,4 +288,14 @@ func nofileLimit() (uint64, error) {
 	var lim syscall.Rlimit
 	err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	return lim.Cur, err
+}
+
+// BenchmarkH1ProxyKeepAliveUnparked is BenchmarkH1ProxyKeepAlive with idle
+// connections waiting in their goroutine, as before the idle poller: the
+// A/B of what a park per idle transition costs (epoll_ctl, the poller's
+// epoll_wait, a hand-over to a resumer).
+func BenchmarkH1ProxyKeepAliveUnparked(b *testing.B) {
+	defer func(was bool) { parkIdleConns = was }(parkIdleConns)
+	parkIdleConns = false
+	BenchmarkH1ProxyKeepAlive(b)
 }
