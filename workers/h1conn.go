@@ -29,6 +29,7 @@ type h1Settings struct {
 	idleTimeout   time.Duration
 	writeTimeout  time.Duration // 0: none
 	trustXFF      bool
+	parkIdle      bool        // park_idle_connections, where the platform can (idlepoll_linux.go)
 	shrunkFrom    *h1Settings // overload.go: the listener's own, when these are shrunk
 }
 
@@ -269,16 +270,11 @@ func (cc *clientConn) serveRequests() bool {
 	}
 }
 
-// parkIdleConns: idle plaintext keep-alive connections park in the
-// worker's idle poller (idlepoll_linux.go) rather than wait in their
-// goroutine. A variable for the tests that compare both.
-var parkIdleConns = parkedSocketsSupported
-
 // idleWait waits, holding no buffer, for the next request: parked in the
 // worker's idle poller (parked: another goroutine owns the connection
 // now), or in its own goroutine. ok false: the connection is over.
 func (cc *clientConn) idleWait() (ok, parked bool) {
-	if cc.tls == nil && parkIdleConns {
+	if cc.tls == nil && cc.settings.parkIdle {
 		// The poller's arm checks readiness itself (no peek needed), so
 		// a deferred response is written first.
 		if !cc.flushPending() {
