@@ -109,29 +109,10 @@ type clientConn struct {
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
 
-	// Parking in the worker's idle poller (idlepoll_linux.go).
-	// parkState: stateParked while the socket waits there and no goroutine
-	// runs the connection; whoever turns it back to stateRunning owns the
-	// connection. parkToken and parkSlot (index plus one; 0: none) are its
-	// slot there, set once; parkAdded: the socket is in the poller's epoll
-	// (re-armed with EPOLL_CTL_MOD). The arm* fields are park's, for its
-	// Control callbacks (method values made once).
-	parkState              atomic.Int32
-	parkToken              uint64
-	parkSlot               uint32
-	parkAdded              bool
-	armOp, armEpfd         int
-	armErr                 error
-	armOuterFn, armInnerFn func(fd uintptr)
-	// idleTimer closes a parked connection at its idle timeout (no read
-	// deadline can: nobody reads). Made at the first park, armed at most
-	// once at a time (idleTimerArmed), re-armed lazily: a busy keep-alive
-	// connection costs it one reset per idle_timeout, not one per request.
-	// parkedIdleTimeout is the timeout the parked connection started
-	// waiting with, for the timer's goroutine.
-	idleTimer         *time.Timer
-	idleTimerArmed    atomic.Bool
-	parkedIdleTimeout atomic.Int64
+	// parking is the connection's state in the worker's idle poller
+	// (idlepoll_linux.go), made at its first park: nil for a listener
+	// without park_idle_connections, which pays one pointer for it.
+	parking atomic.Pointer[parking]
 
 	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
@@ -214,10 +195,10 @@ func (cc *clientConn) resume() {
 func (cc *clientConn) finish() {
 	cc.flushPending()
 	cc.endState()
-	if cc.idleTimer != nil {
-		cc.idleTimer.Stop()
+	if pk := cc.parking.Load(); pk != nil {
+		pk.idleTimer.Stop()
+		cc.set.idle.release(pk)
 	}
-	cc.set.idle.release(cc)
 	cc.closeAtEnd()
 	cc.m.httpWG.Done()
 }
@@ -304,7 +285,7 @@ const (
 	parkWoken                    // woken while being armed: read on
 )
 
-// clientConn.parkState values.
+// parking.state values.
 const (
 	stateRunning     int32 = iota // a goroutine runs the connection
 	stateArming                   // its goroutine is registering it in the poller
@@ -312,22 +293,52 @@ const (
 	stateParked                   // in the poller, no goroutine
 )
 
+// parking is a connection's state in its worker's idle poller. state:
+// stateParked while the socket waits there and no goroutine runs the
+// connection; whoever turns it back to stateRunning owns the connection.
+// token and slot (index plus one; 0: none) are its place in the poller;
+// added: the socket is in the poller's epoll (re-armed with
+// EPOLL_CTL_MOD). The arm* fields are the arm's, for its Control
+// callbacks (method values made once: a closure per park would be an
+// allocation per keep-alive request).
+type parking struct {
+	cc                     *clientConn
+	state                  atomic.Int32
+	token                  uint64
+	slot                   uint32
+	added                  bool
+	armOp, armEpfd         int
+	armErr                 error
+	armOuterFn, armInnerFn func(fd uintptr)
+	// idleTimer closes a parked connection at its idle timeout (no read
+	// deadline can: nobody reads), armed at most once at a time
+	// (timerArmed) and re-armed lazily: a busy keep-alive connection
+	// costs it one reset per idle_timeout, not one per request.
+	// idleTimeout is the one the parked connection started waiting with,
+	// for the timer's goroutine.
+	idleTimer   *time.Timer
+	timerArmed  atomic.Bool
+	idleTimeout atomic.Int64
+}
+
 // park gives the idle connection, which holds no buffer, to the worker's
 // idle poller (idlePoller.park says what the result means).
 func (cc *clientConn) park() parkResult {
-	d := cc.settings.idleTimeout
-	if d > 0 && cc.idleTimer == nil {
-		cc.idleTimer = time.AfterFunc(time.Hour, cc.idleTimerFired)
-		cc.idleTimer.Stop()
+	pk := cc.parking.Load()
+	if pk == nil {
+		pk = &parking{cc: cc}
+		pk.idleTimer = time.AfterFunc(time.Hour, pk.idleTimerFired)
+		pk.idleTimer.Stop()
+		cc.parking.Store(pk)
 	}
-	cc.parkedIdleTimeout.Store(int64(d))
+	pk.idleTimeout.Store(int64(cc.settings.idleTimeout))
 	// The socket's read deadline may pass while parked; the next
 	// setReadDeadline sets one afresh.
 	cc.readDeadline = time.Time{}
 	cc.idleSince.Store(max(monotime(), 1))
-	r := cc.set.idle.park(cc)
+	r := cc.set.idle.park(pk)
 	if r == parkParked {
-		cc.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
+		pk.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
 	}
 	return r
 }
@@ -335,29 +346,29 @@ func (cc *clientConn) park() parkResult {
 // armIdleTimer arms the idle timer for the rest of the parked
 // connection's idle timeout, unless it is armed already. Safe from any
 // goroutine: it reads only atomics and the timer, made before the park.
-func (cc *clientConn) armIdleTimer() {
-	d := time.Duration(cc.parkedIdleTimeout.Load())
-	if d <= 0 || cc.idleTimer == nil || !cc.idleTimerArmed.CompareAndSwap(false, true) {
+func (pk *parking) armIdleTimer() {
+	d := time.Duration(pk.idleTimeout.Load())
+	if d <= 0 || !pk.timerArmed.CompareAndSwap(false, true) {
 		return
 	}
-	cc.idleTimer.Reset(max(d-cc.idleFor(monotime()), 0))
+	pk.idleTimer.Reset(max(d-pk.cc.idleFor(monotime()), 0))
 }
 
 // idleTimerFired closes the connection if it is still parked and has
 // been idle for its whole timeout, or re-arms the timer for the rest (it
 // was armed by an earlier park, and the connection was busy since).
-// Disarming first, then looking at parked, pairs with park's parked then
-// arm: one of the two arms it.
-func (cc *clientConn) idleTimerFired() {
-	cc.idleTimerArmed.Store(false)
-	if cc.parkState.Load() != stateParked {
+// Disarming first, then looking at the state, pairs with park's state
+// then arm: one of the two arms it.
+func (pk *parking) idleTimerFired() {
+	pk.timerArmed.Store(false)
+	if pk.state.Load() != stateParked {
 		return
 	}
-	if cc.idleFor(monotime()) >= time.Duration(cc.parkedIdleTimeout.Load()) {
-		cc.Close()
+	if pk.cc.idleFor(monotime()) >= time.Duration(pk.idleTimeout.Load()) {
+		pk.cc.Close()
 		return
 	}
-	cc.armIdleTimer()
+	pk.armIdleTimer()
 }
 
 // waitReadable waits, holding no buffer, until the client sends something

@@ -26,7 +26,7 @@ import (
 // runtime's netpoller tells the poller's goroutine when it has events: no
 // thread is blocked in epoll_wait.
 //
-// Race-freedom, by the connection's park state (clientConn.parkState):
+// Race-freedom, by the connection's park state (parking.state, h1conn.go):
 //   - park sets every field the wake reads, then stateArming, then arms the
 //     socket (EPOLL_CTL_MOD, or ADD the first time), then stateParked if
 //     nobody marked it meanwhile. From stateParked on the connection's
@@ -57,13 +57,14 @@ type idlePoller struct {
 
 	// slots hold the connections that have a slot, by index: chunks made
 	// once, never moved, so the poller's goroutine reads them without
-	// the lock.
-	slots [idleSlotChunks]atomic.Pointer[idleSlotChunk]
+	// the lock. Made with the poller (a worker that never parks pays
+	// nothing for it), before anything reads it.
+	slots *[idleSlotChunks]atomic.Pointer[idleSlotChunk]
 
-	resume       chan *clientConn // to a resumer waiting in resumeLoop
-	stop         chan struct{}    // closed by close: resumers and the wait end
-	idleResumers atomic.Int32     // resumers waiting on resume
-	events       [128]unix.EpollEvent
+	resume       chan *clientConn  // to a resumer waiting in resumeLoop
+	stop         chan struct{}     // closed by close: resumers and the wait end
+	idleResumers atomic.Int32      // resumers waiting on resume
+	events       []unix.EpollEvent // the poller goroutine's
 	waitFn       func(fd uintptr) bool
 }
 
@@ -76,7 +77,7 @@ const (
 	maxIdleResumers = 64
 )
 
-type idleSlotChunk [idleSlotChunkSize]atomic.Pointer[clientConn]
+type idleSlotChunk [idleSlotChunkSize]atomic.Pointer[parking]
 
 // errIdlePollerClosed: the worker is closing; the connection waits in its
 // own goroutine.
@@ -110,6 +111,8 @@ func (p *idlePoller) startLocked() error {
 	p.resume = make(chan *clientConn)
 	p.stop = make(chan struct{})
 	p.raw = raw
+	p.slots = new([idleSlotChunks]atomic.Pointer[idleSlotChunk])
+	p.events = make([]unix.EpollEvent, 128)
 	p.waitFn = p.handleEvents
 	p.started = true
 	go func() {
@@ -120,8 +123,8 @@ func (p *idlePoller) startLocked() error {
 	return nil
 }
 
-// assign gives cc a slot and its token; false: no poller.
-func (p *idlePoller) assign(cc *clientConn) bool {
+// assign gives pk a slot and its token; false: no poller.
+func (p *idlePoller) assign(pk *parking) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.startLocked() != nil {
@@ -142,79 +145,78 @@ func (p *idlePoller) assign(cc *clientConn) bool {
 		}
 	}
 	p.seq++
-	cc.parkToken = uint64(idx) | uint64(p.seq)<<32
-	cc.parkSlot = idx + 1
-	p.slots[idx/idleSlotChunkSize].Load()[idx%idleSlotChunkSize].Store(cc)
+	pk.token = uint64(idx) | uint64(p.seq)<<32
+	pk.slot = idx + 1
+	p.slots[idx/idleSlotChunkSize].Load()[idx%idleSlotChunkSize].Store(pk)
 	return true
 }
 
-// release frees cc's slot, at the connection's end.
-func (p *idlePoller) release(cc *clientConn) {
-	if cc.parkSlot == 0 {
+// release frees pk's slot, at the connection's end.
+func (p *idlePoller) release(pk *parking) {
+	if pk.slot == 0 {
 		return
 	}
-	idx := cc.parkSlot - 1
-	cc.parkSlot = 0
+	idx := pk.slot - 1
+	pk.slot = 0
 	p.slots[idx/idleSlotChunkSize].Load()[idx%idleSlotChunkSize].Store(nil)
 	p.mu.Lock()
 	p.free = append(p.free, idx)
 	p.mu.Unlock()
 }
 
-// park registers cc's socket in the poller: parkParked, cc belongs to
-// the poller now and its goroutine must not touch it; parkWoken, it was
-// woken (or closed) while being armed and its goroutine reads on;
-// parkFailed, it could not be parked and its goroutine waits as before.
-func (p *idlePoller) park(cc *clientConn) parkResult {
-	if cc.parkSlot == 0 && !p.assign(cc) {
+// park registers pk's socket in the poller: parkParked, the connection
+// belongs to the poller now and its goroutine must not touch it;
+// parkWoken, it was woken (or closed) while being armed and its goroutine
+// reads on; parkFailed, it could not be parked and its goroutine waits as
+// before.
+func (p *idlePoller) park(pk *parking) parkResult {
+	if pk.slot == 0 && !p.assign(pk) {
 		return parkFailed
 	}
-	cc.armOp = unix.EPOLL_CTL_MOD
-	if !cc.parkAdded {
-		cc.armOp = unix.EPOLL_CTL_ADD
+	if pk.armOuterFn == nil {
+		pk.armOuterFn, pk.armInnerFn = pk.armInEpoll, pk.armSocket
 	}
-	if cc.armOuterFn == nil {
-		// Method values made once: a closure per park would be an
-		// allocation per keep-alive request.
-		cc.armOuterFn, cc.armInnerFn = cc.armInEpoll, cc.armSocket
+	pk.armOp = unix.EPOLL_CTL_MOD
+	if !pk.added {
+		pk.armOp = unix.EPOLL_CTL_ADD
 	}
-	cc.armErr = nil
+	pk.armErr = nil
 	// While arming, a wake or a Close only marks the connection
 	// (stateArming to stateWokenArming): the goroutine still owns it, and
 	// the fields the arm writes.
-	cc.parkState.Store(stateArming)
+	pk.state.Store(stateArming)
 	// Both fds inside Control, so that neither can be closed (and its
 	// number reused) during the epoll_ctl.
-	err := p.raw.Control(cc.armOuterFn)
+	err := p.raw.Control(pk.armOuterFn)
 	if err == nil {
-		err = cc.armErr
+		err = pk.armErr
 	}
 	if err == nil {
-		cc.parkAdded = true
-		if cc.parkState.CompareAndSwap(stateArming, stateParked) {
+		pk.added = true
+		if pk.state.CompareAndSwap(stateArming, stateParked) {
 			return parkParked
 		}
-	} else if cc.parkState.CompareAndSwap(stateArming, stateRunning) {
+	} else if pk.state.CompareAndSwap(stateArming, stateRunning) {
 		// Not armed (a closed socket, a closing poller): the
 		// goroutine's own wait sees what happened.
 		return parkFailed
 	}
-	cc.parkState.Store(stateRunning)
+	pk.state.Store(stateRunning)
 	return parkWoken
 }
 
 // take turns a parked connection to running for whoever calls it: true,
 // the caller owns it (and hands it to a resumer). A connection still
 // being armed is marked instead, and its goroutine reads on.
-func (cc *clientConn) take() bool {
+func (pk *parking) take() bool {
 	for {
-		switch cc.parkState.Load() {
+		switch pk.state.Load() {
 		case stateParked:
-			if cc.parkState.CompareAndSwap(stateParked, stateRunning) {
+			if pk.state.CompareAndSwap(stateParked, stateRunning) {
 				return true
 			}
 		case stateArming:
-			if cc.parkState.CompareAndSwap(stateArming, stateWokenArming) {
+			if pk.state.CompareAndSwap(stateArming, stateWokenArming) {
 				return false
 			}
 		default:
@@ -225,24 +227,24 @@ func (cc *clientConn) take() bool {
 
 // armInEpoll and armSocket are park's Control callbacks, on the poller's
 // epoll fd and then on the socket.
-func (cc *clientConn) armInEpoll(epfd uintptr) {
-	cc.armEpfd = int(epfd)
-	if err := cc.raw.Control(cc.armInnerFn); err != nil {
-		cc.armErr = err
+func (pk *parking) armInEpoll(epfd uintptr) {
+	pk.armEpfd = int(epfd)
+	if err := pk.cc.raw.Control(pk.armInnerFn); err != nil {
+		pk.armErr = err
 	}
 }
 
-func (cc *clientConn) armSocket(fd uintptr) {
+func (pk *parking) armSocket(fd uintptr) {
 	ev := unix.EpollEvent{
 		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
-		Fd:     int32(uint32(cc.parkToken)),
-		Pad:    int32(uint32(cc.parkToken >> 32)),
+		Fd:     int32(uint32(pk.token)),
+		Pad:    int32(uint32(pk.token >> 32)),
 	}
-	err := unix.EpollCtl(cc.armEpfd, cc.armOp, int(fd), &ev)
-	if err == unix.ENOENT && cc.armOp == unix.EPOLL_CTL_MOD {
-		err = unix.EpollCtl(cc.armEpfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	err := unix.EpollCtl(pk.armEpfd, pk.armOp, int(fd), &ev)
+	if err == unix.ENOENT && pk.armOp == unix.EPOLL_CTL_MOD {
+		err = unix.EpollCtl(pk.armEpfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
 	}
-	cc.armErr = err
+	pk.armErr = err
 }
 
 // handleEvents is the poller goroutine's RawConn.Read callback: it reads
@@ -252,7 +254,7 @@ func (cc *clientConn) armSocket(fd uintptr) {
 // to our ready list after that wakes the runtime's epoll again.
 func (p *idlePoller) handleEvents(epfd uintptr) bool {
 	for {
-		n, err := unix.EpollWait(int(epfd), p.events[:], 0)
+		n, err := unix.EpollWait(int(epfd), p.events, 0)
 		if err == unix.EINTR {
 			continue
 		}
@@ -267,11 +269,11 @@ func (p *idlePoller) handleEvents(epfd uintptr) bool {
 			if chunk == nil {
 				continue
 			}
-			cc := chunk[idx%idleSlotChunkSize].Load()
-			if cc == nil || cc.parkToken != token || !cc.take() {
+			pk := chunk[idx%idleSlotChunkSize].Load()
+			if pk == nil || pk.token != token || !pk.take() {
 				continue // a connection that has ended, or been taken by Close
 			}
-			p.dispatch(cc)
+			p.dispatch(pk.cc)
 		}
 		if n < len(p.events) {
 			return false
@@ -282,7 +284,8 @@ func (p *idlePoller) handleEvents(epfd uintptr) bool {
 // unpark takes cc back from the poller for Close or the idle timer; true:
 // cc was parked and has been handed to a resumer to end.
 func (p *idlePoller) unpark(cc *clientConn) bool {
-	if !cc.take() {
+	pk := cc.parking.Load()
+	if pk == nil || !pk.take() {
 		return false
 	}
 	p.dispatch(cc)

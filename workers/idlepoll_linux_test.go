@@ -22,7 +22,7 @@ func parkedConns(m *Manager) int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			if cc, ok := c.(*clientConn); ok && cc.parkState.Load() == stateParked {
+			if cc, ok := c.(*clientConn); ok && cc.parking.Load() != nil && cc.parking.Load().state.Load() == stateParked {
 				n++
 			}
 		}

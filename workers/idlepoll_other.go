@@ -8,8 +8,8 @@ type idlePoller struct{}
 
 const parkedSocketsSupported = false
 
-func (p *idlePoller) park(cc *clientConn) parkResult { return parkFailed }
-func (p *idlePoller) unpark(cc *clientConn) bool     { return false }
-func (p *idlePoller) release(cc *clientConn)         {}
-func (p *idlePoller) joinResumers()                  {}
-func (p *idlePoller) close()                         {}
+func (p *idlePoller) park(pk *parking) parkResult { return parkFailed }
+func (p *idlePoller) unpark(cc *clientConn) bool  { return false }
+func (p *idlePoller) release(pk *parking)         {}
+func (p *idlePoller) joinResumers()               {}
+func (p *idlePoller) close()                      {}
