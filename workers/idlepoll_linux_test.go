@@ -318,3 +318,53 @@ func TestIdleConnsDoNotParkByDefault(t *testing.T) {
 		t.Fatal("the idle poller was started without park_idle_connections")
 	}
 }
+
+// Like an attacker: a parked connection woken by half a request head that
+// never completes gets the header timeout (its deadline was dropped at the
+// park, and set afresh), not a wait without end; one whose client resets
+// or half-closes while parked ends, and gives its slot and place back.
+func TestParkedConnHostileClients(t *testing.T) {
+	const headerTimeout = 300 * time.Millisecond
+	lst := parkingListener()
+	lst.HeaderTimeout = dur(headerTimeout)
+	m := startManager(t, &config.Config{Listeners: []config.Listener{lst}}, 1)
+	cs := dialKeepAliveClients(t, addr(t, m, "web"), 3)
+	for i, k := range cs {
+		if err := k.exchange("/x"); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the connections to park", func() bool { return parkedConns(m) == len(cs) })
+
+	slow, reset, halfClosed := cs[0], cs[1], cs[2]
+	start := time.Now()
+	if _, err := io.WriteString(slow.c, "GET /never-finished HTTP/1.1\r\nHost: t\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	reset.c.(*net.TCPConn).SetLinger(0)
+	reset.c.Close()
+	halfClosed.c.(*net.TCPConn).CloseWrite()
+
+	slow.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(slow.br, nil)
+	if err != nil {
+		t.Fatalf("half a head on a parked connection: %v, want a 408 at the header timeout", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("half a head on a parked connection: %s, want 408", resp.Status)
+	}
+	if waited := time.Since(start); waited < headerTimeout/2 {
+		t.Fatalf("408 after %v, well before the %v header timeout", waited, headerTimeout)
+	}
+	if err := halfClosed.waitClosedByProxy(10 * time.Second); err != nil {
+		t.Fatalf("half-closed while parked: %v, want the proxy to close too", err)
+	}
+	waitFor(t, 5*time.Second, "the connection set to empty", func() bool { return m.workers[0].conns.len() == 0 })
+	p := &m.workers[0].conns.idle
+	waitFor(t, 5*time.Second, "every idle-poller slot to be given back", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return uint32(len(p.free)) == p.nslots
+	})
+}
