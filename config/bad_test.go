@@ -115,6 +115,7 @@ func TestBadConfigs(t *testing.T) {
 		{"tcp with routes", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nroutes = [{ prefix = \"/\", cluster = \"c\" }]") + clusterC, []string{`listeners[0] ("web").routes`, "tcp listener has no routes"}, 0},
 		{"tcp with http settings", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nrequest_timeout = \"5s\"\nmax_header_bytes = 100") + clusterC, []string{`listeners[0] ("web").request_timeout`, `"5s"`, "only to http"}, 2},
 		{"tcp with write_timeout", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\nwrite_timeout = \"5s\"") + clusterC, []string{`listeners[0] ("web").write_timeout`, `"5s"`, "only to http"}, 0},
+		{"tcp with park_idle_connections", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\npark_idle_connections = true") + clusterC, []string{`listeners[0] ("web").park_idle_connections`, "true", "only to http"}, 0},
 		{"tcp with trust_forwarded_for", listener("address = \":80\"\nprotocol = \"tcp\"\ncluster = \"c\"\ntrust_forwarded_for = false") + clusterC, []string{`listeners[0] ("web").trust_forwarded_for`, "false", "only to http"}, 0},
 		{"write_timeout zero", webOK + "write_timeout = \"0s\"\n" + clusterC, []string{`listeners[0] ("web").write_timeout`, `"0s"`, "between 10ms and 24h", "default, 1m"}, 0},
 		{"listener max_connections negative", webOK + "max_connections = -1\n" + clusterC, []string{`listeners[0] ("web").max_connections`, "-1", "between 0 and 16777216"}, 0},
@@ -241,7 +242,7 @@ func TestGoodConfigs(t *testing.T) {
 		"admin localhost":      "[admin]\naddress = \"localhost:9901\"\n",
 		"admin 127.0.0.2":      "[admin]\naddress = \"127.0.0.2:0\"\n",
 		"status 304 no body":   httpWith(`{ prefix = "/", direct_response = { status = 304 } }`),
-		"http keys written":    webOK + "write_timeout = \"1s\"\ntrust_forwarded_for = false\nmax_connections = 10\n" + clusterC,
+		"http keys written":    webOK + "write_timeout = \"1s\"\ntrust_forwarded_for = false\nmax_connections = 10\npark_idle_connections = true\n" + clusterC,
 	} {
 		if _, err := Parse([]byte(data), name+".toml"); err != nil {
 			t.Errorf("%s: %v", name, err)

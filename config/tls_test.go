@@ -65,6 +65,8 @@ func TestTLSConfigProblems(t *testing.T) {
 			[]string{"session_ticket_rotation", "must be between 1m and"}},
 		{"tls and h2c", listener("address = \"127.0.0.1:8080\"\nprotocol = \"http\"\nhttp2_cleartext = true\nroutes = [{ prefix = \"/\", cluster = \"c\" }]\n"+tlsTable("")) + clusterC,
 			[]string{"remove http2_cleartext"}},
+		{"tls and park_idle_connections", listener("address = \"127.0.0.1:8080\"\nprotocol = \"http\"\npark_idle_connections = true\nroutes = [{ prefix = \"/\", cluster = \"c\" }]\n"+tlsTable("")) + clusterC,
+			[]string{`park_idle_connections: applies to connections without TLS`}},
 		{"h2c on tcp", tcp("cluster = \"c\"\nhttp2_cleartext = true"),
 			[]string{"http2_cleartext: applies only to http listeners"}},
 		{"server_name without tls", httpWith(`{ prefix = "/", server_name = "a.example.com", cluster = "c" }`),

@@ -103,6 +103,9 @@ func (v *validator) listenerTLS(key string, l *Listener) {
 		}
 		return
 	}
+	if l.ParkIdleConnections {
+		v.ps.add(key+".park_idle_connections", "applies to connections without TLS (crypto/tls may hold a TLS connection's next request, which no poller would see); remove it, or serve this traffic on a listener without [listeners.tls]")
+	}
 	key += ".tls"
 	if l.HTTP2Cleartext {
 		v.ps.add(key, "a listener with TLS offers HTTP/2 by ALPN (alpn = [\"h2\", \"http/1.1\"]); remove http2_cleartext, which is for listeners without TLS")

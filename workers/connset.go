@@ -14,6 +14,9 @@ type connSet struct {
 	mu     sync.Mutex // guards m and killed
 	m      map[io.Closer]struct{}
 	killed bool
+	// idle is where the worker's idle HTTP/1.1 connections park
+	// (idlepoll_linux.go); they stay in m while parked.
+	idle idlePoller
 }
 
 // add registers c; false means the set was killed and c must be closed.
@@ -89,5 +92,7 @@ func (s *connSet) killAll() int {
 	for _, c := range cs {
 		c.Close()
 	}
+	// Every parked connection has been handed to a resumer by its Close.
+	s.idle.close()
 	return len(cs)
 }

@@ -29,6 +29,7 @@ type h1Settings struct {
 	idleTimeout   time.Duration
 	writeTimeout  time.Duration // 0: none
 	trustXFF      bool
+	parkIdle      bool        // park_idle_connections, where the platform can (idlepoll_linux.go)
 	shrunkFrom    *h1Settings // overload.go: the listener's own, when these are shrunk
 }
 
@@ -108,6 +109,11 @@ type clientConn struct {
 	// byte of the next request (waitTLSRecord).
 	idleByte [1]byte
 
+	// parking is the connection's state in the worker's idle poller
+	// (idlepoll_linux.go), made at its first park: nil for a listener
+	// without park_idle_connections, which pays one pointer for it.
+	parking atomic.Pointer[parking]
+
 	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
 	ex   *h1State
@@ -147,7 +153,11 @@ func (cc *clientConn) Close() error {
 		cc.set.remove(cc)
 		cc.slots.release() // connection slot (connlimit.go): once, here
 	}
-	return cc.tcp.Close()
+	err := cc.tcp.Close()
+	// A parked connection has no goroutine to see the close: it gets one,
+	// whose read fails, and ends as any connection does.
+	cc.set.idle.unpark(cc)
+	return err
 }
 
 // idleFor reports how long the connection has been idle between
@@ -160,50 +170,205 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 	return time.Duration(now - since)
 }
 
-// serve runs the connection until it closes.
+// serve runs the connection until it closes or parks. The goroutine of
+// a connection that parks becomes a resumer of the worker's idle poller,
+// or ends.
 func (cc *clientConn) serve() {
-	defer func() {
-		cc.flushPending()
-		cc.endState()
-		cc.closeAtEnd()
-		cc.m.httpWG.Done()
-	}()
+	if cc.start() && cc.serveRequests() {
+		cc.set.idle.joinResumers()
+		return
+	}
+	cc.finish()
+}
+
+// resume runs a parked connection again, on a resumer goroutine: its
+// socket is readable, or it was closed (Close, the idle timer).
+func (cc *clientConn) resume() {
+	cc.idleSince.Store(0)
+	if !cc.closed.Load() && cc.serveRequests() {
+		return
+	}
+	cc.finish()
+}
+
+// finish ends the connection, on its goroutine.
+func (cc *clientConn) finish() {
+	cc.flushPending()
+	cc.endState()
+	if pk := cc.parking.Load(); pk != nil {
+		pk.idleTimer.Stop()
+		cc.set.idle.release(pk)
+	}
+	cc.closeAtEnd()
+	cc.m.httpWG.Done()
+}
+
+// start does what comes before the first request: the TLS handshake, and
+// HTTP/2 when ALPN chose it. false: the connection is over.
+func (cc *clientConn) start() bool {
 	if cc.tls != nil {
 		if !cc.handshake() {
-			return
+			return false
 		}
 		if cc.tls.ConnectionState().NegotiatedProtocol == config.ALPNHTTP2 {
 			cc.m.serveHTTP2(cc)
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// serveRequests serves HTTP/1.1 requests until the connection is over
+// (false) or parks (true: another goroutine owns it now).
+func (cc *clientConn) serveRequests() bool {
 	// A new connection reads its first request straight away: its client
 	// has just connected to send it, and is most often sent already, so
 	// a peek first would be one more syscall per connection. Until then
 	// it holds a buffer, for at most header_timeout (and max_connections
-	// bounds how many do).
+	// bounds how many do). A resumed one was woken because it is
+	// readable.
 	fresh := true
 	for {
 		if cc.r == cc.w && !fresh {
-			if cc.pending == nil || cc.tls != nil {
-				cc.flushPending()
-				cc.releaseState()
-			} // else waitReadable writes it, then releases the state
-			if !cc.waitForRequest() {
-				return
+			ok, parked := cc.idleWait()
+			if parked {
+				return true
+			}
+			if !ok {
+				return false
 			}
 		} else if !cc.flushPending() {
-			return
+			return false
 		}
 		fresh = false
 		cc.takeState()
 		if !cc.readHead() {
-			return
+			return false
 		}
 		if !cc.handle() {
-			return
+			return false
 		}
 	}
+}
+
+// idleWait waits, holding no buffer, for the next request: parked in the
+// worker's idle poller (parked: another goroutine owns the connection
+// now), or in its own goroutine. ok false: the connection is over.
+func (cc *clientConn) idleWait() (ok, parked bool) {
+	if cc.tls == nil && cc.settings.parkIdle {
+		// The poller's arm checks readiness itself (no peek needed), so
+		// a deferred response is written first.
+		if !cc.flushPending() {
+			return false, false
+		}
+		cc.releaseState()
+		switch cc.park() {
+		case parkParked:
+			return true, true
+		case parkWoken:
+			cc.idleSince.Store(0)
+			return true, false // readable, or closed: the read tells
+		}
+	} else if cc.pending == nil || cc.tls != nil {
+		cc.flushPending()
+		cc.releaseState()
+	} // else waitReadable writes it, then releases the state
+	return cc.waitForRequest(), false
+}
+
+// parkResult is what a park came to (idlePoller.park).
+type parkResult int
+
+const (
+	parkFailed parkResult = iota // not parked: wait in the goroutine
+	parkParked                   // parked: the goroutine lets go
+	parkWoken                    // woken while being armed: read on
+)
+
+// parking.state values.
+const (
+	stateRunning     int32 = iota // a goroutine runs the connection
+	stateArming                   // its goroutine is registering it in the poller
+	stateWokenArming              // woken or closed during the arm: its goroutine reads on
+	stateParked                   // in the poller, no goroutine
+)
+
+// parking is a connection's state in its worker's idle poller. state:
+// stateParked while the socket waits there and no goroutine runs the
+// connection; whoever turns it back to stateRunning owns the connection.
+// token and slot (index plus one; 0: none) are its place in the poller;
+// added: the socket is in the poller's epoll (re-armed with
+// EPOLL_CTL_MOD). The arm* fields are the arm's, for its Control
+// callbacks (method values made once: a closure per park would be an
+// allocation per keep-alive request).
+type parking struct {
+	cc                     *clientConn
+	state                  atomic.Int32
+	token                  uint64
+	slot                   uint32
+	added                  bool
+	armOp, armEpfd         int
+	armErr                 error
+	armOuterFn, armInnerFn func(fd uintptr)
+	// idleTimer closes a parked connection at its idle timeout (no read
+	// deadline can: nobody reads), armed at most once at a time
+	// (timerArmed) and re-armed lazily: a busy keep-alive connection
+	// costs it one reset per idle_timeout, not one per request.
+	// idleTimeout is the one the parked connection started waiting with,
+	// for the timer's goroutine.
+	idleTimer   *time.Timer
+	timerArmed  atomic.Bool
+	idleTimeout atomic.Int64
+}
+
+// park gives the idle connection, which holds no buffer, to the worker's
+// idle poller (idlePoller.park says what the result means).
+func (cc *clientConn) park() parkResult {
+	pk := cc.parking.Load()
+	if pk == nil {
+		pk = &parking{cc: cc}
+		pk.idleTimer = time.AfterFunc(time.Hour, pk.idleTimerFired)
+		pk.idleTimer.Stop()
+		cc.parking.Store(pk)
+	}
+	pk.idleTimeout.Store(int64(cc.settings.idleTimeout))
+	// The socket's read deadline may pass while parked; the next
+	// setReadDeadline sets one afresh.
+	cc.readDeadline = time.Time{}
+	cc.idleSince.Store(max(monotime(), 1))
+	r := cc.set.idle.park(pk)
+	if r == parkParked {
+		pk.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
+	}
+	return r
+}
+
+// armIdleTimer arms the idle timer for the rest of the parked
+// connection's idle timeout, unless it is armed already. Safe from any
+// goroutine: it reads only atomics and the timer, made before the park.
+func (pk *parking) armIdleTimer() {
+	d := time.Duration(pk.idleTimeout.Load())
+	if d <= 0 || !pk.timerArmed.CompareAndSwap(false, true) {
+		return
+	}
+	pk.idleTimer.Reset(max(d-pk.cc.idleFor(monotime()), 0))
+}
+
+// idleTimerFired closes the connection if it is still parked and has
+// been idle for its whole timeout, or re-arms the timer for the rest (it
+// was armed by an earlier park, and the connection was busy since).
+// Disarming first, then looking at the state, pairs with park's state
+// then arm: one of the two arms it.
+func (pk *parking) idleTimerFired() {
+	pk.timerArmed.Store(false)
+	if pk.state.Load() != stateParked {
+		return
+	}
+	if pk.cc.idleFor(monotime()) >= time.Duration(pk.idleTimeout.Load()) {
+		pk.cc.Close()
+		return
+	}
+	pk.armIdleTimer()
 }
 
 // waitReadable waits, holding no buffer, until the client sends something

@@ -332,6 +332,7 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 			idleTimeout:   l.IdleTimeout.D(),
 			writeTimeout:  l.WriteTimeout.D(),
 			trustXFF:      l.TrustsForwardedFor(),
+			parkIdle:      l.ParkIdleConnections && parkedSocketsSupported,
 		}
 		ls.h2 = h2ServerParams{maxHeaderBytes: l.MaxHeaderBytes, idleTimeout: l.IdleTimeout.D(), writeTimeout: l.WriteTimeout.D()}
 		for j := range l.AccessLog {
