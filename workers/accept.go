@@ -123,7 +123,8 @@ func (a *acceptor) admit(c *net.TCPConn) bool {
 }
 
 // acceptHTTP is an HTTP listener's accept loop for one worker: a goroutine
-// per connection, each in its worker's connection set, so that a drain can
+// per connection (reused from the worker's servePool), each connection in
+// its worker's connection set, so that a drain can
 // tell idle connections from busy ones and close what is left at its
 // deadline.
 func (m *Manager) acceptHTTP(a *acceptor) {
@@ -140,7 +141,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 			continue
 		}
 		m.httpWG.Add(1)
-		go cc.serve()
+		m.serveHTTP(a.wk, cc)
 	}
 }
 
