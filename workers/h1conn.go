@@ -115,6 +115,9 @@ type clientConn struct {
 
 	readDeadline  time.Time
 	writeDeadline time.Time
+
+	// readDeadlineMoves counts setReadDeadline's moves (a test reads it).
+	readDeadlineMoves int
 }
 
 var _ io.Closer = (*clientConn)(nil)
@@ -184,6 +187,7 @@ func (cc *clientConn) serve() {
 	// bounds how many do).
 	fresh := true
 	for {
+		woke := false // the idle wait saw the next request's bytes come
 		if cc.r == cc.w && !fresh {
 			if cc.pending == nil || cc.tls != nil {
 				cc.flushPending()
@@ -192,12 +196,13 @@ func (cc *clientConn) serve() {
 			if !cc.waitForRequest() {
 				return
 			}
+			woke = true
 		} else if !cc.flushPending() {
 			return
 		}
 		fresh = false
 		cc.takeState()
-		if !cc.readHead() {
+		if !cc.readHead(woke) {
 			return
 		}
 		if !cc.handle() {
@@ -277,6 +282,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 	want := time.Now().Add(d)
 	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlack {
 		cc.readDeadline = want
+		cc.readDeadlineMoves++
 		cc.c.SetReadDeadline(want)
 	}
 }
@@ -339,8 +345,8 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 
 // readHead reads until cc.ex.req holds a whole request head at rbuf[r:].
 // A malformed or oversized head is answered (400, 414, 431, 505) and the
-// connection ends: false.
-func (cc *clientConn) readHead() bool {
+// connection ends: false. woke: the idle wait has just seen bytes come.
+func (cc *clientConn) readHead(woke bool) bool {
 	req := &cc.ex.req
 	first := true
 	// Parse reads the head from its start each time: it runs again only
@@ -365,8 +371,12 @@ func (cc *clientConn) readHead() bool {
 			return false
 		}
 		// Incomplete: make room and read more, within the header timeout
-		// from the first byte of this head.
-		if first {
+		// from the first byte of this head. After the idle wait woke, the
+		// first read finds bytes there and keeps the idle wait's deadline
+		// (until a byte is in, the request has not begun): a keep-alive
+		// request then moves no deadline, where arming the header
+		// timeout and then the idle one again cost two timer resets.
+		if first && (cc.r < cc.w || !woke) {
 			cc.setReadDeadline(cc.settings.headerTimeout)
 			first = false
 		}

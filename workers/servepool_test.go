@@ -1,8 +1,11 @@
 package workers
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"runtime/metrics"
 	"testing"
 	"time"
@@ -113,4 +116,61 @@ func TestServePoolDrain(t *testing.T) {
 		t.Fatalf("Drain took %v with no connection open: it waited on the parked goroutines", took)
 	}
 	waitFor(t, 3*time.Second, "the parked goroutines to exit at the drain", func() bool { return p.parked.Load() == 0 })
+}
+
+// TestKeepAliveMovesNoDeadlinePerRequest: a keep-alive connection whose
+// requests come one after the other moves its read deadline about once,
+// not twice per request (the header timeout armed, then the idle one
+// again: two timer resets per request before).
+func TestKeepAliveMovesNoDeadlinePerRequest(t *testing.T) {
+	be := rawKeepAliveBackend(t, benchResponse)
+	m := startManager(t, proxyConfig(be), 1)
+	c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	const n = 50
+	br := bufio.NewReader(c)
+	for i := range n {
+		if _, err := io.WriteString(c, "GET /ka HTTP/1.1\r\nHost: ka.example\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+	set := &m.workers[0].conns
+	var cc *clientConn
+	set.mu.Lock()
+	for k := range set.m {
+		cc, _ = k.(*clientConn)
+	}
+	set.mu.Unlock()
+	if cc == nil {
+		t.Fatal("the connection is not in its worker's set")
+	}
+	c.Close()
+	// The connection's goroutine removes it from the set when it ends:
+	// after that, under the set's lock, its counter is settled.
+	waitFor(t, 5*time.Second, "the connection to end", func() bool {
+		set.mu.Lock()
+		defer set.mu.Unlock()
+		_, open := set.m[cc]
+		return !open
+	})
+	set.mu.Lock()
+	moves := cc.readDeadlineMoves
+	set.mu.Unlock()
+	t.Logf("%d read deadline moves for %d requests", moves, n)
+	if moves > 5 {
+		t.Fatalf("the read deadline moved %d times for %d keep-alive requests: it is reset per request", moves, n)
+	}
 }
