@@ -182,21 +182,25 @@ func TestHotRestartNoLeaks(t *testing.T) {
 }
 
 // settledCounts reads open_fds and goroutines from g's /server_info with
-// no client connection open, until two readings in a row agree (bounded).
+// no client connection open, until they have not changed for a second
+// (bounded): a worker parks the goroutine of a connection that ended, for
+// the next one, and retires it within half a second (workers/servepool.go).
 func settledCounts(t *testing.T, g *harness.Generation) (fds, goroutines int) {
 	t.Helper()
 	prevF, prevG := -1, -1
-	for i := 0; i < 200; i++ {
+	var since time.Time
+	for i := 0; i < 500; i++ {
 		info, _ := infoFrom(t, g)
 		f, ok1 := info.Int("open_fds")
 		n, ok2 := info.Int("goroutines")
 		if !ok1 || !ok2 {
 			t.Fatalf("/server_info lacks open_fds or goroutines: %v", info)
 		}
-		if f == prevF && n == prevG {
+		if f != prevF || n != prevG {
+			prevF, prevG, since = f, n, time.Now()
+		} else if time.Since(since) >= time.Second {
 			return f, n
 		}
-		prevF, prevG = f, n
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("epoch %d: open_fds and goroutines never settled (last %d, %d)", g.Epoch, prevF, prevG)

@@ -123,9 +123,9 @@ func (a *acceptor) admit(c *net.TCPConn) bool {
 }
 
 // acceptHTTP is an HTTP listener's accept loop for one worker: a goroutine
-// per connection, each in its worker's connection set, so that a drain can
-// tell idle connections from busy ones and close what is left at its
-// deadline.
+// per connection (one its worker parked, servepool.go, or a new one), each
+// connection in its worker's connection set, so that a drain can tell idle
+// connections from busy ones and close what is left at its deadline.
 func (m *Manager) acceptHTTP(a *acceptor) {
 	defer m.acceptWG.Done()
 	for {
@@ -140,7 +140,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 			continue
 		}
 		m.httpWG.Add(1)
-		go cc.serve()
+		m.serveHTTP(a.wk, cc)
 	}
 }
 

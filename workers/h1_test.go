@@ -377,6 +377,40 @@ func TestSlowlorisCutByHeaderTimeout(t *testing.T) {
 	}
 }
 
+// On a keep-alive connection the next request's head is cut by
+// header_timeout too, from its first byte, not by the idle timeout that
+// the wait for it had armed.
+func TestSlowlorisOnKeepAliveCutByHeaderTimeout(t *testing.T) {
+	be := rawKeepAliveBackend(t, benchResponse)
+	m := startManager(t, proxyConfig(be, func(l *config.Listener) {
+		l.HeaderTimeout = dur(200 * time.Millisecond)
+		l.IdleTimeout = dur(time.Minute)
+	}), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n")
+	start := time.Now()
+	b, _ := io.ReadAll(br)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 408 ") {
+		t.Fatalf("got %q, want 408", b)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("cut after %v, header_timeout is 200ms", d)
+	}
+}
+
 // A pooled connection the upstream closed while idle is found by the next
 // request, which is retried once on a fresh connection (it is a GET).
 func TestStalePooledConnectionRetried(t *testing.T) {

@@ -121,6 +121,9 @@ type clientConn struct {
 
 	readDeadline  time.Time
 	writeDeadline time.Time
+
+	// readDeadlineMoves counts setReadDeadline's moves (a test reads it).
+	readDeadlineMoves int
 }
 
 var _ io.Closer = (*clientConn)(nil)
@@ -229,6 +232,7 @@ func (cc *clientConn) serveRequests() bool {
 	// readable.
 	fresh := true
 	for {
+		woke := false // the idle wait saw the next request's bytes come
 		if cc.r == cc.w && !fresh {
 			ok, parked := cc.idleWait()
 			if parked {
@@ -237,12 +241,13 @@ func (cc *clientConn) serveRequests() bool {
 			if !ok {
 				return false
 			}
+			woke = true
 		} else if !cc.flushPending() {
 			return false
 		}
 		fresh = false
 		cc.takeState()
-		if !cc.readHead() {
+		if !cc.readHead(woke) {
 			return false
 		}
 		if !cc.handle() {
@@ -442,6 +447,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 	want := time.Now().Add(d)
 	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlack {
 		cc.readDeadline = want
+		cc.readDeadlineMoves++
 		cc.c.SetReadDeadline(want)
 	}
 }
@@ -504,8 +510,8 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 
 // readHead reads until cc.ex.req holds a whole request head at rbuf[r:].
 // A malformed or oversized head is answered (400, 414, 431, 505) and the
-// connection ends: false.
-func (cc *clientConn) readHead() bool {
+// connection ends: false. woke: the idle wait has just seen bytes come.
+func (cc *clientConn) readHead(woke bool) bool {
 	req := &cc.ex.req
 	first := true
 	// Parse reads the head from its start each time: it runs again only
@@ -530,8 +536,12 @@ func (cc *clientConn) readHead() bool {
 			return false
 		}
 		// Incomplete: make room and read more, within the header timeout
-		// from the first byte of this head.
-		if first {
+		// from the first byte of this head. After the idle wait woke, the
+		// first read finds bytes there and keeps the idle wait's deadline
+		// (until a byte is in, the request has not begun): a keep-alive
+		// request then moves no deadline, where arming the header
+		// timeout and then the idle one again cost two timer resets.
+		if first && (cc.r < cc.w || !woke) {
 			cc.setReadDeadline(cc.settings.headerTimeout)
 			first = false
 		}

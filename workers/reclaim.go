@@ -58,6 +58,9 @@ func (m *Manager) runReclaimer(stop <-chan struct{}) {
 			return
 		case now := <-t.C:
 			rc.poll(m.workers, now)
+			for _, wk := range m.workers {
+				wk.pool.retire()
+			}
 		}
 	}
 }

@@ -181,6 +181,7 @@ type worker struct {
 	// nil: nothing.
 	overload atomic.Pointer[overloadView]
 	bufs     bufHolding // HTTP/1.1 buffers its connections hold (reclaim.go)
+	pool     servePool  // goroutines parked between HTTP connections (servepool.go)
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -313,7 +314,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	}
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
-		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners))}
+		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners)), pool: newServePool()}
 		for i, ml := range m.listeners {
 			wk.stats[i] = newListenerStats(st, ml.name, w)
 			wk.stats[i].steerActive = activeCount(ml, w)

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Interleaved A/B of two hotproxy builds, for changes of a few per cent
+# that a single run of scripts/bench-peers.sh cannot see on a busy
+# machine: both builds run at once, each pinned to CPU 0 with
+# GOMAXPROCS=1, the benchmark backend and wrk -t1 -c64 on CPU 1; rounds
+# alternate the order, and each round's CPU per request (all threads of
+# the process, from /proc/PID/task/*/schedstat) of B is divided by A's of
+# the same round. Prints per mode the medians, the paired ratio's median
+# and quartiles, and in how many rounds B was cheaper (docs/benchmarks.md).
+#
+#   scripts/bench-ab.sh BIN_A BIN_B
+#   ROUNDS=30 DURATION=1s MODES="keepalive close" scripts/bench-ab.sh old/hotproxy bin/hotproxy
+#
+# Environment (defaults in brackets): ROUNDS [30], DURATION [1s],
+# MODES [keepalive close], PORT_BASE [19390], OUT [a new /tmp/bench-ab.XXXXXX].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+[ $# = 2 ] || { echo "usage: $0 BIN_A BIN_B" >&2; exit 2; }
+for b in "$1" "$2"; do [ -x "$b" ] || { echo "bench-ab: $b is not an executable" >&2; exit 2; }; done
+declare -A bin=([A]=$1 [B]=$2)
+rounds=${ROUNDS:-30} d=${DURATION:-1s} modes=${MODES:-"keepalive close"} port_base=${PORT_BASE:-19390}
+out=${OUT:-$(mktemp -d /tmp/bench-ab.XXXXXX)}
+mkdir -p "$out"
+command -v wrk >/dev/null || bench_apt_install wrk
+go build -o "$out/" ./scripts/benchbackend
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+backend=127.0.0.1:$port_base
+taskset -c 1 "$out/benchbackend" -addr "$backend" >"$out/backend.log" 2>&1 &
+pids+=($!)
+bench_wait_http "http://$backend/" || { echo "bench-ab: the backend did not start" >&2; exit 1; }
+
+declare -A port pid
+port[A]=$((port_base + 1)) port[B]=$((port_base + 2))
+for v in A B; do
+	cat >"$out/$v.toml" <<TOML
+[server]
+concurrency = 1
+[admin]
+address = "127.0.0.1:$((port[$v] + 10))"
+[log]
+level = "warn"
+[stats]
+path = "$out/$v.stats"
+[[listeners]]
+name = "http"
+address = "127.0.0.1:${port[$v]}"
+protocol = "http"
+idle_timeout = "120s"
+  [[listeners.routes]]
+  prefix = "/"
+  cluster = "backend"
+[[clusters]]
+name = "backend"
+endpoints = ["$backend"]
+max_idle_per_endpoint = 64
+TOML
+	taskset -c 0 env GOMAXPROCS=1 "${bin[$v]}" serve -c "$out/$v.toml" --base-id $((30000 + $$ % 1000 + ${#v} + port[$v] % 7)) >"$out/$v.log" 2>&1 &
+	pid[$v]=$!
+	pids+=("${pid[$v]}")
+	bench_wait_http "http://127.0.0.1:${port[$v]}/" || { echo "bench-ab: $v (${bin[$v]}) did not answer; its log: $(tail -3 "$out/$v.log")" >&2; exit 1; }
+done
+
+# cpu_ns PID: CPU time of every thread of PID, in ns.
+cpu_ns() {
+	local t x s=0
+	for t in /proc/"$1"/task/*/schedstat; do
+		read -r x _ <"$t" && s=$((s + x))
+	done
+	echo "$s"
+}
+
+results=$out/results.tsv
+printf 'round\tmode\tbuild\treq_per_s\tcpu_us_per_req\terrors\n' >"$results"
+for r in $(seq "$rounds"); do
+	for mode in $modes; do
+		args=()
+		[ "$mode" = close ] && args=(-H "Connection: close")
+		order="A B"
+		[ $((r % 2)) = 0 ] && order="B A"
+		for v in $order; do
+			before=$(cpu_ns "${pid[$v]}")
+			wrk_out=$(taskset -c 1 wrk -t1 -c64 -d"$d" "${args[@]}" "http://127.0.0.1:${port[$v]}/")
+			after=$(cpu_ns "${pid[$v]}")
+			awk -v r="$r" -v m="$mode" -v v="$v" -v c=$((after - before)) '
+				/ requests in / {n = $1}
+				/^Requests\/sec/ {rps = $2}
+				/Socket errors/ {gsub(/,/, ""); e += $4 + $6 + $8 + $10}
+				/Non-2xx/ {e += $NF}
+				END {printf "%s\t%s\t%s\t%s\t%.2f\t%d\n", r, m, v, rps, c / 1000 / n, e}' <<<"$wrk_out" >>"$results"
+		done
+	done
+done
+
+echo "A: ${bin[A]}"
+echo "B: ${bin[B]}"
+echo "$rounds rounds of $d per build and mode; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# stats: the median, first and third quartile of the numbers on stdin.
+stats() { sort -n | awk '{v[NR] = $1} END {m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f %.3f %.3f\n", m, v[int((NR + 3) / 4)], v[int((3 * NR + 3) / 4)]}'; }
+for mode in $modes; do
+	read -r med_a _ _ < <(awk -F'\t' -v m="$mode" '$2 == m && $3 == "A" {print $5}' "$results" | stats)
+	read -r med_b _ _ < <(awk -F'\t' -v m="$mode" '$2 == m && $3 == "B" {print $5}' "$results" | stats)
+	ratios=$(awk -F'\t' -v m="$mode" '$2 == m {c[$1 " " $3] = $5; if ($1 > n) n = $1} END {for (r = 1; r <= n; r++) print c[r " B"] / c[r " A"]}' "$results")
+	read -r med_q q1 q3 < <(stats <<<"$ratios")
+	cheaper=$(awk '$1 < 1 {n++} END {print n + 0}' <<<"$ratios")
+	errors=$(awk -F'\t' -v m="$mode" '$2 == m {e += $6} END {print e + 0}' "$results")
+	printf '%-10s CPU us/req median A %s, B %s; paired B/A median %s (quartiles %s-%s); B cheaper in %s of %s rounds; wrk errors %s\n' \
+		"$mode" "$med_a" "$med_b" "$med_q" "$q1" "$q3" "$cheaper" "$rounds" "$errors"
+done
+echo "raw numbers: $results"
