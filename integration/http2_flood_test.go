@@ -49,6 +49,7 @@ func TestHTTP2FloodsOverTLS(t *testing.T) {
 			// The reader: the first GOAWAY, then the connection's end.
 			type result struct {
 				goAway *http2.GoAwayFrame
+				acks   int // SETTINGS or PING acks before the GOAWAY: frames the proxy answered
 				err    error
 				at     time.Time
 			}
@@ -65,6 +66,10 @@ func TestHTTP2FloodsOverTLS(t *testing.T) {
 					}
 					if ga, ok := f.(*http2.GoAwayFrame); ok && r.goAway == nil {
 						r.goAway = &http2.GoAwayFrame{ErrCode: ga.ErrCode, LastStreamID: ga.LastStreamID}
+					}
+					if r.goAway == nil && f.Header().Flags.Has(http2.FlagSettingsAck) &&
+						(f.Header().Type == http2.FrameSettings || f.Header().Type == http2.FramePing) {
+						r.acks++ // FlagPingAck is the same bit
 					}
 				}
 			}()
@@ -88,12 +93,16 @@ func TestHTTP2FloodsOverTLS(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatalf("%d %s frames over TLS: connection still open 15 s later", sent, fl.name)
 			}
-			t.Logf("%d %s frames sent; connection ended %v after the flood's start (%v)", sent, fl.name, r.at.Sub(start).Round(time.Millisecond), r.err)
+			t.Logf("%d %s frames sent, %d answered; connection ended %v after the flood's start (%v)", sent, fl.name, r.acks, r.at.Sub(start).Round(time.Millisecond), r.err)
 			if r.goAway == nil || r.goAway.ErrCode != http2.ErrCodeEnhanceYourCalm {
 				t.Fatalf("GOAWAY %v before the end, want ENHANCE_YOUR_CALM", r.goAway)
 			}
-			if sent >= 200000 {
-				t.Errorf("all %d frames went before the GOAWAY", sent)
+			// The flood is cut short: how many of its frames the proxy
+			// answered, not how many the client managed to write (on
+			// loopback the kernel's buffers can take all 3 MB of them
+			// before the proxy's close reaches the client).
+			if r.acks >= sent/2 {
+				t.Errorf("%d of the %d frames answered before the GOAWAY: the flood was not cut short", r.acks, sent)
 			}
 		})
 	}
