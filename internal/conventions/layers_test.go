@@ -52,6 +52,11 @@ var layers = map[string][]string{
 	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/unixsock", "internal/version", "shm"},
 	"hotrestart/supervisor/supervisortest": {"config"},
 
+	// The xDS client and the mapping of Envoy resources onto config.
+	"xds": {"config", "internal/safefile"},
+	// The demo control plane: go-control-plane serving a file.
+	"cmd/hotproxy-controlplane": nil,
+
 	// One generation's main goroutine builds everything from the config.
 	"server": {"config", "hotrestart", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
 	// Flag parsing and verb dispatch: it may reach every verb's package.
