@@ -26,16 +26,19 @@ type Client struct {
 	// done carries an Update's outcome back to Run.
 	done chan error
 
-	m       mapper
-	cleanup func()
-	types   map[TypeURL]*typeState
+	m     mapper
+	types map[TypeURL]*typeState
 
 	// Run's state, touched only by its goroutine.
-	stream     int // counts streams; a response is ACKed on its own stream only
-	wire       wire
-	inFlight   bool      // an Update waits for Done
-	delivered  *State    // the last State the main goroutine accepted
-	dirty      bool      // a fetch timed out: the set may be complete now
+	stream    int // counts streams; a response is ACKed on its own stream only
+	upStream  int // the stream Events.Connected(true) was told of
+	wire      wire
+	inFlight  bool   // an Update waits for Done
+	delivered *State // the last State the main goroutine accepted
+	dirty     bool   // a fetch timed out: the set may be complete now
+	// heldSince is when a set first waited for a cluster its listeners
+	// name (unknownClusters).
+	heldSince  time.Time
 	firstAsked time.Time // when the wildcard types were first requested
 }
 
@@ -81,6 +84,7 @@ type rejection struct {
 	// due is when the deferred NACK of nonce goes out; zero: none waits.
 	due   time.Time
 	nonce string
+	resp  *response // the last response refused, to look at again
 }
 
 // Bounds of the delay before a set refused before is refused again.
@@ -182,6 +186,13 @@ func (c *Client) Run(ctx context.Context) error {
 				attempt++
 				continue
 			}
+			if c.upStream != r.resp.stream {
+				// The stream is up once it answered.
+				c.upStream = r.resp.stream
+				if c.cfg.Events.Connected != nil {
+					c.cfg.Events.Connected(true)
+				}
+			}
 			c.handleResponse(r.resp, r.err)
 		case err := <-c.done:
 			c.handleDone(err)
@@ -242,9 +253,6 @@ func (c *Client) connect(ctx context.Context) (chan recvResult, error) {
 			resp, err := w.recv()
 			if resp != nil {
 				resp.stream = stream
-				if !answered && c.cfg.Events.Connected != nil {
-					c.cfg.Events.Connected(true)
-				}
 				answered = true
 			}
 			select {
@@ -262,9 +270,10 @@ func (c *Client) connect(ctx context.Context) (chan recvResult, error) {
 
 func (c *Client) disconnected() {
 	c.wire = nil
-	if c.cfg.Events.Connected != nil {
+	if c.upStream == c.stream && c.cfg.Events.Connected != nil {
 		c.cfg.Events.Connected(false)
 	}
+	c.upStream = 0
 	for _, ts := range c.types {
 		if ts.pending != nil && !ts.inFlight {
 			ts.pending = nil
@@ -398,7 +407,7 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 			d = min(renackDelayBase<<rj.count, renackDelayMax)
 		}
 		rj.count++
-		rj.due, rj.nonce = time.Now().Add(d), r.nonce
+		rj.due, rj.nonce, rj.resp = time.Now().Add(d), r.nonce, r
 		ts.pending = nil
 		return
 	}
@@ -471,7 +480,7 @@ func (c *Client) reject(ts *typeState, err error) {
 		c.cfg.Events.UpdateRejected(ts.url, err)
 	}
 	if ts.pending != nil {
-		ts.rejected = &rejection{set: applyResponse(ts, ts.pending), err: err}
+		ts.rejected = &rejection{set: applyResponse(ts, ts.pending), err: err, resp: ts.pending}
 	}
 	ts.pending = nil
 	ts.inFlight = false
@@ -488,7 +497,11 @@ func (c *Client) accept(ts *typeState, set map[string]*resource) {
 	if !sameSet(ts.accepted, set) || ts.updated.IsZero() {
 		ts.updated = time.Now()
 	}
+	changed := !sameSet(ts.accepted, set)
 	ts.accepted, ts.version = set, r.version
+	if changed {
+		c.reconsiderRejected(ts)
+	}
 	if c.cfg.Events.UpdateSuccess != nil {
 		c.cfg.Events.UpdateSuccess(ts.url)
 	}
@@ -574,6 +587,17 @@ func (c *Client) advance(ctx context.Context) error {
 	if err != nil {
 		return c.rejectAll(pending, err)
 	}
+	if missing := c.unknownClusters(st); len(missing) > 0 {
+		if c.heldSince.IsZero() {
+			c.heldSince = now
+		}
+		if !timedOut(c.heldSince) {
+			c.dirty = true
+			return nil
+		}
+		c.log.Warn("initial_fetch_timeout: listeners name clusters that did not come; handing the set over as it is", "clusters", missing)
+	}
+	c.heldSince = time.Time{}
 	c.fillVersions(st, set)
 	if c.delivered != nil && sameRaw(c.delivered.Raw, st.Raw) {
 		// A reconnect brought back what is held: nothing to apply.
@@ -595,7 +619,46 @@ func (c *Client) advance(ctx context.Context) error {
 	return nil
 }
 
+// unknownClusters are the clusters st's listeners name that st does not
+// have and that are not static (see Config.StaticClusters).
+func (c *Client) unknownClusters(st *State) []string {
+	have := map[string]bool{}
+	for _, cl := range st.Clusters {
+		have[cl.Name] = true
+	}
+	for _, n := range c.cfg.StaticClusters {
+		have[n] = true
+	}
+	var missing []string
+	check := func(name string) {
+		if name == "" || have[name] || slices.Contains(missing, name) {
+			return
+		}
+		// Without the static names, only a dynamic cluster being
+		// removed is known not to be static.
+		if c.cfg.StaticClusters == nil {
+			if ts := c.types[ClusterType]; ts == nil || ts.accepted[name] == nil {
+				return
+			}
+		}
+		missing = append(missing, name)
+	}
+	for _, l := range st.Listeners {
+		check(l.Cluster)
+		for _, r := range l.SNIRoutes {
+			check(r.Cluster)
+		}
+		for _, r := range l.Routes {
+			check(r.Cluster)
+		}
+	}
+	return missing
+}
+
 func (c *Client) rejectAll(pending []*typeState, err error) error {
+	if len(pending) == 0 {
+		c.log.Warn("the xDS state cannot be handed over", "error", err)
+	}
 	for _, ts := range pending {
 		c.reject(ts, err)
 	}
@@ -711,6 +774,24 @@ func sameRaw(a, b map[TypeURL]map[string][]byte) bool {
 	return maps.EqualFunc(a, b, func(x, y map[string][]byte) bool { return maps.EqualFunc(x, y, bytes.Equal) })
 }
 
+// reconsiderRejected forgets the sets of the other types refused before,
+// now that changed's accepted set changed: a set refused with the old
+// state (a cluster removed while a route still named it) may be good with
+// the new one. One whose repeated NACK waits is looked at again now.
+func (c *Client) reconsiderRejected(changed *typeState) {
+	for _, t := range c.cfg.Types {
+		ts := c.types[t]
+		rj := ts.rejected
+		if ts == changed || rj == nil {
+			continue
+		}
+		ts.rejected = nil
+		if !rj.due.IsZero() && rj.nonce == ts.nonce && ts.pending == nil && !ts.inFlight {
+			c.handleResponse(rj.resp, nil)
+		}
+	}
+}
+
 // sendDeferredNACKs refuses again, once due, a set refused before.
 func (c *Client) sendDeferredNACKs() {
 	for _, ts := range c.types {
@@ -735,17 +816,17 @@ func (c *Client) sendDeferredNACKs() {
 func (c *Client) nextFetchDeadline() time.Duration {
 	next := time.Hour
 	now := time.Now()
+	// A deadline already past was acted on by advance; only those to
+	// come matter.
 	consider := func(at time.Time) {
 		if at.IsZero() {
 			return
 		}
 		if d := at.Add(c.cfg.InitialFetchTimeout).Sub(now); d > 0 && d < next {
 			next = d
-		} else if d <= 0 && next > time.Millisecond {
-			// already due: advance looks again soon (a pending set
-			// re-checks on the next event anyway)
 		}
 	}
+	consider(c.heldSince)
 	for _, ts := range c.types {
 		if rj := ts.rejected; rj != nil && !rj.due.IsZero() {
 			if d := time.Until(rj.due); d < next {

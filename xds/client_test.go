@@ -713,3 +713,100 @@ func TestReferenceToAnUnsubscribedTypeIsNACKed(t *testing.T) {
 	default:
 	}
 }
+
+// resourcesFor is the fixture with its cluster (and endpoints, and the
+// route to it) named cluster.
+func resourcesFor(tb testing.TB, cluster, endpoint string) map[resourcev3.Type][]types.Resource {
+	res := resources(tb, endpoint)
+	res[resourcev3.ClusterType][0].(*clusterv3.Cluster).Name = cluster
+	res[resourcev3.EndpointType][0].(*endpointv3.ClusterLoadAssignment).ClusterName = cluster
+	rc := res[resourcev3.RouteType][0].(*routev3.RouteConfiguration)
+	rc.VirtualHosts[0].Routes[0].GetRoute().ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: cluster}
+	return res
+}
+
+// Make before break: a route never reaches an Update before the cluster
+// it names, nor after the cluster is gone, whatever order the server's
+// responses take.
+func TestRoutesNeverNameAClusterTheUpdateLacks(t *testing.T) {
+	bothProtocols(t, func(t *testing.T, p Protocol) {
+		cp := startControlPlane(t, "127.0.0.1:0")
+		cp.set("0", resourcesFor(t, "blue", "127.0.0.1:9000"))
+		c, _ := startClient(t, cp, p, func(cfg *Config) { cfg.StaticClusters = []string{} })
+		check := func(u *Update) {
+			t.Helper()
+			have := map[string]bool{}
+			for _, cl := range u.State.Clusters {
+				have[cl.Name] = true
+			}
+			for _, l := range u.State.Listeners {
+				for _, r := range l.Routes {
+					if r.Cluster != "" && !have[r.Cluster] {
+						t.Fatalf("an Update whose route names cluster %q, which it lacks (clusters %v)", r.Cluster, have)
+					}
+				}
+			}
+		}
+		u := nextUpdate(t, c, 10*time.Second)
+		check(u)
+		u.Done(nil)
+		for i := 1; i <= 10; i++ {
+			name := []string{"blue", "green"}[i%2]
+			cp.set(fmt.Sprint(i), resourcesFor(t, name, fmt.Sprintf("127.0.0.1:%d", 9000+i)))
+			// Until the route names the new cluster, bounded.
+			for n := 0; ; n++ {
+				if n == 5 {
+					t.Fatalf("round %d: 5 Updates and the route does not name %s yet", i, name)
+				}
+				u := nextUpdate(t, c, 10*time.Second)
+				check(u)
+				u.Done(nil)
+				if len(u.State.Listeners) == 1 && len(u.State.Listeners[0].Routes) == 1 && u.State.Listeners[0].Routes[0].Cluster == name {
+					break
+				}
+			}
+		}
+	})
+}
+
+// A SotW server answers a NACK by sending the same state again; the client
+// refuses it again itself, with the same words and after a delay that
+// grows, instead of handing it to the main goroutine or looping at the
+// speed of a round trip.
+func TestRefusedSetSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	cp.set("1", resources(t, "127.0.0.1:9001"))
+	c, _ := startClient(t, cp, ProtocolSotW, nil)
+	nextUpdate(t, c, 10*time.Second).Done(nil)
+	cp.set("2", resources(t, "127.0.0.1:9002"))
+	u := nextUpdate(t, c, 10*time.Second)
+	const why = "refused by the test"
+	u.Done(errors.New(why))
+	isNACK := func(r seenRequest) bool { return r.typeURL == EndpointType && r.errorMsg != "" }
+	first, i := cp.waitRequest(0, "NACK", isNACK)
+	second, j := cp.waitRequest(i+1, "second NACK", isNACK)
+	third, _ := cp.waitRequest(j+1, "third NACK", isNACK)
+	for _, r := range []seenRequest{second, third} {
+		if r.errorMsg != why {
+			t.Errorf("repeated NACK says %q, want %q", r.errorMsg, why)
+		}
+	}
+	d1, d2 := second.arrivedAt.Sub(first.arrivedAt), third.arrivedAt.Sub(second.arrivedAt)
+	t.Logf("NACK intervals: %v, %v", d1, d2)
+	if d1 < renackDelayBase || d2 < 2*renackDelayBase {
+		t.Errorf("NACK intervals %v, %v: want at least %v, then %v", d1, d2, renackDelayBase, 2*renackDelayBase)
+	}
+	select {
+	case u := <-c.Updates():
+		t.Errorf("the refused set was handed over again: %+v", u.State.Clusters)
+		u.Done(nil)
+	default:
+	}
+	// A real change is still taken.
+	cp.set("3", resources(t, "127.0.0.1:9003"))
+	u = nextUpdate(t, c, 10*time.Second)
+	if got := endpointsOf(u.State, "backend"); !slices.Equal(got, []string{"127.0.0.1:9003"}) {
+		t.Fatalf("after the repeated NACKs: endpoints %v", got)
+	}
+	u.Done(nil)
+}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -13,7 +12,6 @@ import (
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hotproxy/hotproxy/config"
 )
@@ -396,5 +394,3 @@ func (m *mapper) dataSource(ds *corev3.DataSource) (string, []string, error) {
 	}
 	return "", nil, fmt.Errorf("missing: give filename, inline_bytes or inline_string")
 }
-
-func durationOf(d *durationpb.Duration) time.Duration { return d.AsDuration() }

@@ -381,3 +381,63 @@ func TestMapEndpointsAndSecrets(t *testing.T) {
 	_, err = m.secret(&s)
 	checkMapped(t, err, `secret "tk": field "session_ticket_keys" is not supported by hotproxy`)
 }
+
+func TestTLSParams(t *testing.T) {
+	for _, tc := range []struct {
+		js, min, max string
+		suites       []string
+		err          string
+	}{
+		{js: `{}`, min: "1.2", max: "1.3"},
+		{js: `{"tls_minimum_protocol_version":"TLSv1_2","tls_maximum_protocol_version":"TLSv1_2","cipher_suites":["ECDHE-RSA-AES128-GCM-SHA256"]}`,
+			min: "1.2", max: "1.2", suites: []string{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}},
+		{js: `{"tls_minimum_protocol_version":"TLSv1_1"}`, err: "TLSv1_1 is not supported by hotproxy (TLSv1_2 or TLSv1_3)"},
+		{js: `{"cipher_suites":["AES128-SHA"]}`, err: `cipher_suites: "AES128-SHA" is not supported by hotproxy`},
+	} {
+		var p tlsv3.TlsParameters
+		parse(t, tc.js, &p)
+		min, max, suites, err := tlsParams(&p)
+		checkMapped(t, err, tc.err)
+		if err == nil && (min != tc.min || max != tc.max || !reflect.DeepEqual(suites, tc.suites)) {
+			t.Errorf("%s: %s %s %v", tc.js, min, max, suites)
+		}
+	}
+}
+
+// With no SecretDir, secrets go to a private directory of the client's
+// own, removed when it is done.
+func TestSecretFilesWithoutADirectory(t *testing.T) {
+	files, cleanup, err := newSecretFiles("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := files.write([]byte("KEY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := os.Stat(files.dir)
+	key, _ := os.Stat(p)
+	if dir.Mode().Perm() != 0o700 || key.Mode().Perm() != 0o600 {
+		t.Errorf("directory %v, key %v: want 0700 and 0600", dir.Mode().Perm(), key.Mode().Perm())
+	}
+	if p2, _ := files.write([]byte("KEY")); p2 != p {
+		t.Errorf("the same bytes got two files: %s, %s", p, p2)
+	}
+	cleanup()
+	if _, err := os.Stat(files.dir); !os.IsNotExist(err) {
+		t.Errorf("%s still exists after cleanup (%v)", files.dir, err)
+	}
+}
+
+func TestParseType(t *testing.T) {
+	for _, typ := range AllTypes {
+		for _, s := range []string{typ.Name(), typ.Short(), string(typ)} {
+			if got, err := ParseType(s); err != nil || got != typ {
+				t.Errorf("ParseType(%q) = %v, %v; want %v", s, got, err, typ)
+			}
+		}
+	}
+	if _, err := ParseType("listener"); err == nil || !strings.Contains(err.Error(), "use listeners, routes") {
+		t.Errorf("ParseType(listener): %v", err)
+	}
+}

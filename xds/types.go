@@ -71,14 +71,33 @@ func (t TypeURL) Short() string {
 	return string(t)
 }
 
-// ParseType takes a short name ("lds", "cds", ...) or a full type URL.
+// Name returns the type as the [xds] table's resources list names it:
+// "listeners", "routes", "clusters", "endpoints", "secrets".
+func (t TypeURL) Name() string {
+	switch t {
+	case ListenerType:
+		return "listeners"
+	case RouteType:
+		return "routes"
+	case ClusterType:
+		return "clusters"
+	case EndpointType:
+		return "endpoints"
+	case SecretType:
+		return "secrets"
+	}
+	return string(t)
+}
+
+// ParseType takes a type as [xds] resources names it ("listeners"), its
+// short name ("lds") or its full type URL.
 func ParseType(s string) (TypeURL, error) {
 	for _, t := range AllTypes {
-		if s == t.Short() || s == string(t) {
+		if s == t.Name() || s == t.Short() || s == string(t) {
 			return t, nil
 		}
 	}
-	return "", fmt.Errorf("unknown xDS resource type %q (use lds, rds, cds, eds or sds)", s)
+	return "", fmt.Errorf("unknown xDS resource type %q (use listeners, routes, clusters, endpoints or secrets)", s)
 }
 
 // Defaults.
@@ -112,6 +131,14 @@ type Config struct {
 	// Raw and Versions): it is the first Update, and the stream resumes
 	// with its versions.
 	Initial *State
+	// StaticClusters are the clusters of the TOML file, which dynamic
+	// routes and tcp listeners may name. An Update is held back (up to
+	// InitialFetchTimeout) while a listener names a cluster that is
+	// neither in it nor static, waiting for the CDS change that adds it
+	// or the LDS/RDS change that stops naming it (make before break).
+	// Nil: only a dynamic cluster being removed is waited on this way,
+	// as any other name might be static.
+	StaticClusters []string
 	// SecretDir is where certificates and keys that arrive as bytes
 	// (SDS, inline data sources) are written, one file per content
 	// (named by its SHA-256), for config's file paths; a private

@@ -64,6 +64,12 @@ func main() {
 	addr := flag.String("listen", "127.0.0.1:18000", "address the gRPC server listens on (plaintext)")
 	file := flag.String("file", "", "the JSON file of resources to serve (required)")
 	poll := flag.Duration("poll", time.Second, "how often the file's modification time is checked (100ms to 1m)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: hotproxy-controlplane -file SNAPSHOT.json [-listen ADDR] [-poll DURATION]\n\n"+
+			"A demo xDS control plane: serves the Envoy resources of SNAPSHOT.json over ADS (SotW and delta)\n"+
+			"to every proxy, and serves the file again when it changes. Its schema: docs/xds.md.\n\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if *file == "" {
 		fmt.Fprintln(os.Stderr, "hotproxy-controlplane: -file is required: the JSON file of resources to serve (see docs/xds.md)")
