@@ -17,6 +17,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"session_ticket_keys","ticket_keys":[{"listener":"web","keys":[{"key":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","created":1}]}],"more":true}`,
 		`{"type":"keep_sockets","sockets":[{"network":"tcp","address":"127.0.0.1:1","worker":0,"role":"listener"},{"network":"tcp","address":"127.0.0.1:9901","worker":-1,"role":"admin"}],"more":true}`,
 		`{"type":"hello","version":"1.4","identity":{"pid":1,"epoch":0,"binary_version":"v","features":["kept_sockets"]}}`,
+		`{"type":"xds_resources","chunk":"AAEC","more":true}`,
 		`{"type":"get_sockets"}`, `{"type":"drain"}`, `{"type":"error","error":"x"}`, `{}`, `null`, `[]`,
 	} {
 		f.Add([]byte(seed))
