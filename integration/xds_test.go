@@ -572,6 +572,11 @@ func testXDSFollows(t *testing.T, protocol string) {
 				t.Fatalf("the child answers %q, %v; want the handed-over A", body, err)
 			}
 		}
+		// The gauges show the handed-over versions (nothing counted).
+		if _, stats := child.AdminGet("/stats?filter=xds.clusters.version_hash"); !strings.Contains(string(stats), "xds.clusters.version_hash: ") ||
+			strings.Contains(string(stats), "xds.clusters.version_hash: 0\n") {
+			t.Errorf("the child's xds.clusters.version_hash is not the handed-over version's: %q", stats)
+		}
 		if names := dynamicClusterNames(t, child); len(names) != 1 || names[0] != "app" {
 			t.Fatalf("the child's config_dump shows dynamic clusters %v, want [app]", names)
 		}

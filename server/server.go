@@ -309,6 +309,12 @@ func New(opts Options) (*Server, error) {
 	s.xds = newXDSStats(cfg.XDS, s.stats, log)
 	if s.xdsc != nil {
 		s.xdsc.events.Store(s.xds)
+		if st := s.xdsc.accepted.Load(); st != nil {
+			// Handed over: the gauges show the versions served.
+			for t, v := range st.Versions {
+				s.xds.setVersion(t.Name(), v)
+			}
+		}
 	}
 	if err := s.startXDS(nil); err != nil {
 		return fail(err)
