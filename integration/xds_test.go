@@ -595,3 +595,40 @@ func testXDSFollows(t *testing.T, protocol string) {
 	}
 	t.Logf("%s: %v", protocol, res)
 }
+
+// TestXDSStartWithoutControlPlane: with the control plane unreachable, a
+// generation serves its file's listener at once, reports ready only once
+// initial_fetch_timeout has passed (saying why in its log), and applies
+// the dynamic configuration when the control plane comes.
+func TestXDSStartWithoutControlPlane(t *testing.T) {
+	backend := harness.StartHTTPBackend(t, "A")
+	cpAddr := harness.FreeAddr(t)
+	webAddr := harness.FreeAddr(t)
+	cfg := httpProxyConfig(backend.Addr)
+	cfg.Extra = fmt.Sprintf("[xds]\ncluster = \"control_plane\"\nprotocol = \"delta\"\ninitial_fetch_timeout = \"1s\"\n"+
+		"[[clusters]]\nname = \"control_plane\"\nendpoints = [%q]\nhttp2 = true\n", cpAddr)
+	tbl, _ := statsTable(t)
+	cfg.Extra += "\n" + tbl
+	ch := &chain{t: t, baseID: newBaseID(), cfgPath: writeConfigFile(t, cfg.Allocate(t).TOML())}
+	g := ch.launch(0, harness.LaunchOptions{})
+	if err := g.WaitReadyFD(readyFDTimeout); err != nil {
+		t.Fatalf("%v\n%s", err, g.Output())
+	}
+	if waited := g.ReadyAt().Sub(g.Exec); waited < time.Second {
+		t.Errorf("ready %v after exec, before initial_fetch_timeout (1s)", waited)
+	}
+	if !strings.Contains(g.Stderr(), "initial_fetch_timeout: no configuration from the control plane yet; serving the static part") {
+		t.Errorf("the log does not say it serves the static part:\n%s", g.Stderr())
+	}
+	client := newClient(5 * time.Second)
+	if body, err := bodyFrom(client, g.URL("web", "/")); err != nil || body != "A\n" {
+		t.Fatalf("the file's listener answers %q, %v", body, err)
+	}
+	// The control plane comes: its listener is added.
+	cp := &demoControlPlane{t: t, addr: cpAddr, file: filepath.Join(t.TempDir(), "snapshot.json")}
+	cp.set(xdsSnapshot{Listeners: map[string]string{"dyn": webAddr}, Routes: map[string][][2]string{"dyn": {{"/", "app"}}},
+		Clusters: map[string][]string{"app": {backend.Addr}}})
+	cp.start()
+	t.Cleanup(cp.stop)
+	waitBody(t, client, "http://"+webAddr+"/", "A", "the dynamic listener, once the control plane is up")
+}
