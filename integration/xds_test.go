@@ -287,8 +287,13 @@ func bodyFrom(c *http.Client, url string) (string, error) {
 // waitBody polls url until its body is want+"\n" (a backend's id).
 func waitBody(t testing.TB, c *http.Client, url, want, what string) time.Duration {
 	t.Helper()
+	return waitBodyWithin(t, c, url, want, what, xdsWaitTimeout)
+}
+
+func waitBodyWithin(t testing.TB, c *http.Client, url, want, what string, within time.Duration) time.Duration {
+	t.Helper()
 	start := time.Now()
-	deadline := start.Add(xdsWaitTimeout)
+	deadline := start.Add(within)
 	var last string
 	var lastErr error
 	for time.Now().Before(deadline) {
@@ -298,7 +303,7 @@ func waitBody(t testing.TB, c *http.Client, url, want, what string) time.Duratio
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("%s: %s still answers %q (%v) after %s, want %q", what, url, last, lastErr, xdsWaitTimeout, want)
+	t.Fatalf("%s: %s still answers %q (%v) after %s, want %q", what, url, last, lastErr, within, want)
 	return 0
 }
 
@@ -617,12 +622,26 @@ func TestXDSStartWithoutControlPlane(t *testing.T) {
 	if waited := g.ReadyAt().Sub(g.Exec); waited < time.Second {
 		t.Errorf("ready %v after exec, before initial_fetch_timeout (1s)", waited)
 	}
-	if !strings.Contains(g.Stderr(), "initial_fetch_timeout: no configuration from the control plane yet; serving the static part") {
-		t.Errorf("the log does not say it serves the static part:\n%s", g.Stderr())
+	// The log line is written before READY; its pipe is read apart.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(g.Stderr(), "initial_fetch_timeout: no configuration from the control plane yet; serving the static part") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say it serves the static part:\n%s", g.Stderr())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	client := newClient(5 * time.Second)
 	if body, err := bodyFrom(client, g.URL("web", "/")); err != nil || body != "A\n" {
 		t.Fatalf("the file's listener answers %q, %v", body, err)
+	}
+	// A hot restart while the control plane has never answered: nothing
+	// to hand over; the child waits for it as a cold start does, then
+	// takes over, and the parent drains and exits.
+	ch.serving = g
+	child, parent := ch.restart()
+	waitExit0(t, parent, 20*time.Second)
+	if body, err := bodyFrom(client, child.URL("web", "/")); err != nil || body != "A\n" {
+		t.Fatalf("the child's file listener answers %q, %v", body, err)
 	}
 	// The control plane comes: its listener is added.
 	cp := &demoControlPlane{t: t, addr: cpAddr, file: filepath.Join(t.TempDir(), "snapshot.json")}
@@ -630,5 +649,7 @@ func TestXDSStartWithoutControlPlane(t *testing.T) {
 		Clusters: map[string][]string{"app": {backend.Addr}}})
 	cp.start()
 	t.Cleanup(cp.stop)
-	waitBody(t, client, "http://"+webAddr+"/", "A", "the dynamic listener, once the control plane is up")
+	// The client has been failing to connect since the start: its
+	// back-off (full jitter, up to 30s) bounds when it tries again.
+	waitBodyWithin(t, client, "http://"+webAddr+"/", "A", "the dynamic listener, once the control plane is up", 40*time.Second)
 }

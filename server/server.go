@@ -283,6 +283,7 @@ func New(opts Options) (*Server, error) {
 	case opts.Epoch > 0:
 		if inherited, adminLn, err = s.takeOver(); err != nil {
 			s.closeSupervisorLink()
+			s.stopXDS() // started with the predecessor's resources
 			s.stopReopen()
 			return nil, err
 		}

@@ -197,13 +197,21 @@ func dynamicSetOf(st *xds.State) DynamicSet {
 // of the control plane is applied, or initial_fetch_timeout has passed
 // (then it serves the static part, and says so). A set refused is NACKed
 // and the wait goes on. A generation that was handed its predecessor's
-// resources, or has no [xds], does not wait. It returns a reason to stop
-// when ctx ends or a stop signal comes meanwhile, else "".
+// resources, or has no [xds], does not wait; one that took over from a
+// predecessor that had none waits at most half of handoff_timeout. It
+// returns a reason to stop when ctx ends or a stop signal comes
+// meanwhile, else "".
 func (s *Server) awaitFirstXDS(ctx context.Context, sigs <-chan os.Signal, beat <-chan time.Time) string {
 	if s.xdsc == nil || s.xdsc.handedOver || s.xdsc.accepted.Load() != nil {
 		return ""
 	}
 	timeout := s.cfg.XDS.InitialFetchTimeout.D()
+	if s.takeover.predecessor != nil {
+		// The predecessor waits for this generation's drain message at
+		// most handoff_timeout after the sockets: past it, it would
+		// take this one for dead and serve on, never draining.
+		timeout = min(timeout, s.cfg.HotRestart.HandoffTimeout.D()/2)
+	}
 	start := time.Now()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
