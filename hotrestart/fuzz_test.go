@@ -36,3 +36,26 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeXDSResources: whatever a parent sends as its xDS resources,
+// decoding returns them or an error, never a panic, and what is accepted
+// names a type, a name and bytes for every resource.
+func FuzzDecodeXDSResources(f *testing.F) {
+	for _, seed := range []string{
+		`{"versions":{"t":"1"},"updated":{"t":5},"resources":[{"type":"t","name":"a","version":"2","any":"AQ=="}]}`,
+		`{"resources":[]}`, `{}`, `null`, `{"resources":[{"type":"t","name":"a","any":""}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeXDSResources(b)
+		if err != nil {
+			return
+		}
+		for i, res := range r.Resources {
+			if res.Type == "" || res.Name == "" || len(res.Any) == 0 {
+				t.Fatalf("accepted resource %d without a type, a name or bytes: %+v", i, res)
+			}
+		}
+	})
+}
