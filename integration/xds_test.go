@@ -31,7 +31,16 @@ const xdsWaitTimeout = 15 * time.Second
 var controlPlaneBuild struct {
 	once sync.Once
 	path string
+	dir  string // removed by removeControlPlaneBinary
 	err  error
+}
+
+// removeControlPlaneBinary removes what controlPlaneBinary built, at the
+// end of the test process.
+func removeControlPlaneBinary() {
+	if controlPlaneBuild.dir != "" {
+		os.RemoveAll(controlPlaneBuild.dir)
+	}
 }
 
 // controlPlaneBinary builds cmd/hotproxy-controlplane once per test process.
@@ -48,6 +57,7 @@ func controlPlaneBinary(t testing.TB) string {
 			controlPlaneBuild.err = err
 			return
 		}
+		controlPlaneBuild.dir = dir
 		path := filepath.Join(dir, "hotproxy-controlplane")
 		ctx, cancel := context.WithTimeout(context.Background(), harness.DefaultBuildTimeout)
 		defer cancel()
