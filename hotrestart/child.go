@@ -247,6 +247,39 @@ func (ch *Child) SessionTicketKeys() (keys []ListenerTicketKeys, offered bool, e
 	}
 }
 
+// XDSResources asks the parent for the dynamic resources it last accepted
+// from its control plane. offered is false, and nothing is asked, when the
+// parent does not offer FeatureXDSResources (an older binary): this
+// generation starts with the file's resources and waits for the control
+// plane. nil with offered: the parent holds none. Call it before Sockets.
+func (ch *Child) XDSResources() (res *XDSResources, offered bool, err error) {
+	if !slices.Contains(ch.parent.Features, FeatureXDSResources) {
+		return nil, false, nil
+	}
+	if err := ch.c.send(&Message{Type: MsgGetXDSResources}, nil); err != nil {
+		return nil, true, err
+	}
+	var all []byte
+	for {
+		m, err := ch.c.expect(MsgXDSResources)
+		if err != nil {
+			return nil, true, err
+		}
+		if len(all)+len(m.Chunk) > MaxXDSResourceBytes {
+			return nil, true, fmt.Errorf("xds_resources: more than %d bytes", MaxXDSResourceBytes)
+		}
+		all = append(all, m.Chunk...)
+		if !m.More {
+			break
+		}
+	}
+	if len(all) == 0 {
+		return nil, true, nil
+	}
+	res, err = decodeXDSResources(all)
+	return res, true, err
+}
+
 // Drain tells the parent this generation serves: the parent stops
 // accepting and drains. unused are the sockets it handed over that this
 // generation did not take; a parent that understands it (an older one

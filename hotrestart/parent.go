@@ -86,6 +86,14 @@ type TicketKeySource interface {
 	SessionTicketKeys() []ListenerTicketKeys
 }
 
+// XDSResourceSource is a Handler that hands the dynamic resources it last
+// accepted from its control plane to the child (FeatureXDSResources).
+// XDSResources is called from the session's goroutine; it must return
+// promptly. nil: none.
+type XDSResourceSource interface {
+	XDSResources() *XDSResources
+}
+
 // ParentOptions configure a Parent. The zero value of each optional field
 // is the default.
 type ParentOptions struct {

@@ -1,6 +1,7 @@
 package hotrestart
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -101,6 +102,10 @@ func (p *Parent) session(uc *net.UnixConn) {
 	if hasKeys {
 		self.Features = append(self.Features, FeatureSessionTicketKeys)
 	}
+	xdsSource, hasXDS := p.opts.Handler.(XDSResourceSource)
+	if hasXDS {
+		self.Features = append(self.Features, FeatureXDSResources)
+	}
 	if err := c.send(&Message{Type: MsgHello, Version: ProtocolVersion, Identity: &self}, nil); err != nil {
 		p.log.Warn("hand-over failed", "child_pid", pid, "error", err)
 		return
@@ -143,6 +148,19 @@ func (p *Parent) session(uc *net.UnixConn) {
 			}
 			if err := sendTicketKeys(c, keySource.SessionTicketKeys()); err != nil {
 				p.log.Warn("sending session-ticket keys failed", "child_pid", pid, "error", err)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+		case MsgGetXDSResources:
+			if !hasXDS {
+				err := fmt.Errorf("%s to a parent that did not offer %s", m.Type, FeatureXDSResources)
+				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
+				lost(child, drained, err)
+				return
+			}
+			if err := sendXDSResources(c, xdsSource.XDSResources()); err != nil {
+				p.log.Warn("sending the xDS resources failed", "child_pid", pid, "error", err)
 				c.send(&Message{Type: MsgError, Error: err.Error()}, nil)
 				lost(child, drained, err)
 				return
@@ -248,4 +266,30 @@ func sendTicketKeys(c *conn, keys []ListenerTicketKeys) error {
 		size += n
 	}
 	return c.send(&Message{Type: MsgSessionTicketKeys, TicketKeys: batch}, nil)
+}
+
+// sendXDSResources sends res as JSON in chunks, the last with More unset
+// (one empty message when there is nothing to send).
+func sendXDSResources(c *conn, res *XDSResources) error {
+	var b []byte
+	if res != nil {
+		var err error
+		if b, err = json.Marshal(res); err != nil {
+			return fmt.Errorf("xds_resources: %w", err)
+		}
+	}
+	if len(b) > MaxXDSResourceBytes {
+		return fmt.Errorf("xds_resources: %d bytes, more than a child accepts (%d)", len(b), MaxXDSResourceBytes)
+	}
+	for {
+		n := min(len(b), xdsChunkBytes)
+		m := &Message{Type: MsgXDSResources, Chunk: b[:n], More: n < len(b)}
+		if err := c.send(m, nil); err != nil {
+			return err
+		}
+		b = b[n:]
+		if !m.More {
+			return nil
+		}
+	}
 }

@@ -32,8 +32,9 @@ import (
 // 1.1 added the features "supervised" and "unused_sockets"; 1.2 added
 // "early_commit" and its message; 1.3 added "session_ticket_keys" and its
 // two messages; 1.4 added the link between a generation and its
-// supervisor (keeper.go), "kept_sockets" and the keep_sockets message.
-const ProtocolVersion = "1.4"
+// supervisor (keeper.go), "kept_sockets" and the keep_sockets message;
+// 1.5 added "xds_resources" and its two messages.
+const ProtocolVersion = "1.5"
 
 // Defaults for Options fields left zero.
 const (
@@ -72,6 +73,13 @@ const (
 	// generation sends it (MsgKeepSockets), and answers get_sockets from
 	// the generation it starts after that one died or wedged.
 	FeatureKeptSockets = "kept_sockets"
+	// FeatureXDSResources: this parent answers get_xds_resources with the
+	// dynamic resources it last accepted from its control plane, with
+	// their versions (XDSResources), so that the child serves them before
+	// it takes the sockets and resumes the xDS stream from them, even
+	// while the control plane is down. A child asks only a parent that
+	// says this: an older one takes an unknown message for a broken child.
+	FeatureXDSResources = "xds_resources"
 )
 
 // SupervisorPIDEnv is set by the supervisor in each generation's
@@ -136,6 +144,12 @@ const (
 	// session_ticket_keys: parent → child, one batch of listeners' keys;
 	// More says another batch follows.
 	MsgSessionTicketKeys MessageType = "session_ticket_keys"
+	// get_xds_resources: child → parent, after hello and before
+	// get_sockets (FeatureXDSResources).
+	MsgGetXDSResources MessageType = "get_xds_resources"
+	// xds_resources: parent → child, one chunk of the JSON of an
+	// XDSResources; More says another chunk follows.
+	MsgXDSResources MessageType = "xds_resources"
 	// keep_sockets: generation → supervisor on their link, one batch of
 	// the generation's listening sockets with their fds attached; More
 	// says another batch follows. The last batch replaces whatever the
@@ -231,8 +245,63 @@ type Message struct {
 	// session_ticket_keys: some listeners' keys; More as for sockets.
 	TicketKeys []ListenerTicketKeys `json:"ticket_keys,omitempty"`
 
+	// xds_resources: a chunk of the JSON of an XDSResources (base64 in
+	// the message's JSON); More as for sockets.
+	Chunk []byte `json:"chunk,omitempty"`
+
 	// error
 	Error string `json:"error,omitempty"`
+}
+
+// XDSResources are the dynamic resources a generation last accepted from
+// its control plane, as the control plane sent them, with their versions:
+// what FeatureXDSResources hands to the child. Types are xDS type URLs.
+type XDSResources struct {
+	// Versions is each type's accepted version_info.
+	Versions map[string]string `json:"versions,omitempty"`
+	// Updated is when each type last changed (Unix nanoseconds).
+	Updated map[string]int64 `json:"updated,omitempty"`
+	// Resources are every accepted resource.
+	Resources []XDSResource `json:"resources"`
+}
+
+// XDSResource is one resource: a serialized google.protobuf.Any. It may
+// hold a secret (a private key): it only crosses the restart socket,
+// whose peer is checked to run as the same user.
+type XDSResource struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+	// Version is the resource's own version (delta xDS), if any.
+	Version string `json:"version,omitempty"`
+	Any     []byte `json:"any"`
+}
+
+// Bounds of the xds_resources messages: a chunk fits a datagram once in
+// base64, and what a child accepts in all is bounded.
+const (
+	xdsChunkBytes       = 32 << 10
+	MaxXDSResourceBytes = 64 << 20
+)
+
+// decodeXDSResources parses the reassembled JSON of an XDSResources
+// strictly.
+func decodeXDSResources(b []byte) (*XDSResources, error) {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var r XDSResources
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("malformed xds_resources: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("malformed xds_resources: trailing data after the JSON object")
+	}
+	for i, res := range r.Resources {
+		if res.Type == "" || res.Name == "" || len(res.Any) == 0 {
+			return nil, fmt.Errorf("malformed xds_resources: resource %d (type %q, name %q, %d bytes) lacks a type, a name or its bytes",
+				i, res.Type, res.Name, len(res.Any))
+		}
+	}
+	return &r, nil
 }
 
 // decodeMessage parses one datagram strictly: unknown fields and unknown
@@ -284,7 +353,11 @@ func decodeMessage(b []byte) (*Message, error) {
 				}
 			}
 		}
-	case MsgGetSockets, MsgGetSessionTicketKeys, MsgOK, MsgError, MsgCommit:
+	case MsgXDSResources:
+		if len(m.Chunk) > xdsChunkBytes {
+			return nil, fmt.Errorf("malformed xds_resources message: a chunk of %d bytes (at most %d)", len(m.Chunk), xdsChunkBytes)
+		}
+	case MsgGetSockets, MsgGetSessionTicketKeys, MsgGetXDSResources, MsgOK, MsgError, MsgCommit:
 	case "":
 		return nil, errors.New("malformed message: no type")
 	default:

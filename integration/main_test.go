@@ -7,4 +7,8 @@ import (
 	"github.com/hotproxy/hotproxy/integration/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+func TestMain(m *testing.M) {
+	code := harness.Main(m)
+	removeControlPlaneBinary() // xds_test.go
+	os.Exit(code)
+}

@@ -177,7 +177,7 @@ EOS
 	[[ -n $cmd ]] || continue
 	q=$(printf '%q' "$cmd")
 	case $block in
-	"README.md|Set up" | "README.md|A quick tour" | "README.md|Hot restart" | "README.md|The supervisor") ;; # below
+	"README.md|Set up" | "README.md|A quick tour" | "README.md|Hot restart" | "README.md|The supervisor" | "README.md|Following the demo control plane") ;; # below
 	"README.md|Stats from the command line")
 		run=${cmd//\/etc\/hotproxy\/hotproxy.toml/examples/hotproxy.toml}
 		run=${run//\/run\/hp.stats//dev/shm/hotproxy.0.stats}

@@ -238,6 +238,11 @@ func (s *Server) commitHandover(why string) {
 	// Close waits for the sessions, which report to this goroutine:
 	// never wait for them here.
 	go s.hr.listener.Close()
+	// No way back: the xDS stream is the next generation's alone (Run
+	// waits for the client to end).
+	if s.xdsc != nil {
+		s.xdsc.cancel()
+	}
 	s.log.Info("hand-over committed: "+why, "child_pid", s.hr.child.PID)
 	if s.hr.drainResult == nil {
 		s.setHandover(handoverDrained, "the drain had already ended")

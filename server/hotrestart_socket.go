@@ -28,7 +28,7 @@ func (s *Server) listenForSuccessor() error {
 		Address:      addrs[0],
 		Alternates:   addrs[1:],
 		Self:         s.restartIdentity(),
-		Handler:      successorHandler{hr: &s.hr, tls: &s.tlsNow},
+		Handler:      successorHandler{hr: &s.hr, tls: &s.tlsNow, xds: &s.xdsNow},
 		Logger:       s.log,
 		Timeout:      timeout,
 		ReadyTimeout: timeout,
@@ -62,12 +62,14 @@ func (s *Server) listenForSuccessor() error {
 type successorHandler struct {
 	hr  *handover
 	tls *atomic.Pointer[tlsconf.Set] // the set serving now (Server.tlsNow)
+	xds *atomic.Pointer[xdsLink]     // the xDS client (Server.xdsNow), for XDSResources
 }
 
 var (
-	_ hotrestart.Handler         = successorHandler{}
-	_ hotrestart.EarlyCommitter  = successorHandler{}
-	_ hotrestart.TicketKeySource = successorHandler{}
+	_ hotrestart.Handler           = successorHandler{}
+	_ hotrestart.EarlyCommitter    = successorHandler{}
+	_ hotrestart.TicketKeySource   = successorHandler{}
+	_ hotrestart.XDSResourceSource = successorHandler{}
 )
 
 func (h successorHandler) Sockets() ([]hotrestart.Socket, []*os.File, error) {

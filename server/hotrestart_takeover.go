@@ -76,6 +76,12 @@ func (s *Server) takeOver() (inherited map[workers.SocketKey]*os.File, admin net
 		}
 		return nil, nil, fmt.Errorf("hot restart to epoch %d: %w", s.opts.Epoch, err)
 	}
+	// The predecessor's xDS resources are validated and built before
+	// any socket is taken: an error leaves it serving, untouched.
+	if err := s.takeXDSResources(ch); err != nil {
+		ch.Close()
+		return nil, nil, fmt.Errorf("hot restart to epoch %d: %w", s.opts.Epoch, err)
+	}
 	sockets, files, err := ch.Sockets()
 	if err != nil {
 		ch.Close()

@@ -177,6 +177,10 @@ type Server struct {
 	srvStats serverStats
 	// xds counts what the xDS client reports (xds.go); nil: [xds] off.
 	xds *xdsStats
+	// xdsc is the xDS client of [xds] (xds_client.go); nil: off. xdsNow
+	// is the same, for the restart socket's sessions.
+	xdsc   *xdsLink
+	xdsNow atomic.Pointer[xdsLink]
 	// statsKick asks the flush loop to publish a state change now.
 	statsKick chan struct{}
 	// statsMu guards statsClosed: admin reads of the region end before
@@ -255,8 +259,7 @@ func New(opts Options) (*Server, error) {
 		s.stopReopen()
 		return nil, err
 	}
-	snap := prep.Snapshot
-	s.snapshot.Store(snap)
+	s.snapshot.Store(prep.Snapshot)
 	s.setTLS(prep.TLS)
 	s.dyn.merged = merged
 	s.startHealthChecks()
@@ -280,6 +283,7 @@ func New(opts Options) (*Server, error) {
 	case opts.Epoch > 0:
 		if inherited, adminLn, err = s.takeOver(); err != nil {
 			s.closeSupervisorLink()
+			s.stopXDS() // started with the predecessor's resources
 			s.stopReopen()
 			return nil, err
 		}
@@ -295,6 +299,7 @@ func New(opts Options) (*Server, error) {
 		s.tls.Close()
 		s.stopHealthMonitors()
 		s.closeStats()
+		s.stopXDS()
 		s.stopReopen()
 		return nil, err
 	}
@@ -303,6 +308,18 @@ func New(opts Options) (*Server, error) {
 	}
 	s.tls.Start(tlsconf.StartOptions{Stats: s.stats, Logger: log})
 	s.xds = newXDSStats(cfg.XDS, s.stats, log)
+	if s.xdsc != nil {
+		s.xdsc.events.Store(s.xds)
+		if st := s.xdsc.accepted.Load(); st != nil {
+			// Handed over: the gauges show the versions served.
+			for t, v := range st.Versions {
+				s.xds.setVersion(t.Name(), v)
+			}
+		}
+	}
+	if err := s.startXDS(nil); err != nil {
+		return fail(err)
+	}
 	s.runHealthMonitors()
 	if err := s.listenForSuccessor(); err != nil {
 		return fail(err)
@@ -315,7 +332,7 @@ func New(opts Options) (*Server, error) {
 		ServerTLS:   s.tls.ServerConfigs(),
 
 		HeartbeatInterval: s.wd.interval(),
-	}, snap)
+	}, s.snapshot.Load()) // New's, or the one with the handed-over xDS resources
 	inherited = nil // workers.New owns them now, on success and failure
 	if err != nil {
 		return fail(err)
@@ -367,6 +384,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer func() { s.tls.Close() }() // the set serving at the end
 	defer s.stopHealthMonitors()
 	defer s.stopRetiredDynamic()
+	defer s.stopXDS()
 	sigs := make(chan os.Signal, 2)
 	if s.opts.HandleSignals {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -388,6 +406,13 @@ func (s *Server) Run(ctx context.Context) error {
 	s.startWatchdog()
 	beat := time.NewTicker(s.wd.interval())
 	defer beat.Stop()
+	// With [xds] and nothing handed over: ready once the first warm set
+	// serves, or initial_fetch_timeout has passed.
+	if reason := s.awaitFirstXDS(ctx, sigs, beat.C); reason != "" {
+		s.stopWatchdog()
+		go s.admin.Serve(s.adminLn)
+		return s.drain(reason, sigs)
+	}
 	var blockMain <-chan time.Time
 	if s.opts.TestBlockMainAfter > 0 {
 		t := time.NewTimer(s.opts.TestBlockMainAfter)
@@ -451,6 +476,8 @@ func (s *Server) Run(ctx context.Context) error {
 			s.overload.pass(now)
 		case u := <-s.opts.DynamicUpdates:
 			u.done(s.applyDynamic(u.Set))
+		case u := <-s.xdsUpdates():
+			s.applyXDS(u)
 		case r := <-s.dyn.retired:
 			s.onDynamicRetired(r)
 		}
@@ -513,6 +540,7 @@ func (s *Server) Close() error {
 	s.closeSupervisorLink()
 	s.tls.Close()
 	s.stopHealthMonitors()
+	s.stopXDS()
 	s.stopReopen()
 	return errors.Join(s.workers.Close(), s.adminLn.Close(), s.closeStats())
 }

@@ -123,6 +123,14 @@ func (xs *xdsStats) UpdateSuccess(typ, version string) {
 	}
 }
 
+// setVersion shows version as typ's accepted one, counting nothing: the
+// versions a generation was handed over.
+func (xs *xdsStats) setVersion(typ, version string) {
+	if t := xs.of(typ); t != nil {
+		t.versionHash.Set(versionHash(version))
+	}
+}
+
 func (xs *xdsStats) UpdateRejected(typ string, err error) {
 	t := xs.of(typ)
 	if t == nil {

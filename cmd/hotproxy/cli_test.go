@@ -18,6 +18,10 @@ func TestCLI(t *testing.T) {
 	// TLS: the demo pair beside the config (relative paths are the
 	// config's directory's), and a certificate cut in half.
 	tlsGood, tlsBad := filepath.Join(dir, "tls.toml"), filepath.Join(dir, "tlsbad.toml")
+	xdsGood, xdsMissing := filepath.Join(dir, "xds.toml"), filepath.Join(dir, "xdsmissing.toml")
+	xdsBootstrap := func(cluster string) string {
+		return "[xds]\ncluster = \"" + cluster + "\"\n[[clusters]]\nname = \"control_plane\"\nendpoints = [\"127.0.0.1:18000\"]\nhttp2 = true\n"
+	}
 	cert, _ := os.ReadFile("../../examples/tls/a.example.com.pem")
 	key, _ := os.ReadFile("../../examples/tls/a.example.com.key")
 	tlsListener := func(certFile string) string {
@@ -28,6 +32,8 @@ func TestCLI(t *testing.T) {
 	for path, text := range map[string]string{
 		good:                           "[server]\ndrain_time = \"1s\"\n",
 		badMode:                        "[stats]\nfile_mode = \"rw-r\"\n",
+		xdsGood:                        xdsBootstrap("control_plane"),
+		xdsMissing:                     xdsBootstrap("cp"),
 		tlsGood:                        tlsListener("a.pem"),
 		tlsBad:                         tlsListener("half.pem"),
 		filepath.Join(dir, "a.pem"):    string(cert),
@@ -60,6 +66,9 @@ func TestCLI(t *testing.T) {
 		{name: "validate two files", args: []string{"validate", good, badMode}, rc: exitUsage,
 			stderr: []string{"unexpected argument", "hotproxy help validate"}, maxErrLine: 1},
 		{name: "validate TLS", args: []string{"validate", tlsGood}, stdout: []string{tlsGood + ": OK"}},
+		{name: "validate an xDS bootstrap", args: []string{"validate", xdsGood}, stdout: []string{xdsGood + ": OK"}},
+		{name: "validate names the missing control-plane cluster", args: []string{"validate", xdsMissing}, rc: 1,
+			stderr: []string{"xds.cluster", `"cp"`, "no such cluster", `static cluster of this file: "control_plane"`}},
 		{name: "validate names a broken certificate", args: []string{"validate", tlsBad}, rc: 1,
 			stderr: []string{"web-tls", filepath.Join(dir, "half.pem")}},
 		{name: "file_mode shows the expected form", args: []string{"validate", badMode}, rc: 1,

@@ -62,7 +62,7 @@ var layers = map[string][]string{
 	"cmd/hotproxy-controlplane": nil,
 
 	// One generation's main goroutine builds everything from the config.
-	"server": {"config", "hotrestart", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers"},
+	"server": {"config", "hotrestart", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers", "xds"},
 	// Flag parsing and verb dispatch: it may reach every verb's package.
 	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
 
