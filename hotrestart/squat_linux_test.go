@@ -135,11 +135,13 @@ func startSquatter(tb testing.TB, addr string, env ...string) *squatter {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()
+			// Kept before it is announced: a test that read stdout
+			// right after the first line could find it empty.
+			sq.stdout.Write([]byte(line + "\n"))
 			select {
 			case first <- line:
 			default:
 			}
-			sq.stdout.Write([]byte(line + "\n"))
 		}
 	}()
 	select {
