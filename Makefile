@@ -19,7 +19,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 FUZZTIME ?= 20000x
 FUZZ_TARGETS = ./config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest ./workers/http1:FuzzRequestVsNetHTTP ./workers/http1:FuzzResponseVsNetHTTP ./workers/http1:FuzzChunkedVsNetHTTP ./workers/h2:FuzzRequestVsXNet
 
-.PHONY: all build run test check unit integration fuzz bench clean image
+.PHONY: all build run test check unit allocs integration fuzz bench clean image
 
 all: build
 
@@ -42,7 +42,7 @@ run: build
 image:
 	VERSION=$(VERSION) $(if $(IMAGE),IMAGE=$(IMAGE)) scripts/image.sh
 
-test: check unit integration fuzz
+test: check unit allocs integration fuzz
 
 check:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -51,6 +51,11 @@ check:
 
 unit:
 	$(GO) test -race -count=1 -timeout 10m $(UNIT_PKGS)
+
+# The zero-allocation assertions skip under -race (the detector allocates
+# on its own account), so they run once more without it.
+allocs:
+	$(GO) test -count=1 -run 'Alloc' ./workers/... ./exchange/... ./upstream/... ./internal/accesslog/
 
 integration:
 	$(GO) test -count=1 -timeout 10m ./integration/...
