@@ -394,21 +394,29 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 			}
 		}
 	}
+	if old := ts.pending; old != nil && err == nil {
+		r = mergeResponses(old, r, ts.wildcard)
+	}
+	if err != nil && decodeErr == nil && !r.delta {
+		// SotW, refused by the mapping: remembered like a set the main
+		// goroutine refused, so that a SotW server sending it again
+		// gets its NACK only after the delay.
+		if old := ts.pending; old != nil {
+			r = mergeResponses(old, r, ts.wildcard)
+		}
+		if c.deferRefusedAgain(ts, r) {
+			return
+		}
+		set := applyResponse(ts, r)
+		c.reject(ts, err)
+		ts.rejected = &rejection{set: set, err: err, resp: r}
+		return
+	}
 	if err != nil {
 		c.reject(ts, err)
 		return
 	}
-	if old := ts.pending; old != nil {
-		r = mergeResponses(old, r, ts.wildcard)
-	}
-	if rj := ts.rejected; rj != nil && sameSet(applyResponse(ts, r), rj.set) {
-		d := renackDelayMax
-		if rj.count < 20 {
-			d = min(renackDelayBase<<rj.count, renackDelayMax)
-		}
-		rj.count++
-		rj.due, rj.nonce, rj.resp = time.Now().Add(d), r.nonce, r
-		ts.pending = nil
+	if c.deferRefusedAgain(ts, r) {
 		return
 	}
 	ts.rejected = nil
@@ -419,6 +427,23 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 			c.resubscribe(dts)
 		}
 	}
+}
+
+// deferRefusedAgain: r brings the set of ts refused last; its NACK goes
+// out again only after a delay that doubles (sendDeferredNACKs).
+func (c *Client) deferRefusedAgain(ts *typeState, r *response) bool {
+	rj := ts.rejected
+	if rj == nil || !sameSet(applyResponse(ts, r), rj.set) {
+		return false
+	}
+	d := renackDelayMax
+	if rj.count < 20 {
+		d = min(renackDelayBase<<rj.count, renackDelayMax)
+	}
+	rj.count++
+	rj.due, rj.nonce, rj.resp = time.Now().Add(d), r.nonce, r
+	ts.pending = nil
+	return true
 }
 
 // mergeResponses folds a response still waiting (old) into the next one

@@ -810,3 +810,43 @@ func TestRefusedSetSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
 	}
 	u.Done(nil)
 }
+
+// A set the mapping refuses (an unsupported field) and the SotW server
+// sends again unchanged is refused again only after the doubling delay,
+// not at the speed of a round trip (issue 23).
+func TestUnsupportedFieldSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	cp.set("1", resources(t, "127.0.0.1:9001"))
+	c, ev := startClient(t, cp, ProtocolSotW, nil)
+	nextUpdate(t, c, 10*time.Second).Done(nil)
+	cp.set("2", resources(t, "127.0.0.1:9001", func(cl *clusterv3.Cluster) {
+		cl.LbSubsetConfig = &clusterv3.Cluster_LbSubsetConfig{FallbackPolicy: clusterv3.Cluster_LbSubsetConfig_ANY_ENDPOINT}
+	}))
+	isNACK := func(r seenRequest) bool { return r.typeURL == ClusterType && r.errorMsg != "" }
+	first, i := cp.waitRequest(0, "NACK of cds", isNACK)
+	second, j := cp.waitRequest(i+1, "second NACK of cds", isNACK)
+	third, _ := cp.waitRequest(j+1, "third NACK of cds", isNACK)
+	const want = `cluster "backend": field "lb_subset_config" is not supported by hotproxy`
+	for _, r := range []seenRequest{first, second, third} {
+		if r.errorMsg != want {
+			t.Errorf("NACK says %q, want %q", r.errorMsg, want)
+		}
+	}
+	d1, d2 := second.arrivedAt.Sub(first.arrivedAt), third.arrivedAt.Sub(second.arrivedAt)
+	t.Logf("NACK intervals: %v, %v", d1, d2)
+	if d1 < renackDelayBase || d2 < 2*renackDelayBase {
+		t.Errorf("NACK intervals %v, %v: want at least %v, then %v", d1, d2, renackDelayBase, 2*renackDelayBase)
+	}
+	ev.mu.Lock()
+	if n := len(ev.rejected); n > 3 {
+		t.Errorf("%d UpdateRejected events for 3 NACKs", n)
+	}
+	ev.mu.Unlock()
+	// A good set is still taken.
+	cp.set("3", resources(t, "127.0.0.1:9003"))
+	u := nextUpdate(t, c, 10*time.Second)
+	if got := endpointsOf(u.State, "backend"); !slices.Equal(got, []string{"127.0.0.1:9003"}) {
+		t.Fatalf("after the repeated NACKs: endpoints %v", got)
+	}
+	u.Done(nil)
+}
