@@ -69,6 +69,12 @@ type typeState struct {
 	asked map[string]time.Time
 	// sent are the names of the last request on this stream.
 	sent []string
+	// spare are the resources of the last SotW response accepted that
+	// nothing referenced then (go-control-plane answers a request with
+	// no names with every resource of the type): a listener that names
+	// one later finds it here, since the server, holding the version
+	// ACKed, would not send it again.
+	spare map[string]*resource
 	// rejected is the last set of this type refused, with why: the same
 	// set sent again (a SotW server answers a NACK by sending the state
 	// it has again) is refused again without an Update, after a delay
@@ -333,6 +339,11 @@ func (c *Client) candidate() map[TypeURL]map[string]*resource {
 	set := map[TypeURL]map[string]*resource{}
 	for t, ts := range c.types {
 		set[t] = applyResponse(ts, ts.pending)
+		for n, r := range ts.spare {
+			if _, ok := set[t][n]; !ok {
+				set[t][n] = r
+			}
+		}
 	}
 	// A dependent type holds only what is referenced.
 	refs := references(set[ListenerType], set[ClusterType])
@@ -524,6 +535,14 @@ func (c *Client) accept(ts *typeState, set map[string]*resource) {
 	}
 	changed := !sameSet(ts.accepted, set)
 	ts.accepted, ts.version = set, r.version
+	if !ts.wildcard && !r.delta {
+		ts.spare = map[string]*resource{}
+		for n, res := range r.resources {
+			if _, ok := set[n]; !ok {
+				ts.spare[n] = res
+			}
+		}
+	}
 	if changed {
 		c.reconsiderRejected(ts)
 	}
@@ -709,6 +728,7 @@ func (c *Client) handleDone(err error) {
 			c.accept(ts, set[t])
 		}
 	}
+	c.adoptSpare()
 	// Resources a pending response still waiting brought are in set;
 	// only the accepted ones count.
 	held := map[TypeURL]map[string]*resource{}
@@ -733,11 +753,41 @@ func (c *Client) handleDone(err error) {
 			}
 		}
 	}
+	for _, ts := range c.types {
+		for _, r := range ts.spare {
+			for _, f := range filesOf(r) {
+				keep[f] = true
+			}
+		}
+	}
 	c.m.files.prune(keep)
 	c.handleQueued()
 	for _, dep := range []TypeURL{RouteType, EndpointType, SecretType} {
 		if dts := c.types[dep]; dts != nil {
 			c.resubscribe(dts)
+		}
+	}
+}
+
+// adoptSpare makes the spare resources the accepted listeners and
+// clusters now name part of their type's accepted set: the main
+// goroutine took a State holding them.
+func (c *Client) adoptSpare() {
+	held := map[TypeURL]map[string]*resource{}
+	for t, ts := range c.types {
+		held[t] = ts.accepted
+	}
+	refs := references(held[ListenerType], held[ClusterType])
+	for t, names := range refs {
+		ts := c.types[t]
+		if ts == nil {
+			continue
+		}
+		for _, n := range names {
+			if r := ts.spare[n]; r != nil && ts.accepted[n] == nil {
+				ts.accepted[n] = r
+				delete(ts.spare, n)
+			}
 		}
 	}
 }

@@ -850,3 +850,63 @@ func TestUnsupportedFieldSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
 	}
 	u.Done(nil)
 }
+
+// setPerType sets a snapshot whose types have versions of their own
+// (cachev3.NewSnapshot gives every type the same one).
+func (cp *controlPlane) setPerType(versions map[resourcev3.Type]string, res map[resourcev3.Type][]types.Resource) {
+	cp.tb.Helper()
+	snap := &cachev3.Snapshot{}
+	for typ, v := range versions {
+		snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(v, res[typ])
+	}
+	if err := cp.cache.SetSnapshot(context.Background(), testNode, snap); err != nil {
+		cp.tb.Fatal(err)
+	}
+}
+
+// A secret that came before any listener named it (go-control-plane
+// answers a SotW request with no names with every secret) is kept: the
+// listener that names it later is not refused for want of it, although
+// the server, holding the version ACKed, does not send it again
+// (issue 23).
+func TestSecretSentBeforeItsListenerIsKept(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	plain, withTLS := resources(t, "127.0.0.1:9001"), tlsResources(t, "CERT-NEW")
+	plain[resourcev3.SecretType] = withTLS[resourcev3.SecretType]
+	all := func(v string) map[resourcev3.Type]string {
+		return map[resourcev3.Type]string{resourcev3.ListenerType: v, resourcev3.RouteType: v, resourcev3.ClusterType: v,
+			resourcev3.EndpointType: v, resourcev3.SecretType: v}
+	}
+	cp.setPerType(all("1"), resources(t, "127.0.0.1:9001"))
+	c, ev := startClient(t, cp, ProtocolSotW, func(cfg *Config) { cfg.InitialFetchTimeout = 3 * time.Second })
+	nextUpdate(t, c, 10*time.Second).Done(nil)
+	cp.waitRequest(0, "ACK of lds v1", isACK(ListenerType))
+
+	// The secret alone (nothing names it yet)...
+	v := all("1")
+	v[resourcev3.SecretType] = "2"
+	from := cp.count()
+	cp.setPerType(v, plain)
+	cp.waitRequest(from, "ACK of sds v2", func(r seenRequest) bool { return isACK(SecretType)(r) && r.version == "2" })
+	// ...then the listener that names it, the secret unchanged.
+	v[resourcev3.ListenerType] = "3"
+	cp.setPerType(v, withTLS)
+	start := time.Now()
+	u := nextUpdate(t, c, 10*time.Second)
+	if len(u.State.Listeners) != 1 || u.State.Listeners[0].TLS == nil || len(u.State.Listeners[0].TLS.Certificates) != 1 {
+		t.Fatalf("listeners %+v: want one with the SDS certificate", u.State.Listeners)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("the Update came after %v: it waited for a secret the client had", waited)
+	}
+	b, err := os.ReadFile(u.State.Listeners[0].TLS.Certificates[0].Cert)
+	if err != nil || string(b) != "CERT-NEW" {
+		t.Fatalf("certificate file: %q, %v; want CERT-NEW", b, err)
+	}
+	u.Done(nil)
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if len(ev.rejected) != 0 {
+		t.Errorf("refused: %q", ev.rejected)
+	}
+}
