@@ -523,13 +523,6 @@ func testXDSFollows(t *testing.T, protocol string) {
 			}, "xds.clusters.update_rejected"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				if protocol == "sotw" && strings.HasPrefix(tc.name, "name of") {
-					// Known bug of the xDS client, reported to its owner: over
-					// SotW, after the main goroutine refused a whole set, the
-					// endpoints the server resends unchanged stay refused and
-					// the next good set never becomes an Update.
-					t.Skip("SotW: a set refused by the server (not by the mapping) blocks the next good one in the xDS client (reported)")
-				}
 				before := xdsCounter(t, g, tc.stat)
 				bad := snap.clone()
 				tc.bad(&bad)

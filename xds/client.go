@@ -303,10 +303,23 @@ func (c *Client) backoff(attempt int) time.Duration {
 // (nack nil) or NACK of ts.nonce. first: the first request of the type on
 // this stream (resumption: the versions held).
 func (c *Client) sendRequest(ts *typeState, nack error, first bool) error {
+	return c.sendRequestFor(ts, c.wanted(ts), nack, first)
+}
+
+// sendNACK NACKs ts.nonce with err, asking for the names of the request
+// it answers: a NACK does not change the subscription (Envoy's way), and
+// go-control-plane in ADS mode never answers, nor remembers, a SotW
+// request naming fewer resources than its snapshot has (a set refused
+// beside the cluster that named them).
+func (c *Client) sendNACK(ts *typeState, err error) error {
+	return c.sendRequestFor(ts, ts.sent, err, false)
+}
+
+func (c *Client) sendRequestFor(ts *typeState, names []string, nack error, first bool) error {
 	if c.wire == nil {
 		return nil
 	}
-	r := request{typeURL: ts.url, version: ts.version, nonce: ts.nonce, wildcard: ts.wildcard, names: c.wanted(ts), nack: nack}
+	r := request{typeURL: ts.url, version: ts.version, nonce: ts.nonce, wildcard: ts.wildcard, names: names, nack: nack}
 	if first {
 		r.initial = map[string]string{}
 		for n, res := range ts.accepted {
@@ -447,6 +460,12 @@ func (c *Client) deferRefusedAgain(ts *typeState, r *response) bool {
 	if rj == nil || !sameSet(applyResponse(ts, r), rj.set) {
 		return false
 	}
+	if sameSet(rj.set, ts.accepted) {
+		// The set held: it was in a refused Update only beside the
+		// types that changed, and is no reason to refuse it again.
+		ts.rejected = nil
+		return false
+	}
 	d := renackDelayMax
 	if rj.count < 20 {
 		d = min(renackDelayBase<<rj.count, renackDelayMax)
@@ -520,7 +539,7 @@ func (c *Client) reject(ts *typeState, err error) {
 	}
 	ts.pending = nil
 	ts.inFlight = false
-	if serr := c.sendRequest(ts, err, false); serr != nil {
+	if serr := c.sendNACK(ts, err); serr != nil {
 		c.log.Warn("sending a NACK", "error", serr)
 	}
 }
@@ -881,7 +900,7 @@ func (c *Client) sendDeferredNACKs() {
 		if c.cfg.Events.UpdateRejected != nil {
 			c.cfg.Events.UpdateRejected(ts.url, rj.err)
 		}
-		if err := c.sendRequest(ts, rj.err, false); err != nil {
+		if err := c.sendNACK(ts, rj.err); err != nil {
 			c.log.Warn("sending a NACK", "error", err)
 		}
 	}

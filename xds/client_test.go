@@ -910,3 +910,43 @@ func TestSecretSentBeforeItsListenerIsKept(t *testing.T) {
 		t.Errorf("refused: %q", ev.rejected)
 	}
 }
+
+// After the main goroutine refused a whole set (here: one adding a
+// cluster and its endpoints), the next good set, which the SotW server
+// sends as a change of some types only, becomes an Update (issue 23).
+func TestGoodSetAfterAWholeSetRefusedIsAnUpdate(t *testing.T) {
+	bothProtocols(t, func(t *testing.T, p Protocol) {
+		cp := startControlPlane(t, "127.0.0.1:0")
+		cp.set("1", resources(t, "127.0.0.1:9001"))
+		c, _ := startClient(t, cp, p, nil)
+		nextUpdate(t, c, 10*time.Second).Done(nil)
+		cp.waitRequest(0, "ACK of eds v1", isACK(EndpointType))
+
+		bad := resources(t, "127.0.0.1:9001")
+		extra := resourcesFor(t, "control_plane", "127.0.0.1:9100")
+		bad[resourcev3.ClusterType] = append(bad[resourcev3.ClusterType], extra[resourcev3.ClusterType]...)
+		bad[resourcev3.EndpointType] = append(bad[resourcev3.EndpointType], extra[resourcev3.EndpointType]...)
+		cp.set("2", bad)
+		u := nextUpdate(t, c, 10*time.Second)
+		if len(u.State.Clusters) != 2 {
+			t.Fatalf("v2 clusters %+v, want backend and control_plane", u.State.Clusters)
+		}
+		u.Done(errors.New(`dynamic cluster "control_plane": the name of a static cluster`))
+		cp.waitRequest(0, "NACK of cds", func(r seenRequest) bool { return r.typeURL == ClusterType && r.errorMsg != "" })
+
+		cp.set("3", resources(t, "127.0.0.1:9001"))
+		cp.set("4", resources(t, "127.0.0.1:9004"))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			u := nextUpdate(t, c, time.Until(deadline))
+			got := endpointsOf(u.State, "backend")
+			u.Done(nil)
+			if slices.Equal(got, []string{"127.0.0.1:9004"}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no Update with v4's endpoints; last %v", got)
+			}
+		}
+	})
+}
