@@ -460,12 +460,6 @@ func (c *Client) deferRefusedAgain(ts *typeState, r *response) bool {
 	if rj == nil || !sameSet(applyResponse(ts, r), rj.set) {
 		return false
 	}
-	if sameSet(rj.set, ts.accepted) {
-		// The set held: it was in a refused Update only beside the
-		// types that changed, and is no reason to refuse it again.
-		ts.rejected = nil
-		return false
-	}
 	d := renackDelayMax
 	if rj.count < 20 {
 		d = min(renackDelayBase<<rj.count, renackDelayMax)
