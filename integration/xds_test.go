@@ -469,13 +469,6 @@ func testXDSFollows(t *testing.T, protocol string) {
 		load.WaitMore(t, 50)
 	})
 	t.Run("certificate rotated by SDS", func(t *testing.T) {
-		if protocol == "sotw" {
-			// Known bug of the xDS client, reported to its owner: over
-			// SotW a listener whose secret is not yet subscribed is
-			// refused ("no tls_certificate has arrived by SDS") instead
-			// of warming until the secret arrives.
-			t.Skip("SotW: a listener added with a new SDS secret is NACKed instead of warmed by the xDS client (reported)")
-		}
 		ca := harness.NewCA(t, "xds test CA")
 		first := ca.Issue(t, "sds", "127.0.0.1")
 		tlsAddr := harness.FreeAddr(t)
@@ -530,13 +523,6 @@ func testXDSFollows(t *testing.T, protocol string) {
 			}, "xds.clusters.update_rejected"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				if protocol == "sotw" && strings.HasPrefix(tc.name, "name of") {
-					// Known bug of the xDS client, reported to its owner: over
-					// SotW, after the main goroutine refused a whole set, the
-					// endpoints the server resends unchanged stay refused and
-					// the next good set never becomes an Update.
-					t.Skip("SotW: a set refused by the server (not by the mapping) blocks the next good one in the xDS client (reported)")
-				}
 				before := xdsCounter(t, g, tc.stat)
 				bad := snap.clone()
 				tc.bad(&bad)

@@ -69,6 +69,12 @@ type typeState struct {
 	asked map[string]time.Time
 	// sent are the names of the last request on this stream.
 	sent []string
+	// spare are the resources of the last SotW response accepted that
+	// nothing referenced then (go-control-plane answers a request with
+	// no names with every resource of the type): a listener that names
+	// one later finds it here, since the server, holding the version
+	// ACKed, would not send it again.
+	spare map[string]*resource
 	// rejected is the last set of this type refused, with why: the same
 	// set sent again (a SotW server answers a NACK by sending the state
 	// it has again) is refused again without an Update, after a delay
@@ -297,10 +303,23 @@ func (c *Client) backoff(attempt int) time.Duration {
 // (nack nil) or NACK of ts.nonce. first: the first request of the type on
 // this stream (resumption: the versions held).
 func (c *Client) sendRequest(ts *typeState, nack error, first bool) error {
+	return c.sendRequestFor(ts, c.wanted(ts), nack, first)
+}
+
+// sendNACK NACKs ts.nonce with err, asking for the names of the request
+// it answers: a NACK does not change the subscription (Envoy's way), and
+// go-control-plane in ADS mode never answers, nor remembers, a SotW
+// request naming fewer resources than its snapshot has (a set refused
+// beside the cluster that named them).
+func (c *Client) sendNACK(ts *typeState, err error) error {
+	return c.sendRequestFor(ts, ts.sent, err, false)
+}
+
+func (c *Client) sendRequestFor(ts *typeState, names []string, nack error, first bool) error {
 	if c.wire == nil {
 		return nil
 	}
-	r := request{typeURL: ts.url, version: ts.version, nonce: ts.nonce, wildcard: ts.wildcard, names: c.wanted(ts), nack: nack}
+	r := request{typeURL: ts.url, version: ts.version, nonce: ts.nonce, wildcard: ts.wildcard, names: names, nack: nack}
 	if first {
 		r.initial = map[string]string{}
 		for n, res := range ts.accepted {
@@ -333,6 +352,11 @@ func (c *Client) candidate() map[TypeURL]map[string]*resource {
 	set := map[TypeURL]map[string]*resource{}
 	for t, ts := range c.types {
 		set[t] = applyResponse(ts, ts.pending)
+		for n, r := range ts.spare {
+			if _, ok := set[t][n]; !ok {
+				set[t][n] = r
+			}
+		}
 	}
 	// A dependent type holds only what is referenced.
 	refs := references(set[ListenerType], set[ClusterType])
@@ -394,21 +418,29 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 			}
 		}
 	}
+	if old := ts.pending; old != nil && err == nil {
+		r = mergeResponses(old, r, ts.wildcard)
+	}
+	if err != nil && decodeErr == nil && !r.delta {
+		// SotW, refused by the mapping: remembered like a set the main
+		// goroutine refused, so that a SotW server sending it again
+		// gets its NACK only after the delay.
+		if old := ts.pending; old != nil {
+			r = mergeResponses(old, r, ts.wildcard)
+		}
+		if c.deferRefusedAgain(ts, r) {
+			return
+		}
+		set := applyResponse(ts, r)
+		c.reject(ts, err)
+		ts.rejected = &rejection{set: set, err: err, resp: r}
+		return
+	}
 	if err != nil {
 		c.reject(ts, err)
 		return
 	}
-	if old := ts.pending; old != nil {
-		r = mergeResponses(old, r, ts.wildcard)
-	}
-	if rj := ts.rejected; rj != nil && sameSet(applyResponse(ts, r), rj.set) {
-		d := renackDelayMax
-		if rj.count < 20 {
-			d = min(renackDelayBase<<rj.count, renackDelayMax)
-		}
-		rj.count++
-		rj.due, rj.nonce, rj.resp = time.Now().Add(d), r.nonce, r
-		ts.pending = nil
+	if c.deferRefusedAgain(ts, r) {
 		return
 	}
 	ts.rejected = nil
@@ -419,6 +451,23 @@ func (c *Client) handleResponse(r *response, decodeErr error) {
 			c.resubscribe(dts)
 		}
 	}
+}
+
+// deferRefusedAgain: r brings the set of ts refused last; its NACK goes
+// out again only after a delay that doubles (sendDeferredNACKs).
+func (c *Client) deferRefusedAgain(ts *typeState, r *response) bool {
+	rj := ts.rejected
+	if rj == nil || !sameSet(applyResponse(ts, r), rj.set) {
+		return false
+	}
+	d := renackDelayMax
+	if rj.count < 20 {
+		d = min(renackDelayBase<<rj.count, renackDelayMax)
+	}
+	rj.count++
+	rj.due, rj.nonce, rj.resp = time.Now().Add(d), r.nonce, r
+	ts.pending = nil
+	return true
 }
 
 // mergeResponses folds a response still waiting (old) into the next one
@@ -484,7 +533,7 @@ func (c *Client) reject(ts *typeState, err error) {
 	}
 	ts.pending = nil
 	ts.inFlight = false
-	if serr := c.sendRequest(ts, err, false); serr != nil {
+	if serr := c.sendNACK(ts, err); serr != nil {
 		c.log.Warn("sending a NACK", "error", serr)
 	}
 }
@@ -499,6 +548,14 @@ func (c *Client) accept(ts *typeState, set map[string]*resource) {
 	}
 	changed := !sameSet(ts.accepted, set)
 	ts.accepted, ts.version = set, r.version
+	if !ts.wildcard && !r.delta {
+		ts.spare = map[string]*resource{}
+		for n, res := range r.resources {
+			if _, ok := set[n]; !ok {
+				ts.spare[n] = res
+			}
+		}
+	}
 	if changed {
 		c.reconsiderRejected(ts)
 	}
@@ -684,6 +741,7 @@ func (c *Client) handleDone(err error) {
 			c.accept(ts, set[t])
 		}
 	}
+	c.adoptSpare()
 	// Resources a pending response still waiting brought are in set;
 	// only the accepted ones count.
 	held := map[TypeURL]map[string]*resource{}
@@ -708,11 +766,41 @@ func (c *Client) handleDone(err error) {
 			}
 		}
 	}
+	for _, ts := range c.types {
+		for _, r := range ts.spare {
+			for _, f := range filesOf(r) {
+				keep[f] = true
+			}
+		}
+	}
 	c.m.files.prune(keep)
 	c.handleQueued()
 	for _, dep := range []TypeURL{RouteType, EndpointType, SecretType} {
 		if dts := c.types[dep]; dts != nil {
 			c.resubscribe(dts)
+		}
+	}
+}
+
+// adoptSpare makes the spare resources the accepted listeners and
+// clusters now name part of their type's accepted set: the main
+// goroutine took a State holding them.
+func (c *Client) adoptSpare() {
+	held := map[TypeURL]map[string]*resource{}
+	for t, ts := range c.types {
+		held[t] = ts.accepted
+	}
+	refs := references(held[ListenerType], held[ClusterType])
+	for t, names := range refs {
+		ts := c.types[t]
+		if ts == nil {
+			continue
+		}
+		for _, n := range names {
+			if r := ts.spare[n]; r != nil && ts.accepted[n] == nil {
+				ts.accepted[n] = r
+				delete(ts.spare, n)
+			}
 		}
 	}
 }
@@ -806,7 +894,7 @@ func (c *Client) sendDeferredNACKs() {
 		if c.cfg.Events.UpdateRejected != nil {
 			c.cfg.Events.UpdateRejected(ts.url, rj.err)
 		}
-		if err := c.sendRequest(ts, rj.err, false); err != nil {
+		if err := c.sendNACK(ts, rj.err); err != nil {
 			c.log.Warn("sending a NACK", "error", err)
 		}
 	}

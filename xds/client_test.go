@@ -810,3 +810,143 @@ func TestRefusedSetSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
 	}
 	u.Done(nil)
 }
+
+// A set the mapping refuses (an unsupported field) and the SotW server
+// sends again unchanged is refused again only after the doubling delay,
+// not at the speed of a round trip (issue 23).
+func TestUnsupportedFieldSentAgainIsRefusedAgainAfterADelay(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	cp.set("1", resources(t, "127.0.0.1:9001"))
+	c, ev := startClient(t, cp, ProtocolSotW, nil)
+	nextUpdate(t, c, 10*time.Second).Done(nil)
+	cp.set("2", resources(t, "127.0.0.1:9001", func(cl *clusterv3.Cluster) {
+		cl.LbSubsetConfig = &clusterv3.Cluster_LbSubsetConfig{FallbackPolicy: clusterv3.Cluster_LbSubsetConfig_ANY_ENDPOINT}
+	}))
+	isNACK := func(r seenRequest) bool { return r.typeURL == ClusterType && r.errorMsg != "" }
+	first, i := cp.waitRequest(0, "NACK of cds", isNACK)
+	second, j := cp.waitRequest(i+1, "second NACK of cds", isNACK)
+	third, _ := cp.waitRequest(j+1, "third NACK of cds", isNACK)
+	const want = `cluster "backend": field "lb_subset_config" is not supported by hotproxy`
+	for _, r := range []seenRequest{first, second, third} {
+		if r.errorMsg != want {
+			t.Errorf("NACK says %q, want %q", r.errorMsg, want)
+		}
+	}
+	d1, d2 := second.arrivedAt.Sub(first.arrivedAt), third.arrivedAt.Sub(second.arrivedAt)
+	t.Logf("NACK intervals: %v, %v", d1, d2)
+	if d1 < renackDelayBase || d2 < 2*renackDelayBase {
+		t.Errorf("NACK intervals %v, %v: want at least %v, then %v", d1, d2, renackDelayBase, 2*renackDelayBase)
+	}
+	ev.mu.Lock()
+	if n := len(ev.rejected); n > 3 {
+		t.Errorf("%d UpdateRejected events for 3 NACKs", n)
+	}
+	ev.mu.Unlock()
+	// A good set is still taken.
+	cp.set("3", resources(t, "127.0.0.1:9003"))
+	u := nextUpdate(t, c, 10*time.Second)
+	if got := endpointsOf(u.State, "backend"); !slices.Equal(got, []string{"127.0.0.1:9003"}) {
+		t.Fatalf("after the repeated NACKs: endpoints %v", got)
+	}
+	u.Done(nil)
+}
+
+// setPerType sets a snapshot whose types have versions of their own
+// (cachev3.NewSnapshot gives every type the same one).
+func (cp *controlPlane) setPerType(versions map[resourcev3.Type]string, res map[resourcev3.Type][]types.Resource) {
+	cp.tb.Helper()
+	snap := &cachev3.Snapshot{}
+	for typ, v := range versions {
+		snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(v, res[typ])
+	}
+	if err := cp.cache.SetSnapshot(context.Background(), testNode, snap); err != nil {
+		cp.tb.Fatal(err)
+	}
+}
+
+// A secret that came before any listener named it (go-control-plane
+// answers a SotW request with no names with every secret) is kept: the
+// listener that names it later is not refused for want of it, although
+// the server, holding the version ACKed, does not send it again
+// (issue 23).
+func TestSecretSentBeforeItsListenerIsKept(t *testing.T) {
+	cp := startControlPlane(t, "127.0.0.1:0")
+	plain, withTLS := resources(t, "127.0.0.1:9001"), tlsResources(t, "CERT-NEW")
+	plain[resourcev3.SecretType] = withTLS[resourcev3.SecretType]
+	all := func(v string) map[resourcev3.Type]string {
+		return map[resourcev3.Type]string{resourcev3.ListenerType: v, resourcev3.RouteType: v, resourcev3.ClusterType: v,
+			resourcev3.EndpointType: v, resourcev3.SecretType: v}
+	}
+	cp.setPerType(all("1"), resources(t, "127.0.0.1:9001"))
+	c, ev := startClient(t, cp, ProtocolSotW, func(cfg *Config) { cfg.InitialFetchTimeout = 3 * time.Second })
+	nextUpdate(t, c, 10*time.Second).Done(nil)
+	cp.waitRequest(0, "ACK of lds v1", isACK(ListenerType))
+
+	// The secret alone (nothing names it yet)...
+	v := all("1")
+	v[resourcev3.SecretType] = "2"
+	from := cp.count()
+	cp.setPerType(v, plain)
+	cp.waitRequest(from, "ACK of sds v2", func(r seenRequest) bool { return isACK(SecretType)(r) && r.version == "2" })
+	// ...then the listener that names it, the secret unchanged.
+	v[resourcev3.ListenerType] = "3"
+	cp.setPerType(v, withTLS)
+	start := time.Now()
+	u := nextUpdate(t, c, 10*time.Second)
+	if len(u.State.Listeners) != 1 || u.State.Listeners[0].TLS == nil || len(u.State.Listeners[0].TLS.Certificates) != 1 {
+		t.Fatalf("listeners %+v: want one with the SDS certificate", u.State.Listeners)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("the Update came after %v: it waited for a secret the client had", waited)
+	}
+	b, err := os.ReadFile(u.State.Listeners[0].TLS.Certificates[0].Cert)
+	if err != nil || string(b) != "CERT-NEW" {
+		t.Fatalf("certificate file: %q, %v; want CERT-NEW", b, err)
+	}
+	u.Done(nil)
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if len(ev.rejected) != 0 {
+		t.Errorf("refused: %q", ev.rejected)
+	}
+}
+
+// After the main goroutine refused a whole set (here: one adding a
+// cluster and its endpoints), the next good set, which the SotW server
+// sends as a change of some types only, becomes an Update (issue 23).
+func TestGoodSetAfterAWholeSetRefusedIsAnUpdate(t *testing.T) {
+	bothProtocols(t, func(t *testing.T, p Protocol) {
+		cp := startControlPlane(t, "127.0.0.1:0")
+		cp.set("1", resources(t, "127.0.0.1:9001"))
+		c, _ := startClient(t, cp, p, nil)
+		nextUpdate(t, c, 10*time.Second).Done(nil)
+		cp.waitRequest(0, "ACK of eds v1", isACK(EndpointType))
+
+		bad := resources(t, "127.0.0.1:9001")
+		extra := resourcesFor(t, "control_plane", "127.0.0.1:9100")
+		bad[resourcev3.ClusterType] = append(bad[resourcev3.ClusterType], extra[resourcev3.ClusterType]...)
+		bad[resourcev3.EndpointType] = append(bad[resourcev3.EndpointType], extra[resourcev3.EndpointType]...)
+		cp.set("2", bad)
+		u := nextUpdate(t, c, 10*time.Second)
+		if len(u.State.Clusters) != 2 {
+			t.Fatalf("v2 clusters %+v, want backend and control_plane", u.State.Clusters)
+		}
+		u.Done(errors.New(`dynamic cluster "control_plane": the name of a static cluster`))
+		cp.waitRequest(0, "NACK of cds", func(r seenRequest) bool { return r.typeURL == ClusterType && r.errorMsg != "" })
+
+		cp.set("3", resources(t, "127.0.0.1:9001"))
+		cp.set("4", resources(t, "127.0.0.1:9004"))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			u := nextUpdate(t, c, time.Until(deadline))
+			got := endpointsOf(u.State, "backend")
+			u.Done(nil)
+			if slices.Equal(got, []string{"127.0.0.1:9004"}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no Update with v4's endpoints; last %v", got)
+			}
+		}
+	})
+}
