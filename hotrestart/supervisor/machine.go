@@ -198,9 +198,16 @@ func (m *machine) stopBound() time.Duration {
 	return m.cfg.Server.ParentShutdownTime.D() + m.stopMargin
 }
 
-// readyTimeout bounds the wait for a generation's readiness line.
+// readyTimeout bounds the wait for a generation's readiness line: the
+// hand-over's bound, or with [xds] the initial fetch's if longer (a
+// generation that starts cold waits up to initial_fetch_timeout for the
+// control plane's first warm set before it reports ready).
 func (m *machine) readyTimeout() time.Duration {
-	return m.cfg.HotRestart.HandoffTimeout.D() + m.readyMargin
+	d := m.cfg.HotRestart.HandoffTimeout.D()
+	if m.cfg.XDS.Cluster != "" {
+		d = max(d, m.cfg.XDS.InitialFetchTimeout.D())
+	}
+	return d + m.readyMargin
 }
 
 func (m *machine) serving() *generation {

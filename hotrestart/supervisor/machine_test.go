@@ -514,3 +514,26 @@ func TestMachineFailedTakeOverNamesItsEpoch(t *testing.T) {
 		t.Fatalf("exit error %v, want it to name epoch 3", m.exitErr)
 	}
 }
+
+// A generation that follows a control plane may wait initial_fetch_timeout
+// for its first warm set before it reports ready (docs/xds.md): the
+// supervisor's wait for readiness covers it, or every cold start of such
+// a config with the control plane down failed ("not ready within 15s"
+// against a 15s initial fetch: README's supervisor block did).
+func TestReadyTimeoutCoversXDSInitialFetch(t *testing.T) {
+	cfg := &config.Config{}
+	cfg.HotRestart.HandoffTimeout = config.Duration(10 * time.Second)
+	m := newMachine(nil, cfg, hclog.NewNullLogger())
+	if got, want := m.readyTimeout(), 10*time.Second+DefaultReadyMargin; got != want {
+		t.Fatalf("without [xds]: ready timeout %v, want %v", got, want)
+	}
+	cfg.XDS.Cluster = "control_plane"
+	cfg.XDS.InitialFetchTimeout = config.Duration(40 * time.Second)
+	if got, want := m.readyTimeout(), 40*time.Second+DefaultReadyMargin; got != want {
+		t.Fatalf("with [xds] and a 40s initial fetch: ready timeout %v, want %v", got, want)
+	}
+	cfg.XDS.InitialFetchTimeout = config.Duration(time.Second)
+	if got, want := m.readyTimeout(), 10*time.Second+DefaultReadyMargin; got != want {
+		t.Fatalf("with [xds] and a 1s initial fetch: ready timeout %v, want %v (the hand-over's bound)", got, want)
+	}
+}
