@@ -165,7 +165,8 @@ func xnetServe(c net.Conn, got chan<- delivered) {
 // x/net byte-wise), several cookie fields (x/net joins them), expect:
 // 100-continue (x/net consumes it), trailer fields (x/net moves them), and
 // a content-length that END_STREAM on HEADERS contradicts (malformed per
-// §8.1.1; x/net lets the handler see it).
+// §8.1.1; x/net lets the handler see it), and an empty content-length
+// (x/net takes it for none; ours refuses it).
 func FuzzRequestVsXNet(f *testing.F) {
 	base := ":method=GET\n:scheme=https\n:authority=example.com\n:path=/a?b=c\n"
 	f.Add(base, byte(0), []byte(nil))
@@ -182,13 +183,20 @@ func FuzzRequestVsXNet(f *testing.F) {
 	f.Add(":method=GET\n:scheme=http\n:authority=a\n:path=/%zz\n", byte(0), []byte(nil))
 	f.Add(base+"x=a\x01b\n", byte(0), []byte(nil))
 	f.Add(base, byte(1|8), []byte("abc"))
+	f.Add(":method=0\n:scheme=http\n:path=*\ncontent-length", byte(0), []byte(nil)) // CI's fuzzing found it: an empty content-length
+	f.Add(":method=0\n:scheme=http\n:path=*", byte(0), []byte(nil))
 	f.Fuzz(func(t *testing.T, fieldLines string, flags byte, body []byte) {
 		if len(fieldLines) > 4096 || len(body) > 4096 {
 			return
 		}
-		lower := strings.ToLower(fieldLines)
-		for _, skip := range []string{"\ncookie=", "\nexpect=", "\ntrailer=", "\ncontent-length="} {
-			if strings.Contains("\n"+lower, skip) {
+		// By the field's name, with or without a value: a line
+		// "content-length" with no "=" is the field with an empty value
+		// (x/net takes an empty content-length for none; ours refuses
+		// it, as RFC 9110 §8.6 wants 1*DIGIT: a smuggling surface).
+		for _, line := range strings.Split(strings.ToLower(fieldLines), "\n") {
+			name, _, _ := strings.Cut(line, "=")
+			switch name {
+			case "cookie", "expect", "trailer", "content-length":
 				return
 			}
 		}
