@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/internal/accesslog"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -43,7 +44,7 @@ func (cc *clientConn) beginRecord(head []byte, start time.Time) {
 
 // finishRecord completes the record and hands it to every log of the
 // listener; a full queue drops it, counted, without waiting.
-func (cc *clientConn) finishRecord(rt *route, start time.Time) {
+func (cc *clientConn) finishRecord(rt *route.Route, start time.Time) {
 	r := cc.rec
 	r.Duration = time.Since(start)
 	r.Status = uint16(cc.status)
@@ -51,7 +52,7 @@ func (cc *clientConn) finishRecord(rt *route, start time.Time) {
 	r.Retries = uint8(min(cc.retries, 255))
 	r.Upstream = cc.upAddr
 	if rt != nil {
-		r.Cluster = rt.cluster
+		r.Cluster = rt.Cluster
 	}
 	for _, l := range cc.logs {
 		if !l.Enqueue(r) {

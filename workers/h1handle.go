@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -29,16 +30,16 @@ func (cc *clientConn) handle() bool {
 	}
 	keep := !req.Close && !cc.m.draining.Load()
 	lv := cc.wk.view.Load().listeners[cc.li]
-	var rt *route
+	var rt *route.Route
 	switch {
 	case lv == nil:
 	case req.Connect:
 		// Only a route that says connect = true opens a tunnel: a
 		// route meant for requests never does.
-		rt = lv.matchConnect(bytesString(req.Target.Bytes(buf)), cc.sni)
+		rt = lv.routes.MatchConnect(bytesString(req.Target.Bytes(buf)), cc.sni)
 	default:
 		ex.path = http1.CleanPath(ex.path[:0], req.Target.Bytes(buf))
-		rt = lv.match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni)
+		rt = lv.routes.Match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni)
 	}
 	switch {
 	case cc.overloaded(&keep): // overload.go: 503, keep-alive off, shrunk timeouts
@@ -48,8 +49,8 @@ func (cc *clientConn) handle() bool {
 		keep = cc.connectTunnel(lv, rt)
 	case rt == nil:
 		keep = cc.answer(http.StatusNotFound, noRouteBody, keep)
-	case rt.direct != nil:
-		keep = cc.answerDirect(rt.direct, keep)
+	case rt.Direct != nil:
+		keep = cc.answerDirect(rt.Direct, keep)
 	default:
 		// A cluster with http2 = true (h2upstream_h1.go).
 		if handled, k := cc.proxyViaHTTP2(lv, rt, start, keep); handled {
@@ -89,28 +90,28 @@ func (cc *clientConn) answer(status int, body string, keep bool) bool {
 	return keep
 }
 
-func (cc *clientConn) answerDirect(d *directResponse, keep bool) bool {
+func (cc *clientConn) answerDirect(d *route.DirectResponse, keep bool) bool {
 	req := &cc.ex.req
 	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
 	isHead := http1.EqualFold(req.Method.Bytes(head), "HEAD")
 	cc.r += req.HeadLen
 	keep = keep && req.Framing == http1.FramingNone
-	b := appendStatusLine(cc.ex.wbuf[:0], d.status, "")
+	b := appendStatusLine(cc.ex.wbuf[:0], d.Status, "")
 	b = append(b, "Content-Type: "...)
-	b = append(b, d.contentType[0]...)
+	b = append(b, d.ContentType[0]...)
 	b = append(b, "\r\n"...)
-	if d.contentLength != nil {
+	if d.ContentLength != nil {
 		b = append(b, "Content-Length: "...)
-		b = append(b, d.contentLength[0]...)
+		b = append(b, d.ContentLength[0]...)
 		b = append(b, "\r\n"...)
 	}
 	b = appendConnection(b, req.Minor, keep)
 	b = append(b, "\r\n"...)
 	if !isHead {
-		b = append(b, d.body...)
+		b = append(b, d.Body...)
 	}
 	cc.ex.wbuf = b
-	cc.sent(d.status)
+	cc.sent(d.Status)
 	if cc.write(b) != nil {
 		return false
 	}
@@ -123,10 +124,10 @@ func (cc *clientConn) answerDirect(d *directResponse, keep bool) bool {
 // connectTunnel answers a CONNECT with 200 and relays the bytes both ways
 // to an endpoint of the route's cluster, a new connection (never one of
 // the HTTP pool). The client connection ends with the tunnel.
-func (cc *clientConn) connectTunnel(lv *listenerView, rt *route) bool {
+func (cc *clientConn) connectTunnel(lv *listenerView, rt *route.Route) bool {
 	req := &cc.ex.req
 	cc.r += req.HeadLen
-	up, _, done, err := lv.clusters[rt.index].DialTCP(cc.m.ctx)
+	up, _, done, err := lv.clusters[rt.Index].DialTCP(cc.m.ctx)
 	if err != nil {
 		status, body := classify(err)
 		return cc.answer(status, body, false)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -64,13 +65,13 @@ type h1Exchange struct {
 
 // proxy forwards the request to rt's cluster and the response back. It
 // reports whether the client connection may carry another request.
-func (cc *clientConn) proxy(lv *listenerView, rt *route, start time.Time, keep bool) bool {
+func (cc *clientConn) proxy(lv *listenerView, rt *route.Route, start time.Time, keep bool) bool {
 	ex := cc.ex
 	req := &ex.req
 	// The exchange lives in the pooled state: it would escape to the heap
 	// on every request (the body pump refers to it).
 	x := &ex.xchg
-	*x = h1Exchange{cc: cc, wc: lv.clusters[rt.index], start: start}
+	*x = h1Exchange{cc: cc, wc: lv.clusters[rt.Index], start: start}
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
 	x.method = methodOther
 	x.upgrade = forwardsUpgrade(req.Upgrade.Bytes(x.head))

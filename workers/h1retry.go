@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -18,11 +19,11 @@ import (
 // and bodyRef (x.bodyDone: nothing streams from the client) and nothing
 // of a response reached the client; a response it repeats is read no
 // further and its connection closed.
-func (x *h1Exchange) tryUntilResponse(lv *listenerView, rt *route, b, bodyRef []byte) error {
+func (x *h1Exchange) tryUntilResponse(lv *listenerView, rt *route.Route, b, bodyRef []byte) error {
 	t := &x.tries
-	t.Start(&rt.retry, x.wc, x.start, rt.timeout, x.bodyDone, x.idempotent)
+	t.Start(&rt.Retry, x.wc, x.start, rt.Timeout, x.bodyDone, x.idempotent)
 	x.out, x.outBody = b, bodyRef
-	x.key = x.cc.hashKey(&rt.hashOn, x.head)
+	x.key = x.cc.hashKey(&rt.HashOn, x.head)
 	err := exchange.RoundTrip(t, x)
 	x.retries = t.Retries
 	if err == nil && x.bodyDone && t.PerTry() {
@@ -75,25 +76,25 @@ func (x *h1Exchange) Abandon() {
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the
 // request has none) without allocating.
-func (cc *clientConn) hashKey(h *hashSource, head []byte) uint64 {
+func (cc *clientConn) hashKey(h *route.HashSource, head []byte) uint64 {
 	req := &cc.ex.req
-	switch h.kind {
-	case hashSourceIP:
+	switch h.Kind {
+	case route.HashSourceIP:
 		return upstream.HashKey(cc.clientIP)
-	case hashHeader:
+	case route.HashHeader:
 		for i := range req.NFields {
 			f := &req.Fields[i]
-			if http1.EqualFold(f.Name.Bytes(head), h.name) {
+			if http1.EqualFold(f.Name.Bytes(head), h.Name) {
 				return upstream.HashKey(f.Value.Bytes(head))
 			}
 		}
-	case hashCookie:
+	case route.HashCookie:
 		for i := range req.NFields {
 			f := &req.Fields[i]
 			if !http1.EqualFold(f.Name.Bytes(head), "cookie") {
 				continue
 			}
-			if v, ok := cookieValue(f.Value.Bytes(head), h.name); ok {
+			if v, ok := cookieValue(f.Value.Bytes(head), h.Name); ok {
 				return upstream.HashKey(v)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/h2"
 	"github.com/hotproxy/hotproxy/workers/http1"
@@ -198,7 +199,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	ls.rqActive.Inc()
 	s := h2StreamStates.Get().(*h2StreamState)
 	var out streamOutcome
-	var rt *route
+	var rt *route.Route
 	defer func() {
 		ls.requestDone(start)
 		ls.rqActive.Dec()
@@ -236,22 +237,22 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	if lv != nil {
 		s.path = http1.CleanPath(s.path[:0], stringBytes(st.Path()))
-		rt = lv.match(host, bytesString(s.path), cc.sni)
+		rt = lv.routes.Match(host, bytesString(s.path), cc.sni)
 	}
 	switch {
 	case rt == nil:
 		out.status = streamReply(st, s, ls, 404, noRouteBody)
 		out.sent = int64(len(noRouteBody) + 1)
-	case rt.direct != nil:
-		out.status = h2DirectReply(st, s, ls, rt.direct, method == "HEAD")
+	case rt.Direct != nil:
+		out.status = h2DirectReply(st, s, ls, rt.Direct, method == "HEAD")
 		if method != "HEAD" {
-			out.sent = int64(len(rt.direct.body))
+			out.sent = int64(len(rt.Direct.Body))
 		}
-	case rt.http2:
-		wc := lv.clusters[rt.index]
+	case rt.HTTP2:
+		wc := lv.clusters[rt.Index]
 		f.proxyToHTTP2(st, s, lv, rt, cc.m.http2UpstreamOf(view.snap, wc), start, &out)
 	default:
-		f.proxyToHTTP1(st, s, lv, rt, lv.clusters[rt.index], start, &out)
+		f.proxyToHTTP1(st, s, lv, rt, lv.clusters[rt.Index], start, &out)
 	}
 }
 
@@ -309,25 +310,25 @@ const plainTextValue = "text/plain; charset=utf-8"
 
 var newline = []byte("\n")
 
-func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *directResponse, head bool) int {
+func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *route.DirectResponse, head bool) int {
 	s.fields = s.fields[:0]
-	if len(d.contentType) > 0 {
-		s.fields = append(s.fields, hpack.HeaderField{Name: "content-type", Value: d.contentType[0]})
+	if len(d.ContentType) > 0 {
+		s.fields = append(s.fields, hpack.HeaderField{Name: "content-type", Value: d.ContentType[0]})
 	}
-	if len(d.contentLength) > 0 {
-		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: d.contentLength[0]})
+	if len(d.ContentLength) > 0 {
+		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: d.ContentLength[0]})
 	}
-	ls.status(d.status)
-	body := !head && len(d.body) > 0
-	if st.WriteHeaders(d.status, s.fields, !body) == nil && body {
-		st.Write(d.body)
+	ls.status(d.Status)
+	body := !head && len(d.Body) > 0
+	if st.WriteHeaders(d.Status, s.fields, !body) == nil && body {
+		st.Write(d.Body)
 	}
-	return d.status
+	return d.Status
 }
 
 // log queues the request's access-log line, from the stream's own
 // record (the connection's is the HTTP/1.1 path's).
-func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route, out *streamOutcome, start time.Time) {
+func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *streamOutcome, start time.Time) {
 	cc := f.cc
 	rec := &s.rec
 	*rec = accesslog.Record{Start: start, HTTP2: true}
@@ -340,7 +341,7 @@ func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route, out *streamOut
 	rec.Retries = uint8(min(out.retries, 255))
 	rec.Upstream = out.upAddr
 	if rt != nil {
-		rec.Cluster = rt.cluster
+		rec.Cluster = rt.Cluster
 	}
 	rec.BytesSent = out.sent
 	for _, l := range cc.logs {
@@ -367,22 +368,22 @@ func lowerName(scratch *[]byte, name []byte) string {
 }
 
 // h2HashKeyOf is hashKey (h1retry.go) for an HTTP/2 request.
-func h2HashKeyOf(h *hashSource, st *h2.Stream, clientIP []byte) uint64 {
-	switch h.kind {
-	case hashSourceIP:
+func h2HashKeyOf(h *route.HashSource, st *h2.Stream, clientIP []byte) uint64 {
+	switch h.Kind {
+	case route.HashSourceIP:
 		return upstream.HashKey(clientIP)
-	case hashHeader:
+	case route.HashHeader:
 		for _, hf := range st.Fields() {
-			if http1.EqualFold(stringBytes(hf.Name), h.name) && hf.Value != "" {
+			if http1.EqualFold(stringBytes(hf.Name), h.Name) && hf.Value != "" {
 				return upstream.HashKey(stringBytes(hf.Value))
 			}
 		}
-	case hashCookie:
+	case route.HashCookie:
 		for _, hf := range st.Fields() {
 			if hf.Name != "cookie" {
 				continue
 			}
-			if v, ok := cookieValue(stringBytes(hf.Value), h.name); ok {
+			if v, ok := cookieValue(stringBytes(hf.Value), h.Name); ok {
 				return upstream.HashKey(v)
 			}
 		}

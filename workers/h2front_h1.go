@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/h2"
 	"github.com/hotproxy/hotproxy/workers/http1"
@@ -47,7 +48,7 @@ type h2StreamExchange struct {
 	headSent bool   // a response head went to the client
 }
 
-func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route, wc *upstream.WorkerCluster, start time.Time, out *streamOutcome) {
+func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route.Route, wc *upstream.WorkerCluster, start time.Time, out *streamOutcome) {
 	cc := f.cc
 	x := &s.xchg
 	*x = h2StreamExchange{f: f, st: st, s: s, wc: wc, method: methodOther}
@@ -169,10 +170,10 @@ func (x *h2StreamExchange) appendHead(b []byte, upstreamHost string, buffered in
 // tryUntilResponse sends the head (and a buffered body) and, unless the
 // body streams, reads the response head, trying again where the route's
 // retry policy (exchange.Tries) says so. A streamed body is tried once.
-func (x *h2StreamExchange) tryUntilResponse(rt *route, start time.Time) error {
+func (x *h2StreamExchange) tryUntilResponse(rt *route.Route, start time.Time) error {
 	t := &x.tries
-	t.Start(&rt.retry, x.wc, start, rt.timeout, !x.streaming, x.idempotent)
-	x.key = h2HashKeyOf(&rt.hashOn, x.st, x.f.cc.clientIP)
+	t.Start(&rt.Retry, x.wc, start, rt.Timeout, !x.streaming, x.idempotent)
+	x.key = h2HashKeyOf(&rt.HashOn, x.st, x.f.cc.clientIP)
 	err := exchange.RoundTrip(t, x)
 	if err == nil && t.PerTry() {
 		x.up.SetDeadline(t.Deadline())

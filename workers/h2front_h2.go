@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/h2"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -22,7 +23,7 @@ import (
 // this path allocates one per request until the pool runs on workers/h2's
 // ClientConn.
 
-func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route, u *h2Upstream, start time.Time, out *streamOutcome) {
+func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route.Route, u *h2Upstream, start time.Time, out *streamOutcome) {
 	cc := f.cc
 	ctx, cancel := context.WithCancel(cc.m.ctx)
 	defer cancel()
@@ -60,7 +61,7 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 	try := h2TryRequest{
 		out:        req,
 		ctx:        ctx,
-		key:        h2HashKeyOf(&rt.hashOn, st, cc.clientIP),
+		key:        h2HashKeyOf(&rt.HashOn, st, cc.clientIP),
 		replayable: true,
 		idempotent: idempotentMethod(req.Method),
 	}

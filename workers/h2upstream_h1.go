@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -23,15 +24,15 @@ import (
 // forwards the request whose head is at rbuf[r:] when rt's cluster speaks
 // HTTP/2, and reports whether it did and whether the client connection may
 // carry another request.
-func (cc *clientConn) proxyViaHTTP2(lv *listenerView, rt *route, start time.Time, keep bool) (handled, keepAlive bool) {
-	if !rt.http2 {
+func (cc *clientConn) proxyViaHTTP2(lv *listenerView, rt *route.Route, start time.Time, keep bool) (handled, keepAlive bool) {
+	if !rt.HTTP2 {
 		return false, keep
 	}
-	u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, lv.clusters[rt.index])
+	u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, lv.clusters[rt.Index])
 	return true, cc.forwardViaHTTP2(lv, rt, u, start, keep)
 }
 
-func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream, start time.Time, keep bool) bool {
+func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Upstream, start time.Time, keep bool) bool {
 	req := &cc.ex.req
 	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
 	out, err := cc.http2Request(head, u)
@@ -53,7 +54,7 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route, u *h2Upstream
 	try := h2TryRequest{
 		out:        out,
 		ctx:        cc.m.ctx,
-		key:        cc.hashKey(&rt.hashOn, head),
+		key:        cc.hashKey(&rt.HashOn, head),
 		idempotent: idempotentMethod(out.Method),
 	}
 	switch req.Framing {

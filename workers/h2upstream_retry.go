@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -45,10 +46,10 @@ type h2Reply struct {
 // (exchange.Tries) says. The request timeout (rt's, or the listener's
 // request_timeout) bounds the tries and the wait for the response head,
 // per_try_timeout each try's wait.
-func (u *h2Upstream) roundTrip(lv *listenerView, rt *route, start time.Time, req *h2TryRequest) (h2Reply, error) {
+func (u *h2Upstream) roundTrip(lv *listenerView, rt *route.Route, start time.Time, req *h2TryRequest) (h2Reply, error) {
 	x := &h2UpstreamExchange{u: u, req: req}
 	t := &x.tries
-	t.Start(&rt.retry, u.wc, start, rt.timeout, req.replayable, req.idempotent)
+	t.Start(&rt.Retry, u.wc, start, rt.Timeout, req.replayable, req.idempotent)
 	err := exchange.RoundTrip(t, x)
 	x.reply.retries = t.Retries
 	try, resp, cancel := x.try, x.resp, x.cancel

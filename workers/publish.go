@@ -54,13 +54,13 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 			lv.tcp = snap.views[w][ls.cluster]
 		}
 		for _, r := range ls.sniRoutes {
-			lv.sniClusters = append(lv.sniClusters, snap.views[w][r.cluster])
+			lv.sniClusters = append(lv.sniClusters, snap.views[w][r.Cluster])
 		}
 		if len(ls.routes) > 0 {
 			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))
 			for j, r := range ls.routes {
-				if r.cluster != "" {
-					lv.clusters[j] = snap.views[w][r.cluster]
+				if r.Cluster != "" {
+					lv.clusters[j] = snap.views[w][r.Cluster]
 				}
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -74,9 +75,9 @@ func (s *Snapshot) Workers() int { return len(s.views) }
 type listenerSnap struct {
 	name        string
 	protocol    string
-	cluster     string     // tcp; "" for a passthrough listener without a default cluster
-	tcpHashOn   hashSource // tcp: its cluster's hash_on (only source_ip applies)
-	routes      []*route
+	cluster     string           // tcp; "" for a passthrough listener without a default cluster
+	tcpHashOn   route.HashSource // tcp: its cluster's hash_on (only source_ip applies)
+	routes      route.Table
 	idleTimeout time.Duration
 
 	// What the Manager builds the listener's sockets and connections
@@ -94,63 +95,9 @@ type listenerSnap struct {
 
 	// TLS passthrough (tcp, sni_routes; sni.go): the routes, and how long
 	// a client may take to send its ClientHello.
-	sniRoutes    []sniRoute
+	sniRoutes    route.SNITable
 	helloTimeout time.Duration
 }
-
-// sniRoute is a compiled sni_routes entry.
-type sniRoute struct {
-	serverNames []hostPattern
-	cluster     string
-	hashOn      hashSource
-}
-
-type hostMatch uint8
-
-const (
-	hostAny hostMatch = iota
-	hostExact
-	hostWildcard // host holds ".example.com"
-)
-
-// route is one compiled route. Exactly one of cluster and direct is set.
-type route struct {
-	index   int
-	hostKin hostMatch
-	host    string // lower case, no port
-	path    string
-	prefix  bool
-	cluster string
-	direct  *directResponse
-	connect bool // CONNECT requests may tunnel through it
-	// serverName matches the TLS connection's SNI (any: server_name is
-	// not set).
-	serverName hostPattern
-
-	// For a cluster: the route's timeout (resolved: its own, or the
-	// listener's request_timeout), its retry policy, and what its
-	// cluster hashes.
-	timeout time.Duration
-	retry   exchange.RetryPolicy
-	hashOn  hashSource
-	http2   bool // its cluster speaks HTTP/2 (clusters.http2)
-}
-
-// hashSource is a cluster's hash_on, compiled: where the data path finds
-// a request's key.
-type hashSource struct {
-	kind hashKind
-	name string // header name (matched without case) or cookie name
-}
-
-type hashKind uint8
-
-const (
-	hashNone hashKind = iota
-	hashHeader
-	hashCookie
-	hashSourceIP
-)
 
 // h2ServerParams are an http listener's HTTP/2 server settings.
 type h2ServerParams struct {
@@ -163,17 +110,6 @@ type h2ServerParams struct {
 type accessLogSpec struct {
 	path, format string
 	queueSize    int
-}
-
-// directResponse is a direct_response with placeholders already replaced
-// and its headers prebuilt.
-type directResponse struct {
-	status int
-	body   []byte
-	// Header values shared by every response: len == cap, so an
-	// Add on a response's header copies instead of writing into them.
-	contentType   []string
-	contentLength []string
 }
 
 // BuildSnapshot compiles cfg for Concurrency(cfg) workers; see
@@ -355,16 +291,16 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 
 func (s *Snapshot) compileSNIRoutes(cfg *config.Config, ls *listenerSnap, l *config.Listener) error {
 	for j, sr := range l.SNIRoutes {
-		r := sniRoute{cluster: sr.Cluster}
+		r := route.SNIRoute{Cluster: sr.Cluster}
 		for n, name := range sr.ServerNames {
-			p, err := compileHostPattern(fmt.Sprintf("sni_routes[%d].server_names[%d]", j, n), name)
+			p, err := route.CompileHostPattern(fmt.Sprintf("sni_routes[%d].server_names[%d]", j, n), name)
 			if err != nil {
 				return err
 			}
-			r.serverNames = append(r.serverNames, p)
+			r.ServerNames = append(r.ServerNames, p)
 		}
 		if cs := cfg.Cluster(sr.Cluster); cs != nil {
-			r.hashOn = compileHashOn(cs.HashOn)
+			r.HashOn = compileHashOn(cs.HashOn)
 		}
 		ls.sniRoutes = append(ls.sniRoutes, r)
 	}
@@ -377,67 +313,48 @@ func (s *Snapshot) compileSNIRoutes(cfg *config.Config, ls *listenerSnap, l *con
 	return nil
 }
 
-// compileHostPattern compiles a host or server name as routes write it:
-// empty or "*" (any), "name" (exact) or "*.example.com" (any subdomain);
-// key names it in an error.
-func compileHostPattern(key, value string) (hostPattern, error) {
-	host := strings.ToLower(stripPort(strings.TrimSpace(value)))
-	switch {
-	case host == "" || host == "*":
-		return hostPattern{kind: hostAny}, nil
-	case strings.HasPrefix(host, "*."):
-		if len(host) == 2 || strings.Contains(host[2:], "*") {
-			return hostPattern{}, fmt.Errorf("%s %q: a wildcard is written \"*.example.com\"", key, value)
-		}
-		return hostPattern{kind: hostWildcard, name: host[1:]}, nil
-	case strings.Contains(host, "*"):
-		return hostPattern{}, fmt.Errorf("%s %q: a wildcard is only allowed as the first label (\"*.example.com\")", key, value)
-	}
-	return hostPattern{kind: hostExact, name: host}, nil
-}
-
-func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Route, rep *strings.Replacer) (*route, error) {
-	r := &route{index: i}
-	hp, err := compileHostPattern("host", rs.Host)
+func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Route, rep *strings.Replacer) (*route.Route, error) {
+	r := &route.Route{Index: i}
+	hp, err := route.CompileHostPattern("host", rs.Host)
 	if err != nil {
 		return nil, err
 	}
-	r.hostKin, r.host = hp.kind, hp.name
+	r.HostKind, r.Host = hp.Kind, hp.Name
 	if rs.ServerName != "" {
 		// A route with server_name matches only TLS connections whose
 		// SNI it names (hostPattern.matches: never "").
-		if r.serverName, err = compileHostPattern("server_name", rs.ServerName); err != nil {
+		if r.ServerName, err = route.CompileHostPattern("server_name", rs.ServerName); err != nil {
 			return nil, err
 		}
 	}
 	if rs.Path != "" {
-		r.path = rs.Path
+		r.Path = rs.Path
 	} else {
-		r.path, r.prefix = rs.Prefix, true
+		r.Path, r.Prefix = rs.Prefix, true
 	}
 	if rs.Cluster != "" {
-		r.cluster = rs.Cluster
-		r.connect = rs.Connect
-		r.timeout = rs.Timeout.D()
-		if r.timeout == 0 {
-			r.timeout = l.RequestTimeout.D()
+		r.Cluster = rs.Cluster
+		r.Connect = rs.Connect
+		r.Timeout = rs.Timeout.D()
+		if r.Timeout == 0 {
+			r.Timeout = l.RequestTimeout.D()
 		}
-		r.retry = compileRetry(rs)
+		r.Retry = compileRetry(rs)
 		if cs := cfg.Cluster(rs.Cluster); cs != nil {
-			r.hashOn = compileHashOn(cs.HashOn)
-			r.http2 = cs.HTTP2
+			r.HashOn = compileHashOn(cs.HashOn)
+			r.HTTP2 = cs.HTTP2
 		}
 		return r, nil
 	}
 	d := rs.DirectResponse
 	body := rep.Replace(d.Body)
-	r.direct = &directResponse{
-		status:      d.Status,
-		body:        []byte(body),
-		contentType: []string{d.ContentType},
+	r.Direct = &route.DirectResponse{
+		Status:      d.Status,
+		Body:        []byte(body),
+		ContentType: []string{d.ContentType},
 	}
 	if d.Status != http.StatusNoContent && d.Status != http.StatusNotModified {
-		r.direct.contentLength = []string{strconv.Itoa(len(body))}
+		r.Direct.ContentLength = []string{strconv.Itoa(len(body))}
 	}
 	return r, nil
 }
@@ -464,14 +381,14 @@ func compileRetry(rs *config.Route) exchange.RetryPolicy {
 }
 
 // compileHashOn turns a validated hash_on into where the key is found.
-func compileHashOn(h string) hashSource {
+func compileHashOn(h string) route.HashSource {
 	switch {
 	case h == config.HashOnSourceIP:
-		return hashSource{kind: hashSourceIP}
+		return route.HashSource{Kind: route.HashSourceIP}
 	case strings.HasPrefix(h, config.HashOnHeaderPrefix):
-		return hashSource{kind: hashHeader, name: strings.ToLower(h[len(config.HashOnHeaderPrefix):])}
+		return route.HashSource{Kind: route.HashHeader, Name: strings.ToLower(h[len(config.HashOnHeaderPrefix):])}
 	case strings.HasPrefix(h, config.HashOnCookiePrefix):
-		return hashSource{kind: hashCookie, name: h[len(config.HashOnCookiePrefix):]}
+		return route.HashSource{Kind: route.HashCookie, Name: h[len(config.HashOnCookiePrefix):]}
 	}
-	return hashSource{}
+	return route.HashSource{}
 }

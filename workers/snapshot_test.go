@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/route"
 )
 
 func direct(body string) *config.DirectResponse {
@@ -52,10 +53,10 @@ func TestRouteMatch(t *testing.T) {
 		{"nothing.test", "/x", -1},
 		{"[::1]:80", "/", 5},
 	} {
-		r := ls.match(tc.host, tc.path, "")
+		r := ls.routes.Match(tc.host, tc.path, "")
 		got := -1
 		if r != nil {
-			got = r.index
+			got = r.Index
 		}
 		if got != tc.want {
 			t.Errorf("host %q path %q: route %d, want %d", tc.host, tc.path, got, tc.want)
@@ -74,7 +75,7 @@ func TestStripPort(t *testing.T) {
 		"10.0.0.1:1":       "10.0.0.1",
 		"":                 "",
 	} {
-		if got := stripPort(in); got != want {
+		if got := route.StripPort(in); got != want {
 			t.Errorf("stripPort(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -218,11 +219,11 @@ func TestSnapshotOfExample(t *testing.T) {
 		t.Fatalf("BuildSnapshotN: %v", err)
 	}
 	ls := snap.listeners["db-passthrough"]
-	if ls == nil || ls.cluster != "" || len(ls.sniRoutes) != 1 || ls.matchSNI("db.example.com") != 0 || ls.matchSNI("other.example.com") != -1 {
+	if ls == nil || ls.cluster != "" || len(ls.sniRoutes) != 1 || ls.sniRoutes.Match("db.example.com") != 0 || ls.sniRoutes.Match("other.example.com") != -1 {
 		t.Fatalf("db-passthrough compiled to %+v", ls)
 	}
-	if r := snap.listeners["web-tls"].routes[0]; r.serverName != (hostPattern{kind: hostWildcard, name: ".example.org"}) {
-		t.Fatalf("web-tls route 0: server_name compiled to %+v", r.serverName)
+	if r := snap.listeners["web-tls"].routes[0]; r.ServerName != (route.HostPattern{Kind: route.HostWildcard, Name: ".example.org"}) {
+		t.Fatalf("web-tls route 0: server_name compiled to %+v", r.ServerName)
 	}
 }
 
@@ -241,10 +242,10 @@ func TestCompiledRouteTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	routes := snap.listeners["web"].routes
-	if got := routes[0].timeout; got != 3*time.Second {
+	if got := routes[0].Timeout; got != 3*time.Second {
 		t.Errorf("route with timeout = 3s: compiled %v", got)
 	}
-	if got := routes[1].timeout; got != 7*time.Second {
+	if got := routes[1].Timeout; got != 7*time.Second {
 		t.Errorf("route without timeout on a listener with request_timeout = 7s: compiled %v, want 7s", got)
 	}
 }

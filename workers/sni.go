@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -27,34 +28,19 @@ const statSNINoRoute = "sni.no_route"
 // is about 2 KiB.
 const maxClientHello = 16 << 10
 
-// matchSNI returns the index of the first sni_route naming sni, or -1.
-func (ls *listenerSnap) matchSNI(sni string) int {
-	if sni == "" {
-		return -1
-	}
-	for i := range ls.sniRoutes {
-		for _, p := range ls.sniRoutes[i].serverNames {
-			if p.matches(sni) {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
 // passthroughCluster reads the ClientHello from client and picks its
 // cluster: the first sni_route naming its SNI, else the listener's
 // cluster (also for a client that sent no ClientHello, or one without
 // SNI), else nil. hello is every byte read from the client, for the
 // upstream.
-func (lv *listenerView) passthroughCluster(client *net.TCPConn) (wc *upstream.WorkerCluster, hashOn hashSource, hello []byte) {
+func (lv *listenerView) passthroughCluster(client *net.TCPConn) (wc *upstream.WorkerCluster, hashOn route.HashSource, hello []byte) {
 	sni, hello, err := readClientHello(client, lv.helloTimeout)
-	if i := lv.matchSNI(sni); i >= 0 {
-		return lv.sniClusters[i], lv.sniRoutes[i].hashOn, hello
+	if i := lv.sniRoutes.Match(sni); i >= 0 {
+		return lv.sniClusters[i], lv.sniRoutes[i].HashOn, hello
 	}
 	if len(hello) == 0 && err != nil && !isTimeout(err) {
 		// EOF or reset before a byte: nobody to serve.
-		return nil, hashSource{}, nil
+		return nil, route.HashSource{}, nil
 	}
 	return lv.tcp, lv.tcpHashOn, hello
 }

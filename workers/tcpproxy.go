@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/stats"
 	"github.com/hotproxy/hotproxy/upstream"
 )
@@ -143,7 +144,7 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, s *tcpSession)
 		return
 	}
 	var key uint64
-	if hashOn.kind == hashSourceIP {
+	if hashOn.Kind == route.HashSourceIP {
 		// A TCP connection has no header or cookie: a ring_hash or
 		// maglev cluster keyed otherwise picks at random.
 		if ta, ok := s.client.RemoteAddr().(*net.TCPAddr); ok {

@@ -142,8 +142,8 @@ func TestRouteServerNameNeedsSNI(t *testing.T) {
 		{"example.org", -1},
 	} {
 		got := -1
-		if r := ls.match("a.example.com", "/", tc.sni); r != nil {
-			got = r.index
+		if r := ls.routes.Match("a.example.com", "/", tc.sni); r != nil {
+			got = r.Index
 		}
 		if got != tc.want {
 			t.Errorf("SNI %q: route %d, want %d", tc.sni, got, tc.want)

@@ -45,7 +45,10 @@ var layers = map[string][]string{
 	// The exchange core: one proxied request, whatever the protocols;
 	// below the front ends and workers that run it, above the transports.
 	"exchange": {"upstream", "workers/http1"},
-	"workers": {"config", "exchange", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+	// The compiled routing data every front end reads: below them and
+	// the snapshot builder that fills it.
+	"route": {"exchange"},
+	"workers": {"config", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
 		"workers/http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
 	"workers/http1":    nil,
@@ -84,7 +87,7 @@ var layers = map[string][]string{
 // read a raw config.Config (DESIGN §2: "nothing below the snapshot builder
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
-var configFree = []string{"shm", "stats", "workers/http1", "workers/h2", "workers/steering",
+var configFree = []string{"shm", "stats", "route", "workers/http1", "workers/h2", "workers/steering",
 	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw
