@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/hotproxy/hotproxy/downstream/tcp"
 )
 
 // Accept back-off after a transient error (EMFILE, ENFILE, ECONNABORTED,
@@ -152,10 +154,11 @@ func (m *Manager) acceptTCP(a *acceptor, li int) {
 		if err != nil {
 			return
 		}
-		s := &tcpSession{client: c, slots: a.slots}
+		var clientTLS *tls.Conn
 		if lt := m.listeners[li].tls; lt != nil {
-			s.clientTLS = tls.Server(c, lt.config)
+			clientTLS = tls.Server(c, lt.config)
 		}
+		s := tcp.NewSession(c, clientTLS)
 		if !a.wk.conns.add(s) {
 			c.Close()
 			a.st.closed()
@@ -163,6 +166,6 @@ func (m *Manager) acceptTCP(a *acceptor, li int) {
 			continue
 		}
 		m.connWG.Add(1)
-		go m.serveTCP(a.wk, li, a.st, s)
+		go m.serveTCP(a.wk, li, a.st, a.slots, s)
 	}
 }

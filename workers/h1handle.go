@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/http1"
@@ -134,7 +135,7 @@ func (cc *clientConn) connectTunnel(lv *listenerView, rt *route.Route) bool {
 	}
 	defer done()
 	defer up.Close()
-	upTCP, ok := unwrapTCP(up)
+	upTCP, ok := tcp.UnwrapTCP(up)
 	if !ok {
 		return cc.answer(http.StatusBadGateway, "upstream error", false)
 	}

@@ -1,5 +1,7 @@
 package workers
 
+import "github.com/hotproxy/hotproxy/downstream/tcp"
+
 // TLS on an HTTP/1.1 client connection: the handshake before the first
 // request, the idle wait between requests, and the close (close_notify).
 
@@ -67,7 +69,7 @@ func (cc *clientConn) closeAtEnd() {
 // closeWrite half-closes the connection (TLS: close_notify, then FIN).
 func (cc *clientConn) closeWrite() {
 	if cc.tls != nil {
-		closeWrite(cc.tls)
+		tcp.CloseWrite(cc.tls)
 		return
 	}
 	cc.tcp.CloseWrite()

@@ -1,6 +1,10 @@
 package workers
 
-import "github.com/hotproxy/hotproxy/upstream"
+import (
+	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/downstream/tcp"
+	"github.com/hotproxy/hotproxy/upstream"
+)
 
 // Publish hands a new snapshot to every worker (RCU): new connections and
 // requests use it, those in flight keep theirs. The previous snapshot's
@@ -50,11 +54,15 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 			continue
 		}
 		lv := &listenerView{listenerSnap: ls}
-		if ls.cluster != "" {
-			lv.tcp = snap.views[w][ls.cluster]
-		}
-		for _, r := range ls.sniRoutes {
-			lv.sniClusters = append(lv.sniClusters, snap.views[w][r.Cluster])
+		if ls.protocol != config.ProtocolHTTP {
+			lv.tcp = &tcp.Listener{Name: ls.name, HashOn: ls.tcpHashOn, SNIRoutes: ls.sniRoutes,
+				HelloTimeout: ls.helloTimeout, IdleTimeout: ls.idleTimeout}
+			if ls.cluster != "" {
+				lv.tcp.Cluster = snap.views[w][ls.cluster]
+			}
+			for _, r := range ls.sniRoutes {
+				lv.tcp.SNIClusters = append(lv.tcp.SNIClusters, snap.views[w][r.Cluster])
+			}
 		}
 		if len(ls.routes) > 0 {
 			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))

@@ -17,7 +17,3 @@ func reusePortControl(_, _ string, _ syscall.RawConn) error {
 // acceptQueued: without a raw non-blocking accept, a stopped socket's queue
 // is not emptied before it closes.
 func acceptQueued(*net.TCPListener) *net.TCPConn { return nil }
-
-// tcpProgress: no TCP_INFO byte counts here; the idle timer then goes by
-// the copy loop's own progress.
-func tcpProgress(*net.TCPConn) (uint64, bool) { return 0, false }

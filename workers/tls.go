@@ -128,20 +128,3 @@ func looksLikeHTTP(hdr []byte) bool {
 	}
 	return false
 }
-
-// closeWrite ends the write side of c: for TLS, a close_notify alert and
-// then the TCP FIN (tls.Conn.CloseWrite sends only the alert, and a peer
-// waiting for EOF on the socket would wait forever).
-func closeWrite(c net.Conn) error {
-	if tc, ok := c.(*tls.Conn); ok {
-		err := tc.CloseWrite()
-		if cw, ok := tc.NetConn().(interface{ CloseWrite() error }); ok {
-			err = errors.Join(err, cw.CloseWrite())
-		}
-		return err
-	}
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}

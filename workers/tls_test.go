@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/downstream/tcp"
 )
 
 func directRoute(body string) config.Route {
@@ -514,7 +515,7 @@ func TestTLSPassthroughBySNI(t *testing.T) {
 			t.Errorf("cluster %s: upstream_cx_total %d, want %d", name, n, want)
 		}
 	}
-	if n := tlsStat(m, "pass", statSNINoRoute); n != 0 {
+	if n := tlsStat(m, "pass", tcp.StatSNINoRoute); n != 0 {
 		t.Errorf("sni.no_route %d, want 0 (a default cluster takes the rest)", n)
 	}
 }
@@ -537,52 +538,13 @@ func TestTLSPassthroughNoRoute(t *testing.T) {
 	if got, _ := io.ReadAll(c); len(got) != 0 {
 		t.Fatalf("non-TLS client got %q, want a close", got)
 	}
-	waitFor(t, 5*time.Second, "both refused", func() bool { return tlsStat(m, "pass", statSNINoRoute) == 2 })
+	waitFor(t, 5*time.Second, "both refused", func() bool { return tlsStat(m, "pass", tcp.StatSNINoRoute) == 2 })
 	waitFor(t, 5*time.Second, "the connections to close", func() bool { return cxActive(m) == 0 })
 	select {
 	case <-dialed:
 		t.Fatal("an upstream was dialed for a connection no route takes")
 	default:
 	}
-}
-
-func TestReadClientHelloBounded(t *testing.T) {
-	srv, cli := tcpPair(t)
-	// A ClientHello announced as 60000 bytes (crypto/tls takes up to
-	// 64 KiB), in 16 KiB records: the reader stops at its bound.
-	go func() {
-		for i := range 4 {
-			rec := make([]byte, 5+16<<10)
-			copy(rec, []byte{0x16, 0x03, 0x01, 0x40, 0x00})
-			if i == 0 {
-				copy(rec[5:], []byte{0x01, 0x00, 0xea, 0x60, 0x03, 0x03})
-			}
-			if _, err := cli.Write(rec); err != nil {
-				return
-			}
-		}
-	}()
-	sni, hello, err := readClientHello(srv, 5*time.Second)
-	if sni != "" || err != errHelloTooLarge || len(hello) != maxClientHello {
-		t.Fatalf("sni %q, %d bytes, err %v: want no SNI, %d bytes, %v", sni, len(hello), err, maxClientHello, errHelloTooLarge)
-	}
-}
-
-// tcpPair is a connected pair of loopback TCP sockets.
-func tcpPair(tb testing.TB) (server, client *net.TCPConn) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	client = dialTCP(tb, ln.Addr().String())
-	s, err := ln.Accept()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s.(*net.TCPConn), client
 }
 
 // TestTLSRequestBodies: request bodies over TLS, read by the body pump

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
 	"github.com/hotproxy/hotproxy/stats"
@@ -193,10 +194,10 @@ type workerView struct {
 
 type listenerView struct {
 	*listenerSnap
-	tcp      *upstream.WorkerCluster   // tcp listeners; nil: a passthrough one without a default cluster
+	// tcp is a tcp listener's view for the TCP front end (its cluster,
+	// or the passthrough's clusters by sni_route); nil for http.
+	tcp      *tcp.Listener
 	clusters []*upstream.WorkerCluster // http: index route; nil for direct responses
-	// sniClusters are a passthrough listener's clusters, by sni_route.
-	sniClusters []*upstream.WorkerCluster
 }
 
 // New binds (or adopts) every listener socket for every worker and returns
@@ -322,7 +323,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 				wk.stats[i].tls = newTLSStats(st, ml.name, w)
 			}
 			if len(snap.listeners[ml.name].sniRoutes) > 0 {
-				wk.stats[i].sniNoRoute = st.Counter("listener." + ml.name + "." + statSNINoRoute).Lane(w + 1)
+				wk.stats[i].sniNoRoute = st.Counter("listener." + ml.name + "." + tcp.StatSNINoRoute).Lane(w + 1)
 			}
 		}
 		m.workers[w] = wk

@@ -48,7 +48,10 @@ var layers = map[string][]string{
 	// The compiled routing data every front end reads: below them and
 	// the snapshot builder that fills it.
 	"route": {"exchange"},
-	"workers": {"config", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+	// The front ends, each its own package, below the workers that run
+	// them: the TCP proxy and TLS passthrough.
+	"downstream/tcp": {"route", "stats", "upstream"},
+	"workers": {"config", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
 		"workers/http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
 	"workers/http1":    nil,
@@ -87,7 +90,7 @@ var layers = map[string][]string{
 // read a raw config.Config (DESIGN §2: "nothing below the snapshot builder
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
-var configFree = []string{"shm", "stats", "route", "workers/http1", "workers/h2", "workers/steering",
+var configFree = []string{"shm", "stats", "route", "downstream/tcp", "workers/http1", "workers/h2", "workers/steering",
 	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw

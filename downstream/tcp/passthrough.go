@@ -1,4 +1,4 @@
-package workers
+package tcp
 
 import (
 	"crypto/tls"
@@ -18,10 +18,10 @@ import (
 // parser of bytes from anyone would need its own fuzzing, and would lag
 // behind the extensions clients add.
 
-// statSNINoRoute counts a passthrough listener's connections closed because
+// StatSNINoRoute counts a passthrough listener's connections closed because
 // no sni_route named their SNI (or they sent no ClientHello with one) and
 // the listener has no default cluster.
-const statSNINoRoute = "sni.no_route"
+const StatSNINoRoute = "sni.no_route"
 
 // maxClientHello bounds what is read while looking for the ClientHello:
 // one full TLS record (16 KiB); a ClientHello with post-quantum key shares
@@ -33,16 +33,16 @@ const maxClientHello = 16 << 10
 // cluster (also for a client that sent no ClientHello, or one without
 // SNI), else nil. hello is every byte read from the client, for the
 // upstream.
-func (lv *listenerView) passthroughCluster(client *net.TCPConn) (wc *upstream.WorkerCluster, hashOn route.HashSource, hello []byte) {
-	sni, hello, err := readClientHello(client, lv.helloTimeout)
-	if i := lv.sniRoutes.Match(sni); i >= 0 {
-		return lv.sniClusters[i], lv.sniRoutes[i].HashOn, hello
+func (lv *Listener) passthroughCluster(client *net.TCPConn) (wc *upstream.WorkerCluster, hashOn route.HashSource, hello []byte) {
+	sni, hello, err := readClientHello(client, lv.HelloTimeout)
+	if i := lv.SNIRoutes.Match(sni); i >= 0 {
+		return lv.SNIClusters[i], lv.SNIRoutes[i].HashOn, hello
 	}
 	if len(hello) == 0 && err != nil && !isTimeout(err) {
 		// EOF or reset before a byte: nobody to serve.
 		return nil, route.HashSource{}, nil
 	}
-	return lv.tcp, lv.tcpHashOn, hello
+	return lv.Cluster, lv.HashOn, hello
 }
 
 // errHelloRead ends the handshake crypto/tls began for readClientHello
