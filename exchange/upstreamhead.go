@@ -210,3 +210,26 @@ func appendInt(b []byte, n int64) []byte {
 	}
 	return append(b, d[i:]...)
 }
+
+// Response bodies toward an HTTP/1.1 client, for
+// AppendHTTP1ResponseFraming, besides a Content-Length (n >= 0).
+const (
+	ClientBodyNone       int64 = -1 // no body (HEAD, 1xx, 204, 304): no framing field of the proxy's
+	ClientBodyChunked    int64 = -2 // chunked (trailers included)
+	ClientBodyUntilClose int64 = -3 // the body ends with the connection (HTTP/1.0, or an upstream that said so)
+)
+
+// AppendHTTP1ResponseFraming appends the framing field a response to an
+// HTTP/1.1 client gets for a body of n bytes (or ClientBodyChunked); for
+// ClientBodyNone and ClientBodyUntilClose it appends nothing.
+func AppendHTTP1ResponseFraming(b []byte, n int64) []byte {
+	switch {
+	case n >= 0:
+		b = append(b, "Content-Length: "...)
+		b = appendInt(b, n)
+		return append(b, "\r\n"...)
+	case n == ClientBodyChunked:
+		return append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	return b
+}

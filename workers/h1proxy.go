@@ -38,6 +38,9 @@ type h1Exchange struct {
 	method     []byte
 	idempotent bool // the request may be sent twice (RFC 9110 §9.2.2)
 	upgrade    bool // the upstream was offered an upgrade (appendUpgrade): only then may it answer 101
+	// rechunk: a chunked response body goes to the client chunked
+	// (HTTP/1.1), not de-chunked (HTTP/1.0); copyChunked sets it.
+	rechunk bool
 
 	// The request body still to come from the client after the head
 	// write; bodyLeft < 0 for chunked.
@@ -49,8 +52,10 @@ type h1Exchange struct {
 	// left of its work is writing the last of it to the upstream.
 	bodyRead atomic.Bool
 
-	// The upstream's read buffer and its unconsumed bytes.
-	in exchange.ReadBuffer
+	// The upstream's read buffer and its unconsumed bytes, and the read
+	// deadline last set while a response body is copied (ReadUpstream).
+	in           exchange.ReadBuffer
+	bodyDeadline time.Time
 
 	// interim: a 1xx response went to the client (in wbuf, where the
 	// request for a retry was): the request is not sent again.

@@ -12,8 +12,8 @@ import (
 )
 
 // appendResponseHead writes the upstream's response head as the client gets
-// it: hop-by-hop fields removed, framing of the proxy's own (bodyLen: -1
-// none, -2 chunked, -3 until close, else a Content-Length), and whether
+// it: hop-by-hop fields removed, framing of the proxy's own (bodyLen: a
+// Content-Length, or exchange.ClientBodyNone, ...Chunked, ...UntilClose), and whether
 // the connection stays open. Content-Type is never added.
 func (cc *clientConn) appendResponseHead(b, head []byte, keep bool, bodyLen int64) []byte {
 	resp := &cc.ex.resp
@@ -24,7 +24,7 @@ func (cc *clientConn) appendResponseHead(b, head []byte, keep bool, bodyLen int6
 		if f.Hop {
 			// A HEAD or 304 response's Content-Length describes the
 			// representation, not this message: it passes.
-			if bodyLen == -1 && resp.Status != 204 && resp.Status >= 200 && http1.EqualFold(name, "content-length") {
+			if bodyLen == exchange.ClientBodyNone && resp.Status != 204 && resp.Status >= 200 && http1.EqualFold(name, "content-length") {
 				b = appendField(b, name, f.Value.Bytes(head))
 			}
 			continue
@@ -34,14 +34,7 @@ func (cc *clientConn) appendResponseHead(b, head []byte, keep bool, bodyLen int6
 		}
 		b = appendField(b, name, f.Value.Bytes(head))
 	}
-	switch {
-	case bodyLen >= 0:
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, bodyLen)
-		b = append(b, "\r\n"...)
-	case bodyLen == -2:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	}
+	b = exchange.AppendHTTP1ResponseFraming(b, bodyLen)
 	if resp.Status >= 200 {
 		b = appendConnection(b, cc.ex.req.Minor, keep)
 	}
@@ -117,18 +110,18 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	var bodyLen int64
 	switch resp.Framing {
 	case http1.FramingNone:
-		bodyLen = -1
+		bodyLen = exchange.ClientBodyNone
 	case http1.FramingLength:
 		bodyLen = resp.ContentLength
 	case http1.FramingChunked:
-		bodyLen = -2
+		bodyLen = exchange.ClientBodyChunked
 		if req.Minor == 0 {
 			// HTTP/1.0 has no chunks: the body is de-chunked and ends
 			// with the connection.
-			bodyLen, keep = -3, false
+			bodyLen, keep = exchange.ClientBodyUntilClose, false
 		}
 	case http1.FramingUntilClose:
-		bodyLen, keep = -3, false
+		bodyLen, keep = exchange.ClientBodyUntilClose, false
 	}
 	if cc.m.draining.Load() {
 		keep = false
@@ -181,8 +174,8 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 // (exchange.ReadMore). A body streams through the large buffer: the
 // small one the head was read into is swapped for it at the first
 // refill.
-func (x *h1Exchange) readUpstream(deadline *time.Time) error {
-	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, deadline, x.cc.settings.idleTimeout)
+func (x *h1Exchange) ReadUpstream() error {
+	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, &x.bodyDeadline, x.cc.settings.idleTimeout)
 }
 
 // GrowReadBuffer moves the unread bytes to the front of a large buffer and
@@ -200,13 +193,13 @@ func (x *h1Exchange) GrowReadBuffer() {
 // in one write, then the rest as it comes.
 func (x *h1Exchange) copyLength(head []byte, n int64) error {
 	cc := x.cc
-	var deadline time.Time
+	x.bodyDeadline = time.Time{}
 	if x.in.W == len(x.in.B) && len(x.in.B) < ioBufSize && x.in.R < x.in.W && int64(x.in.W-x.in.R) < n {
 		// The head came with the start of its body and filled the
 		// small buffer: the rest is most likely there already. One
 		// more read, into the large buffer, so that head and body
 		// still go out in one write.
-		if err := x.readUpstream(&deadline); err != nil {
+		if err := x.ReadUpstream(); err != nil {
 			return err
 		}
 	}
@@ -216,20 +209,12 @@ func (x *h1Exchange) copyLength(head []byte, n int64) error {
 		return err
 	}
 	x.in.R += int(k)
-	n -= k
-	for n > 0 {
-		if err := x.readUpstream(&deadline); err != nil {
-			return err
-		}
-		k := min(n, int64(x.in.W-x.in.R))
-		if err := cc.write(x.in.B[x.in.R : x.in.R+int(k)]); err != nil {
-			return err
-		}
-		x.in.R += int(k)
-		n -= k
-	}
-	return nil
+	return exchange.CopyLength(&x.in, n-k, x)
 }
+
+// WriteBody writes a piece of the response body to the client
+// (exchange.BodySink).
+func (x *h1Exchange) WriteBody(p []byte) error { return x.cc.write(p) }
 
 // writeHeadAnd writes head and body, in one write when small.
 func (cc *clientConn) writeHeadAnd(head, body []byte) error {
@@ -267,53 +252,49 @@ func (cc *clientConn) writeLast(b []byte) error {
 }
 
 // copyChunked sends head and a chunked body, re-encoded (rechunk) or
-// de-chunked for an HTTP/1.0 client.
+// de-chunked for an HTTP/1.0 client, gathered in wbuf and written a
+// buffer at a time (Chunk, FlushChunks).
 func (x *h1Exchange) copyChunked(head []byte, rechunk bool) error {
 	cc := x.cc
-	d := &cc.ex.respChunks
-	d.Reset()
-	out := append(cc.ex.wbuf[:0], head...)
-	var deadline time.Time
-	for {
-		for x.in.R < x.in.W {
-			n, data, trailer, done, err := d.Next(x.in.B[x.in.R:x.in.W])
-			if err != nil {
-				return &http1.Error{Status: 502, Reason: "upstream sent a malformed chunked body"}
-			}
-			if n == 0 {
-				break
-			}
-			x.in.R += n
-			if rechunk {
-				out = appendChunk(out, data, trailer, done)
-			} else {
-				out = append(out, data...)
-			}
-			if len(out) >= ioBufSize {
-				if err := cc.write(out); err != nil {
-					return err
-				}
-				out = out[:0]
-			}
-			if done {
-				cc.ex.wbuf = out
-				if len(out) > 0 {
-					return cc.write(out)
-				}
-				return nil
-			}
-		}
-		if len(out) > 0 {
-			if err := cc.write(out); err != nil {
-				return err
-			}
-			out = out[:0]
-		}
-		cc.ex.wbuf = out
-		if err := x.readUpstream(&deadline); err != nil {
+	cc.ex.wbuf = append(cc.ex.wbuf[:0], head...)
+	x.rechunk = rechunk
+	x.bodyDeadline = time.Time{}
+	return exchange.CopyChunked(&x.in, &cc.ex.respChunks, x)
+}
+
+// Chunk adds a chunk of the upstream's body to wbuf, re-encoded or not,
+// and writes wbuf once it holds a buffer's worth, or the last chunk
+// (exchange.ChunkSink).
+func (x *h1Exchange) Chunk(data, trailer []byte, done bool) error {
+	cc := x.cc
+	out := cc.ex.wbuf
+	if x.rechunk {
+		out = appendChunk(out, data, trailer, done)
+	} else {
+		out = append(out, data...)
+	}
+	if len(out) >= ioBufSize || (done && len(out) > 0) {
+		if err := cc.write(out); err != nil {
+			cc.ex.wbuf = out
 			return err
 		}
+		out = out[:0]
 	}
+	cc.ex.wbuf = out
+	return nil
+}
+
+// FlushChunks writes what wbuf holds before the wait for more of the
+// body (exchange.ChunkSink).
+func (x *h1Exchange) FlushChunks() error {
+	cc := x.cc
+	if out := cc.ex.wbuf; len(out) > 0 {
+		if err := cc.write(out); err != nil {
+			return err
+		}
+		cc.ex.wbuf = out[:0]
+	}
+	return nil
 }
 
 // copyUntilClose sends head and the body up to the upstream's EOF.
@@ -323,20 +304,8 @@ func (x *h1Exchange) copyUntilClose(head []byte) error {
 		return err
 	}
 	x.in.R = x.in.W
-	var deadline time.Time
-	for {
-		err := x.readUpstream(&deadline)
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := cc.write(x.in.B[x.in.R:x.in.W]); err != nil {
-			return err
-		}
-		x.in.R = x.in.W
-	}
+	x.bodyDeadline = time.Time{}
+	return exchange.CopyUntilClose(&x.in, x)
 }
 
 // upgradeOf is the value of a response head's first Upgrade field, or

@@ -39,6 +39,9 @@ type h2StreamExchange struct {
 	idempotent bool
 	method     []byte // for the response's framing (HEAD)
 	in         exchange.ReadBuffer
+	// bodyDeadline is the read deadline last set while the response
+	// body is copied (ReadUpstream).
+	bodyDeadline time.Time
 	// pump reports the streamed body's end; nil while none runs.
 	pump     chan error
 	tries    exchange.Tries
@@ -467,17 +470,17 @@ func (x *h2StreamExchange) forwardResponse() bool {
 // readUpstream reads more of the response body (exchange.ReadMore, the
 // one refill of both clients' body copiers; this buffer is already the
 // size the head was read into, so it is only compacted).
-func (x *h2StreamExchange) readUpstream(deadline *time.Time) error {
+func (x *h2StreamExchange) ReadUpstream() error {
 	if !x.flushed {
 		// Nothing the upstream has sent waits in the proxy while it
 		// waits for more.
 		x.st.Flush()
 		x.flushed = true
 	}
-	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, deadline, x.f.cc.settings.idleTimeout)
+	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, &x.bodyDeadline, x.f.cc.settings.idleTimeout)
 }
 
-func (x *h2StreamExchange) write(p []byte) error {
+func (x *h2StreamExchange) WriteBody(p []byte) error {
 	n, err := x.st.Write(p)
 	x.sent += int64(n)
 	x.flushed = false
@@ -485,57 +488,36 @@ func (x *h2StreamExchange) write(p []byte) error {
 }
 
 func (x *h2StreamExchange) copyLength(n int64) error {
-	var deadline time.Time
+	x.bodyDeadline = time.Time{}
 	x.flushed = true
-	for n > 0 {
-		if x.in.R == x.in.W {
-			if err := x.readUpstream(&deadline); err != nil {
-				return err
-			}
-		}
-		k := min(n, int64(x.in.W-x.in.R))
-		// The last bytes go out with the frame that ends the stream,
-		// when ServeH2 returns.
-		if err := x.write(x.in.B[x.in.R : x.in.R+int(k)]); err != nil {
+	// The last bytes go out with the frame that ends the stream, when
+	// ServeH2 returns.
+	return exchange.CopyLength(&x.in, n, x)
+}
+
+func (x *h2StreamExchange) copyChunked() error {
+	x.bodyDeadline = time.Time{}
+	x.flushed = true
+	return exchange.CopyChunked(&x.in, &x.chunks, x)
+}
+
+// Chunk sends a chunk's data as DATA, and the last chunk's trailer
+// fields as HTTP/2 trailers (exchange.ChunkSink).
+func (x *h2StreamExchange) Chunk(data, trailer []byte, done bool) error {
+	if len(data) > 0 {
+		if err := x.WriteBody(data); err != nil {
 			return err
 		}
-		x.in.R += int(k)
-		n -= k
+	}
+	if done {
+		return x.writeTrailers(trailer)
 	}
 	return nil
 }
 
-func (x *h2StreamExchange) copyChunked() error {
-	d := &x.chunks
-	d.Reset()
-	var deadline time.Time
-	x.flushed = true
-	for {
-		for x.in.R < x.in.W {
-			n, data, trailer, done, err := d.Next(x.in.B[x.in.R:x.in.W])
-			if err != nil {
-				return &http1.Error{Status: 502, Reason: "upstream sent a malformed chunked body"}
-			}
-			if n == 0 {
-				break
-			}
-			if len(data) > 0 {
-				if err := x.write(data); err != nil {
-					return err
-				}
-			}
-			if done {
-				err := x.writeTrailers(trailer)
-				x.in.R += n
-				return err
-			}
-			x.in.R += n
-		}
-		if err := x.readUpstream(&deadline); err != nil {
-			return err
-		}
-	}
-}
+// FlushChunks: the stream's frames are flushed by ReadUpstream before it
+// waits (exchange.ChunkSink).
+func (x *h2StreamExchange) FlushChunks() error { return nil }
 
 // writeTrailers sends a chunked body's trailer fields (validated by the
 // decoder) as HTTP/2 trailers: gRPC-over-HTTP/1.1 bridges and others put
@@ -563,20 +545,7 @@ func (x *h2StreamExchange) writeTrailers(trailer []byte) error {
 }
 
 func (x *h2StreamExchange) copyUntilClose() error {
-	var deadline time.Time
+	x.bodyDeadline = time.Time{}
 	x.flushed = true
-	for {
-		if x.in.R < x.in.W {
-			if err := x.write(x.in.B[x.in.R:x.in.W]); err != nil {
-				return err
-			}
-			x.in.R = x.in.W
-		}
-		if err := x.readUpstream(&deadline); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-	}
+	return exchange.CopyUntilClose(&x.in, x)
 }

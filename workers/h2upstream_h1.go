@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
@@ -104,7 +105,7 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 	// head is then another connection's buffer, or the body's bytes.
 	isHead := out.Method == http.MethodHead
 	bodyless := isHead || resp.StatusCode == 204 || resp.StatusCode == 304 || resp.StatusCode < 200
-	var bodyLen int64 = -1
+	bodyLen := exchange.ClientBodyNone
 	switch {
 	case bodyless:
 	case resp.ContentLength >= 0 && (len(resp.Trailer) == 0 || req.Minor == 0):
@@ -112,9 +113,9 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 		// HTTP/1.1 client: the next case.)
 		bodyLen = resp.ContentLength
 	case req.Minor > 0:
-		bodyLen = -2 // chunked, trailers included
+		bodyLen = exchange.ClientBodyChunked
 	default:
-		bodyLen, keep = -3, false // HTTP/1.0: until close
+		bodyLen, keep = exchange.ClientBodyUntilClose, false // HTTP/1.0
 	}
 	if cc.m.draining.Load() {
 		keep = false
@@ -128,18 +129,11 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 			b = appendField(b, []byte(k), []byte(v))
 		}
 	}
-	switch {
-	case bodyless && resp.ContentLength >= 0 && resp.StatusCode != 204:
+	if bodyless && resp.ContentLength >= 0 && resp.StatusCode != 204 {
 		// A HEAD or 304 response's length describes the representation.
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, resp.ContentLength)
-		b = append(b, "\r\n"...)
-	case bodyLen >= 0:
-		b = append(b, "Content-Length: "...)
-		b = appendInt(b, bodyLen)
-		b = append(b, "\r\n"...)
-	case bodyLen == -2:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		b = exchange.AppendHTTP1ResponseFraming(b, resp.ContentLength)
+	} else {
+		b = exchange.AppendHTTP1ResponseFraming(b, bodyLen)
 	}
 	b = appendConnection(b, req.Minor, keep)
 	b = append(b, "\r\n"...)
@@ -150,7 +144,7 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 		return false
 	}
 	if !bodyless {
-		if err := cc.copyHTTP2Body(resp, bodyLen == -2); err != nil {
+		if err := cc.copyHTTP2Body(resp, bodyLen == exchange.ClientBodyChunked); err != nil {
 			body.stop()
 			return false
 		}
