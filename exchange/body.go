@@ -16,7 +16,10 @@ import (
 // one DATA frames of its stream.
 type BodySink interface {
 	ReadUpstream() error
-	WriteBody(p []byte) error
+	// WriteBody writes p; last says it ends the body (known only for a
+	// body with a length): an HTTP/2 stream sends it in the frame that
+	// ends the stream.
+	WriteBody(p []byte, last bool) error
 }
 
 // ChunkSink is a BodySink that takes a chunked body decoded: Chunk gets
@@ -44,7 +47,7 @@ func CopyLength(rb *ReadBuffer, n int64, sink BodySink) error {
 			}
 		}
 		k := min(n, int64(rb.W-rb.R))
-		if err := sink.WriteBody(rb.B[rb.R : rb.R+int(k)]); err != nil {
+		if err := sink.WriteBody(rb.B[rb.R:rb.R+int(k)], k == n); err != nil {
 			return err
 		}
 		rb.R += int(k)
@@ -88,7 +91,7 @@ func CopyChunked(rb *ReadBuffer, d *http1.ChunkedDecoder, sink ChunkSink) error 
 func CopyUntilClose(rb *ReadBuffer, sink BodySink) error {
 	for {
 		if rb.R < rb.W {
-			if err := sink.WriteBody(rb.B[rb.R:rb.W]); err != nil {
+			if err := sink.WriteBody(rb.B[rb.R:rb.W], false); err != nil {
 				return err
 			}
 			rb.R = rb.W

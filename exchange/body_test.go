@@ -16,6 +16,7 @@ type pieceSink struct {
 	pieces  [][]byte
 	err     error // after the pieces; nil: io.EOF
 	out     bytes.Buffer
+	lasts   int // WriteBody calls that said last
 	trailer []byte
 	chunks  int
 	done    bool
@@ -37,7 +38,13 @@ func (s *pieceSink) ReadUpstream() error {
 	return nil
 }
 
-func (s *pieceSink) WriteBody(p []byte) error { s.out.Write(p); return nil }
+func (s *pieceSink) WriteBody(p []byte, last bool) error {
+	if last {
+		s.lasts++
+	}
+	s.out.Write(p)
+	return nil
+}
 
 func (s *pieceSink) Chunk(data, trailer []byte, done bool) error {
 	s.out.Write(data)
@@ -70,6 +77,9 @@ func TestCopyLength(t *testing.T) {
 	}
 	if len(s.pieces) != 1 || rb.R != rb.W {
 		t.Fatalf("read %d pieces too many, or left %q unconsumed", 1-len(s.pieces), rb.B[rb.R:rb.W])
+	}
+	if s.lasts != 1 {
+		t.Fatalf("%d writes said last, want exactly the one that ends the body", s.lasts)
 	}
 	// The upstream ends early: its error, not a short body passed off
 	// as whole.

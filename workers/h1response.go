@@ -213,8 +213,8 @@ func (x *h1Exchange) copyLength(head []byte, n int64) error {
 }
 
 // WriteBody writes a piece of the response body to the client
-// (exchange.BodySink).
-func (x *h1Exchange) WriteBody(p []byte) error { return x.cc.write(p) }
+// (exchange.BodySink); the last one is no different on HTTP/1.1.
+func (x *h1Exchange) WriteBody(p []byte, _ bool) error { return x.cc.write(p) }
 
 // writeHeadAnd writes head and body, in one write when small.
 func (cc *clientConn) writeHeadAnd(head, body []byte) error {

@@ -480,12 +480,16 @@ func (x *h2StreamExchange) ReadUpstream() error {
 	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, &x.bodyDeadline, x.f.cc.settings.idleTimeout)
 }
 
-func (x *h2StreamExchange) WriteBody(p []byte) error {
+func (x *h2StreamExchange) write(p []byte) error {
 	n, err := x.st.Write(p)
 	x.sent += int64(n)
 	x.flushed = false
 	return err
 }
+
+// WriteBody writes a piece of the response body as DATA
+// (exchange.BodySink).
+func (x *h2StreamExchange) WriteBody(p []byte, _ bool) error { return x.write(p) }
 
 func (x *h2StreamExchange) copyLength(n int64) error {
 	x.bodyDeadline = time.Time{}
@@ -505,7 +509,7 @@ func (x *h2StreamExchange) copyChunked() error {
 // fields as HTTP/2 trailers (exchange.ChunkSink).
 func (x *h2StreamExchange) Chunk(data, trailer []byte, done bool) error {
 	if len(data) > 0 {
-		if err := x.WriteBody(data); err != nil {
+		if err := x.write(data); err != nil {
 			return err
 		}
 	}
