@@ -130,7 +130,7 @@ func (cc *clientConn) connectTunnel(lv *listenerView, rt *route.Route) bool {
 	cc.r += req.HeadLen
 	up, _, done, err := lv.clusters[rt.Index].DialTCP(cc.m.ctx)
 	if err != nil {
-		status, body := classify(err)
+		status, body := exchange.FailureStatus(err)
 		return cc.answer(status, body, false)
 	}
 	defer done()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
@@ -282,7 +281,7 @@ func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
 		cc.refuse(400, "malformed or incomplete request body")
 		return false
 	}
-	status, body := classify(err)
+	status, body := exchange.FailureStatus(err)
 	if cc.m.log.IsDebug() {
 		cc.m.log.Debug("upstream request failed", "status", status, "error", err)
 	}
@@ -301,42 +300,4 @@ func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
 		cc.lingerClose() // the body is unread: let the client read the answer
 	}
 	return keep
-}
-
-// classify maps an upstream failure to a status and a short body: 503
-// when no upstream took the request (or a circuit breaker refused it), 504
-// on a timeout, 502 otherwise.
-func classify(err error) (int, string) {
-	var ce *upstream.ConnectError
-	var pe *http1.Error
-	switch {
-	case errors.Is(err, upstream.ErrOverflow):
-		// A circuit breaker refused the request: at once, not queued.
-		return 503, "upstream overflow"
-	case errors.As(err, &ce):
-		return 503, "upstream connect error: " + dialReason(ce.Err)
-	case errors.Is(err, upstream.ErrNoEndpoint):
-		return 503, "upstream connect error: no healthy upstream endpoint"
-	case isTimeout(err):
-		return 504, "upstream timeout"
-	case errors.As(err, &pe):
-		return 502, "upstream sent a malformed response"
-	}
-	return 502, "upstream error"
-}
-
-// dialReason is a connect error in a few words, without addresses.
-func dialReason(err error) string {
-	var errno syscall.Errno
-	switch {
-	case err == nil:
-		return "connect failed"
-	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
-		return "connect timeout"
-	case errors.Is(err, upstream.ErrTLSHandshake):
-		return "TLS handshake failed"
-	case errors.As(err, &errno):
-		return errno.Error()
-	}
-	return "connect failed"
 }

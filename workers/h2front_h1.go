@@ -367,7 +367,7 @@ func (x *h2StreamExchange) fail(err error, start time.Time) int {
 		status = streamReply(x.st, x.s, cc.st, 400, "malformed or incomplete request body")
 	default:
 		var body string
-		status, body = classify(err)
+		status, body = exchange.FailureStatus(err)
 		if log := cc.m.log; log.IsDebug() {
 			log.Debug("upstream request failed", "protocol", "HTTP/2.0", "status", status, "error", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/h2"
 	"golang.org/x/net/http2"
@@ -89,7 +90,7 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 		if streamEnded(st) {
 			return
 		}
-		status, msg := classify(err)
+		status, msg := exchange.FailureStatus(err)
 		if log := cc.m.log; log.IsDebug() {
 			log.Debug("HTTP/2 upstream request failed", "cluster", u.wc.Name(), "status", status, "error", err)
 		}

@@ -89,7 +89,7 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 			cc.refuse(http.StatusBadRequest, "malformed or incomplete request body")
 			return false
 		}
-		status, msg := classify(err)
+		status, msg := exchange.FailureStatus(err)
 		b := appendSimpleResponse(cc.ex.wbuf[:0], status, msg, true)
 		cc.ex.wbuf = b
 		cc.sent(status)
