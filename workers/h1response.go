@@ -170,7 +170,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	return keep
 }
 
-// readUpstream reads more of the response into the upstream buffer
+// ReadUpstream reads more of the response into the upstream buffer
 // (exchange.ReadMore). A body streams through the large buffer: the
 // small one the head was read into is swapped for it at the first
 // refill.

@@ -467,7 +467,7 @@ func (x *h2StreamExchange) forwardResponse() bool {
 	return err == nil
 }
 
-// readUpstream reads more of the response body (exchange.ReadMore, the
+// ReadUpstream reads more of the response body (exchange.ReadMore, the
 // one refill of both clients' body copiers; this buffer is already the
 // size the head was read into, so it is only compacted).
 func (x *h2StreamExchange) ReadUpstream() error {
