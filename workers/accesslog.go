@@ -54,9 +54,16 @@ func (cc *clientConn) finishRecord(rt *route.Route, start time.Time) {
 	if rt != nil {
 		r.Cluster = rt.Cluster
 	}
-	for _, l := range cc.logs {
+	enqueueRecord(cc.logs, r, cc.st)
+}
+
+// enqueueRecord hands a finished record to every log of the listener,
+// whichever front end filled it; a full queue drops it, counted in the
+// listener's access_log.dropped, without waiting.
+func enqueueRecord(logs []*accesslog.Logger, r *accesslog.Record, st *listenerStats) {
+	for _, l := range logs {
 		if !l.Enqueue(r) {
-			cc.st.logDropped.Inc()
+			st.logDropped.Inc()
 		}
 	}
 }

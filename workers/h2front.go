@@ -344,11 +344,7 @@ func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *str
 		rec.Cluster = rt.Cluster
 	}
 	rec.BytesSent = out.sent
-	for _, l := range cc.logs {
-		if !l.Enqueue(rec) {
-			cc.st.logDropped.Inc()
-		}
-	}
+	enqueueRecord(cc.logs, rec, cc.st)
 }
 
 // lowerName appends name lowercased to *scratch and returns it as a
