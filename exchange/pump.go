@@ -1,5 +1,7 @@
 package exchange
 
+import "github.com/hotproxy/hotproxy/upstream"
+
 // PumpErrorOr returns the error an exchange whose upstream read failed
 // with err ends with: the request body pump's (*pump: its result; nil:
 // none runs), when it has failed already, since the client's fault
@@ -18,4 +20,15 @@ func PumpErrorOr(pump *chan error, err error) error {
 	default:
 	}
 	return err
+}
+
+// AbandonHTTP1 gives up a try over an HTTP/1.1 upstream connection whose
+// response is not to be read further (a retry follows): the connection
+// is closed, not pooled, and the read buffer emptied.
+func AbandonHTTP1(up **upstream.Conn, rb *ReadBuffer) {
+	if *up != nil {
+		(*up).Discard()
+		*up = nil
+	}
+	rb.R, rb.W = 0, 0
 }

@@ -124,3 +124,11 @@ func ReadMore(up UpstreamReader, rb *ReadBuffer, maxBuf int, fe HeadReadHooks, d
 	}
 	return err
 }
+
+// PassesRepresentationLength reports whether a response's hop-by-hop
+// field name still goes to the client: the Content-Length of a bodyless
+// final response (HEAD, 304) describes the representation, not this
+// message, and passes; a 204's never does (RFC 9110 §8.6).
+func PassesRepresentationLength(name []byte, status int, bodyless bool) bool {
+	return bodyless && status >= 200 && status != 204 && http1.EqualFold(name, "content-length")
+}

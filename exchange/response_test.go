@@ -106,3 +106,24 @@ func TestReadMore(t *testing.T) {
 		t.Errorf("at the end: %v, R %d W %d; want EOF in an emptied buffer", err, rb.R, rb.W)
 	}
 }
+
+func TestPassesRepresentationLength(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int
+		bodyless bool
+		want     bool
+	}{
+		{"Content-Length", 200, true, true}, // HEAD
+		{"content-length", 304, true, true},
+		{"Content-Length", 204, true, false},
+		{"Content-Length", 100, true, false},
+		{"Content-Length", 200, false, false}, // framed by the proxy
+		{"Transfer-Encoding", 200, true, false},
+		{"Connection", 304, true, false},
+	} {
+		if got := PassesRepresentationLength([]byte(tc.name), tc.status, tc.bodyless); got != tc.want {
+			t.Errorf("%s on a %d (bodyless %v): %v, want %v", tc.name, tc.status, tc.bodyless, got, tc.want)
+		}
+	}
+}

@@ -22,9 +22,7 @@ func (cc *clientConn) appendResponseHead(b, head []byte, keep bool, bodyLen int6
 		f := &resp.Fields[i]
 		name := f.Name.Bytes(head)
 		if f.Hop {
-			// A HEAD or 304 response's Content-Length describes the
-			// representation, not this message: it passes.
-			if bodyLen == exchange.ClientBodyNone && resp.Status != 204 && resp.Status >= 200 && http1.EqualFold(name, "content-length") {
+			if exchange.PassesRepresentationLength(name, resp.Status, bodyLen == exchange.ClientBodyNone) {
 				b = appendField(b, name, f.Value.Bytes(head))
 			}
 			continue

@@ -66,13 +66,7 @@ func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 
 // Abandon closes the try's connection: a response to repeat is read no
 // further.
-func (x *h1Exchange) Abandon() {
-	if x.up != nil {
-		x.up.Discard()
-		x.up = nil
-	}
-	x.in.R, x.in.W = 0, 0
-}
+func (x *h1Exchange) Abandon() { exchange.AbandonHTTP1(&x.up, &x.in) }
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the
 // request has none) without allocating.

@@ -228,13 +228,7 @@ func (x *h2StreamExchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) 
 
 // Abandon closes the try's connection: a response to repeat is read no
 // further.
-func (x *h2StreamExchange) Abandon() {
-	if x.up != nil {
-		x.up.Discard()
-		x.up = nil
-	}
-	x.in.R, x.in.W = 0, 0
-}
+func (x *h2StreamExchange) Abandon() { exchange.AbandonHTTP1(&x.up, &x.in) }
 
 func (x *h2StreamExchange) readResponseHead() error {
 	if x.in.B == nil {
@@ -406,9 +400,7 @@ func (x *h2StreamExchange) forwardResponse() bool {
 		f := &resp.Fields[i]
 		name := f.Name.Bytes(head)
 		if f.Hop {
-			// A HEAD or 304 response's Content-Length describes the
-			// representation: it passes.
-			if bodyless && resp.Status != 204 && http1.EqualFold(name, "content-length") {
+			if exchange.PassesRepresentationLength(name, resp.Status, bodyless) {
 				s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: bytesString(f.Value.Bytes(head))})
 			}
 			continue
