@@ -14,7 +14,7 @@ import (
 // on a cleartext listener with http2_cleartext = true, a client that opens
 // with the HTTP/2 connection preface (prior knowledge, "h2c"; see
 // servedAsHTTP2). Its requests go through the same routing
-// (routematch.go), stats and upstream pools as HTTP/1.1 ones.
+// (the route package), stats and upstream pools as HTTP/1.1 ones.
 
 // statRqHTTP2 counts the requests that came over HTTP/2 (also counted in
 // downstream_rq_total).

@@ -93,7 +93,7 @@ type listenerSnap struct {
 	tlsHandshakeTimeout time.Duration
 	accessLogs          []accessLogSpec
 
-	// TLS passthrough (tcp, sni_routes; sni.go): the routes, and how long
+	// TLS passthrough (tcp, sni_routes; downstream/tcp): the routes, and how long
 	// a client may take to send its ClientHello.
 	sniRoutes    route.SNITable
 	helloTimeout time.Duration

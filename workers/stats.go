@@ -64,7 +64,7 @@ type listenerStats struct {
 	h2Calm      stats.CounterLane // statH2Calm (h2front.go)
 	// tls: a listener that terminates TLS (tls.go); nil otherwise.
 	tls *tlsStats
-	// sniNoRoute: a TLS passthrough listener (sni.go); zero otherwise.
+	// sniNoRoute: a TLS passthrough listener (downstream/tcp); zero otherwise.
 	sniNoRoute stats.CounterLane
 }
 
