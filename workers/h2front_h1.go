@@ -212,12 +212,11 @@ func (x *h2StreamExchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) 
 		return 0, none, errStreamReset
 	}
 	x.up.SetDeadline(tryDeadline)
-	_, err = x.up.Write(x.s.head)
 	status := 0
-	if err == nil && !x.streaming {
-		if err = x.readResponseHead(); err == nil {
-			status = x.resp.Status
-		}
+	if x.streaming {
+		_, err = x.up.Write(x.s.head)
+	} else if err = x.sendThenReadHead(); err == nil {
+		status = x.resp.Status
 	}
 	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0}, err
 }
@@ -230,6 +229,32 @@ func (x *h2StreamExchange) Abandon() {
 		x.up = nil
 	}
 	x.in.R, x.in.W = 0, 0
+}
+
+// sendThenReadHead sends the request, whose body (if any) is in the head
+// buffer, and reads the response head without the read(2) that would
+// return EAGAIN right after the write (upstream.Conn.SendThenRead waits
+// first, then reads): one system call and one poller wake fewer per
+// request.
+func (x *h2StreamExchange) sendThenReadHead() error {
+	if x.in.B == nil {
+		x.in.B = getBuf()
+	}
+	if x.in.W == len(x.in.B) {
+		if _, err := x.up.Write(x.s.head); err != nil {
+			return err
+		}
+		return x.readResponseHead()
+	}
+	n, werr, rerr := x.up.SendThenRead(x.s.head, nil, x.in.B[x.in.W:])
+	if werr != nil {
+		return werr
+	}
+	x.in.W += n
+	if n == 0 {
+		return x.ReadFailed(rerr) // as readResponseHead's own read would
+	}
+	return x.readResponseHead()
 }
 
 func (x *h2StreamExchange) readResponseHead() error {
