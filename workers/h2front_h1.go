@@ -508,6 +508,14 @@ func (x *h2StreamExchange) write(p []byte) error {
 	return err
 }
 
+// writeLast is write for the last bytes of a response (h2.Stream.WriteLast).
+func (x *h2StreamExchange) writeLast(p []byte) error {
+	n, err := x.st.WriteLast(p)
+	x.sent += int64(n)
+	x.flushed = false
+	return err
+}
+
 func (x *h2StreamExchange) copyLength(n int64) error {
 	var deadline time.Time
 	x.flushed = true
@@ -518,9 +526,15 @@ func (x *h2StreamExchange) copyLength(n int64) error {
 			}
 		}
 		k := min(n, int64(x.in.W-x.in.R))
-		// The last bytes go out with the frame that ends the stream,
-		// when ServeH2 returns.
-		if err := x.write(x.in.B[x.in.R : x.in.R+int(k)]); err != nil {
+		p := x.in.B[x.in.R : x.in.R+int(k)]
+		var err error
+		if k == n {
+			// The last bytes go out in the frame that ends the stream.
+			err = x.writeLast(p)
+		} else {
+			err = x.write(p)
+		}
+		if err != nil {
 			return err
 		}
 		x.in.R += int(k)

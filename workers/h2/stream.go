@@ -475,6 +475,18 @@ func (st *Stream) Write(p []byte) (int, error) {
 	return st.sc.writeDataLocked(st, p, false)
 }
 
+// WriteLast sends p as the last bytes of the response: the DATA frame
+// that carries them ends the stream (a Write then a CloseWrite would
+// take a frame more). Flow-controlled like Write.
+func (st *Stream) WriteLast(p []byte) (int, error) {
+	st.sc.mu.Lock()
+	defer st.sc.mu.Unlock()
+	if !st.headersSent {
+		return 0, errors.New("h2: WriteLast before WriteHeaders")
+	}
+	return st.sc.writeDataLocked(st, p, true)
+}
+
 // Flush asks the connection's writer to send what is queued now.
 func (st *Stream) Flush() { st.sc.wakeWriter() }
 
