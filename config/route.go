@@ -115,7 +115,8 @@ func (r Route) Clone() Route {
 // occurs more than once is matched on its values joined with ",", as
 // Envoy does (RFC 9110 5.3: the same meaning). Exactly one of Exact,
 // Prefix and Present is given. ":method" matches the request method,
-// over HTTP/1.1 and HTTP/2 alike.
+// over HTTP/1.1 and HTTP/2 alike, and "host" the Host field or, over
+// HTTP/2, :authority.
 type HeaderMatch struct {
 	Name string `toml:"name" json:"name"`
 	// Exact: the value is this string (it may be empty).

@@ -29,13 +29,21 @@ func (cc *clientConn) requestField(name string, n int) (string, bool) {
 }
 
 // h2RequestFields reads an HTTP/2 stream's request head (its field names
-// are lower case: the engine refuses any other).
+// are lower case: the engine refuses any other). Its "host" is the
+// authority, as an HTTP/1.1 request's Host is, so that a route matching
+// host matches both alike.
 type h2RequestFields h2.Stream
 
 func (f *h2RequestFields) requestField(name string, n int) (string, bool) {
 	st := (*h2.Stream)(f)
-	if name == methodField {
+	switch name {
+	case methodField:
 		return st.Method(), n == 0
+	case "host":
+		// The engine has checked that :authority and a host field
+		// agree; there is one value.
+		h := h2Host(st)
+		return h, n == 0 && h != ""
 	}
 	for _, hf := range st.Fields() {
 		if hf.Name == name {

@@ -100,6 +100,7 @@ func headerRoutesConfig(t *testing.T) *config.Config {
 		config.Route{Prefix: "/p", Headers: []config.HeaderMatch{{Name: "x-user", Present: true}, {Name: ":method", Prefix: "GE"}}, Cluster: "a"},
 		config.Route{Prefix: "/p", Headers: []config.HeaderMatch{{Name: "x-user", Present: true, Invert: true}}, Cluster: "b"},
 		config.Route{Prefix: "/ic", Headers: []config.HeaderMatch{{Name: "x-canary", Exact: exact("yes"), IgnoreCase: true}}, Cluster: "a"},
+		config.Route{Prefix: "/host", Headers: []config.HeaderMatch{{Name: "Host", Prefix: "127.0.0.1:"}}, Cluster: "b"},
 		config.Route{Prefix: "/", DirectResponse: &config.DirectResponse{Status: 200, Body: "fallback"}},
 	)
 	return &config.Config{Listeners: []config.Listener{lst}, Clusters: []config.Cluster{cluster("a", a), cluster("b", b)}}
@@ -126,6 +127,7 @@ var headerCases = []struct {
 	{"present, :method no", "DELETE", "/p", http.Header{"X-User": {"u"}}, "fallback"},
 	{"present inverted", "DELETE", "/p", nil, "b"},
 	{"ignore_case", "GET", "/ic", http.Header{"X-Canary": {"YeS"}}, "a"},
+	{"host: the Host field, or :authority", "GET", "/host", nil, "b"},
 }
 
 // TestRouteHeaderMatchHTTP1 and TestRouteHeaderMatchH2C: the same
