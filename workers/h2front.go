@@ -236,7 +236,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	if lv != nil {
 		s.path = http1.CleanPath(s.path[:0], stringBytes(st.Path()))
-		rt = lv.match(host, bytesString(s.path), cc.sni)
+		rt = lv.match(host, bytesString(s.path), cc.sni, (*h2RequestFields)(st))
 	}
 	switch {
 	case rt == nil:

@@ -56,9 +56,9 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 		for _, r := range ls.sniRoutes {
 			lv.sniClusters = append(lv.sniClusters, snap.views[w][r.cluster])
 		}
-		if len(ls.routes) > 0 {
-			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))
-			for j, r := range ls.routes {
+		if len(ls.targets) > 0 {
+			lv.clusters = make([]*upstream.WorkerCluster, len(ls.targets))
+			for j, r := range ls.targets {
 				if r.cluster != "" {
 					lv.clusters[j] = snap.views[w][r.cluster]
 				}

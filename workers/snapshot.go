@@ -72,11 +72,14 @@ func (s *Snapshot) Workers() int { return len(s.views) }
 
 // listenerSnap is one compiled listener, shared by all workers (immutable).
 type listenerSnap struct {
-	name        string
-	protocol    string
-	cluster     string     // tcp; "" for a passthrough listener without a default cluster
-	tcpHashOn   hashSource // tcp: its cluster's hash_on (only source_ip applies)
-	routes      []*route
+	name      string
+	protocol  string
+	cluster   string     // tcp; "" for a passthrough listener without a default cluster
+	tcpHashOn hashSource // tcp: its cluster's hash_on (only source_ip applies)
+	routes    []*route
+	// targets are every route a request can be given, by route.index:
+	// routes, then the routes of the weighted splits' clusters.
+	targets     []*route
 	idleTimeout time.Duration
 
 	// What the Manager builds the listener's sockets and connections
@@ -113,8 +116,11 @@ const (
 	hostWildcard // host holds ".example.com"
 )
 
-// route is one compiled route. Exactly one of cluster and direct is set.
+// route is one compiled route. Exactly one of cluster, split and direct
+// is set.
 type route struct {
+	// index is the route's place in listenerSnap.targets and so in a
+	// listenerView's clusters.
 	index   int
 	hostKin hostMatch
 	host    string // lower case, no port
@@ -126,6 +132,11 @@ type route struct {
 	// serverName matches the TLS connection's SNI (any: server_name is
 	// not set).
 	serverName hostPattern
+	// headers must all match too; none: no field is looked at.
+	headers []headerMatcher
+	// split is a weighted_clusters action: match hands out one of its
+	// routes, each a copy of this one for one cluster.
+	split *clusterSplit
 
 	// For a cluster: the route's timeout (resolved: its own, or the
 	// listener's request_timeout), its retry policy, and what its
@@ -349,6 +360,16 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 			}
 			ls.routes = append(ls.routes, r)
 		}
+		ls.targets = append(ls.targets, ls.routes...)
+		for _, r := range ls.routes {
+			if r.split == nil {
+				continue
+			}
+			for _, t := range r.split.routes {
+				t.index = len(ls.targets)
+				ls.targets = append(ls.targets, t)
+			}
+		}
 	}
 	return ls, nil
 }
@@ -415,18 +436,38 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 	} else {
 		r.path, r.prefix = rs.Prefix, true
 	}
-	if rs.Cluster != "" {
-		r.cluster = rs.Cluster
+	for _, h := range rs.Headers {
+		r.headers = append(r.headers, compileHeaderMatch(h))
+	}
+	if rs.ProxiesToCluster() {
 		r.connect = rs.Connect
 		r.timeout = rs.Timeout.D()
 		if r.timeout == 0 {
 			r.timeout = l.RequestTimeout.D()
 		}
 		r.retry = compileRetry(rs)
-		if cs := cfg.Cluster(rs.Cluster); cs != nil {
-			r.hashOn = compileHashOn(cs.HashOn)
-			r.http2 = cs.HTTP2
+	}
+	switch {
+	case rs.Cluster != "":
+		if err := r.setCluster(cfg, rs.Cluster); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
 		}
+		return r, nil
+	case len(rs.WeightedClusters) > 0:
+		split := &clusterSplit{}
+		for k, w := range rs.WeightedClusters {
+			// A copy of the route, but for its cluster; its index is
+			// given by compileListener. Retries stay on that cluster.
+			t := *r
+			t.headers = nil
+			if err := t.setCluster(cfg, w.Cluster); err != nil {
+				return nil, fmt.Errorf("weighted_clusters[%d].cluster: %w", k, err)
+			}
+			split.total += uint64(w.Weight)
+			split.upTo = append(split.upTo, split.total)
+			split.routes = append(split.routes, &t)
+		}
+		r.split = split
 		return r, nil
 	}
 	d := rs.DirectResponse
@@ -440,6 +481,33 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 		r.direct.contentLength = []string{strconv.Itoa(len(body))}
 	}
 	return r, nil
+}
+
+// setCluster makes name the route's cluster, with what the data path
+// needs of it.
+func (r *route) setCluster(cfg *config.Config, name string) error {
+	cs := cfg.Cluster(name)
+	if cs == nil {
+		return fmt.Errorf("%q: no such cluster in the configuration", name)
+	}
+	r.cluster = name
+	r.hashOn = compileHashOn(cs.HashOn)
+	r.http2 = cs.HTTP2
+	return nil
+}
+
+// compileHeaderMatch turns a validated header match into its matcher.
+func compileHeaderMatch(h config.HeaderMatch) headerMatcher {
+	m := headerMatcher{name: strings.ToLower(h.Name), ignoreCase: h.IgnoreCase, invert: h.Invert}
+	switch {
+	case h.Present:
+		m.kind = headerPresent
+	case h.Exact != nil:
+		m.kind, m.value = headerExact, *h.Exact
+	default:
+		m.kind, m.value = headerPrefix, h.Prefix
+	}
+	return m
 }
 
 // compileRetry turns a validated route's retry keys into its policy.

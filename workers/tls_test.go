@@ -142,7 +142,7 @@ func TestRouteServerNameNeedsSNI(t *testing.T) {
 		{"example.org", -1},
 	} {
 		got := -1
-		if r := ls.match("a.example.com", "/", tc.sni); r != nil {
+		if r := ls.match("a.example.com", "/", tc.sni, nil); r != nil {
 			got = r.index
 		}
 		if got != tc.want {
