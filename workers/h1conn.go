@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -94,10 +95,17 @@ type clientConn struct {
 	// reset_connections (overload.go).
 	heldSince, heldBytes, requestsStarted atomic.Int64
 
-	// readable is the idle wait's callback (method value, made once);
-	// waited says whether it has already peeked in this wait.
-	readableFn func(fd uintptr) bool
-	waited     bool
+	// rawFn is the socket's RawConn callback (a method value, made once
+	// per connection: a closure per call would be an allocation per
+	// request); it does rawOp: the idle wait's readable, or a write of
+	// rawBuf (rawN bytes of it written so far, rawErr the write's
+	// error). waited says whether the idle wait has already peeked.
+	rawFn  func(fd uintptr) bool
+	rawOp  rawOp
+	rawBuf []byte
+	rawN   int
+	rawErr error
+	waited bool
 	// pending is a keep-alive response's last bytes, left by writeLast
 	// for the idle wait to write (nil: none); deferLast says whether the
 	// response being sent may leave them; pendingFailed is that write's
@@ -122,8 +130,9 @@ type clientConn struct {
 	readDeadline  time.Time
 	writeDeadline time.Time
 
-	// readDeadlineMoves counts setReadDeadline's moves (a test reads it).
-	readDeadlineMoves int
+	// readDeadlineMoves and writeDeadlineMoves count setReadDeadline's
+	// and setWriteDeadline's moves (tests read them).
+	readDeadlineMoves, writeDeadlineMoves int
 }
 
 var _ io.Closer = (*clientConn)(nil)
@@ -135,7 +144,7 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 		cc.c = cc.tls
 	}
 	cc.raw, _ = c.SyscallConn()
-	cc.readableFn = cc.readable
+	cc.rawFn = cc.rawStep
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
 	}
@@ -388,14 +397,30 @@ func (cc *clientConn) waitReadable() bool {
 	cc.setReadDeadline(cc.settings.idleTimeout)
 	cc.waited = false
 	cc.pendingFailed = false
-	err := cc.raw.Read(cc.readableFn)
+	cc.rawOp = rawReadable
+	err := cc.raw.Read(cc.rawFn)
 	// EOF or an error shows itself to the read that follows.
 	return err == nil && !cc.pendingFailed
 }
 
-// readable is waitReadable's RawConn.Read callback, made once per
-// connection (a closure per call would be an allocation per request).
-// The poller is edge-triggered and RawConn.Read resets its readiness
+// rawOp is what rawStep does.
+type rawOp uint8
+
+const (
+	rawReadable rawOp = iota // readable: the idle wait
+	rawWrite                 // writeStep: write rawBuf
+)
+
+// rawStep is the socket's RawConn callback: true when done, false to
+// wait until the socket is ready (or its deadline passes).
+func (cc *clientConn) rawStep(fd uintptr) bool {
+	if cc.rawOp == rawWrite {
+		return cc.writeStep(fd)
+	}
+	return cc.readable(fd)
+}
+
+// readable is waitReadable's callback (rawStep). The poller is edge-triggered and RawConn.Read resets its readiness
 // before the first call, so bytes that arrived before it would never wake
 // a wait: the first call peeks. After a wake the bytes are there (a rare
 // spurious wake makes the read that follows wait, holding a buffer).
@@ -452,6 +477,8 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 	}
 }
 
+// setWriteDeadline makes the write deadline now+write_timeout, lazily: it
+// moves only when it is more than deadlineSlack earlier than that.
 func (cc *clientConn) setWriteDeadline() {
 	d := cc.settings.writeTimeout
 	if d <= 0 {
@@ -460,6 +487,7 @@ func (cc *clientConn) setWriteDeadline() {
 	want := time.Now().Add(d)
 	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlack {
 		cc.writeDeadline = want
+		cc.writeDeadlineMoves++
 		cc.c.SetWriteDeadline(want)
 	}
 }
@@ -486,8 +514,63 @@ func (cc *clientConn) compact() {
 	}
 }
 
-// write writes b to the client, within the write timeout.
+// write writes b to the client, within the write timeout. A plaintext
+// connection arms its write deadline only when a write would block
+// (writeStep): a response that the socket's buffer takes at once, as
+// nearly all do, costs no clock read and no timer. Once armed, the
+// deadline is kept current before each write (setWriteDeadline), as a
+// deadline left in the past would fail a write that could go through.
 func (cc *clientConn) write(b []byte) error {
+	if !rawIO || cc.tls != nil || cc.settings.writeTimeout <= 0 {
+		return cc.writeConn(b)
+	}
+	if !cc.writeDeadline.IsZero() {
+		cc.setWriteDeadline()
+	}
+	cc.rawOp, cc.rawBuf, cc.rawN, cc.rawErr = rawWrite, b, 0, nil
+	err := cc.raw.Write(cc.rawFn)
+	n := cc.rawN
+	cc.rawBuf = nil
+	if err == nil && cc.rawErr != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("write", cc.rawErr)}
+	}
+	if n > 0 {
+		cc.st.txBytes.Add(uint64(n))
+		cc.sentBytes += int64(n)
+	}
+	return err
+}
+
+// writeStep writes what is left of rawBuf (write's callback, in rawStep).
+// When the socket's buffer is full it arms the write deadline, unless one
+// is armed: the write must then complete within write_timeout of the
+// moment it first had to wait, which is the write's start to within the
+// few microseconds of the non-blocking writes before.
+func (cc *clientConn) writeStep(fd uintptr) bool {
+	for cc.rawN < len(cc.rawBuf) {
+		n, err := writeFD(fd, cc.rawBuf[cc.rawN:])
+		cc.rawN += n
+		switch {
+		case err == nil && n > 0:
+		case wouldBlock(err):
+			if cc.writeDeadline.IsZero() {
+				cc.setWriteDeadline()
+			}
+			return false
+		case err == nil:
+			cc.rawErr = io.ErrShortWrite
+			return true
+		default:
+			cc.rawErr = err
+			return true
+		}
+	}
+	return true
+}
+
+// writeConn writes b through cc.c (TLS, or no raw socket I/O), with the
+// write deadline armed first.
+func (cc *clientConn) writeConn(b []byte) error {
 	cc.setWriteDeadline()
 	n, err := cc.c.Write(b)
 	if n > 0 {
