@@ -44,7 +44,8 @@ const (
 	ioBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
 	// where it should be, so that a busy keep-alive connection resets its
-	// timers about once a second rather than on every request.
+	// timers about once a second rather than on every request; an eighth
+	// of a timeout shorter than 8s (deadlineSlackFor).
 	deadlineSlack = time.Second
 )
 
@@ -458,9 +459,17 @@ func (cc *clientConn) flushPending() bool {
 	return cc.write(b) == nil
 }
 
+// deadlineSlackFor is how far a deadline for timeout d may be earlier
+// than now+d before it is moved: deadlineSlack, or d/8 for a short d. So
+// a timeout fires at most that much early (a 10s header_timeout between
+// 9s and 10s after its start, a 200ms one between 175 and 200ms), and a
+// deadline left in the past by an earlier exchange is always moved (it
+// is more than d/8 behind).
+func deadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack, d/8) }
+
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if
-// the current one is later than that (too lax) or more than deadlineSlack
-// earlier (too soon).
+// the current one is later than that (too lax) or more than
+// deadlineSlackFor(d) earlier (too soon).
 func (cc *clientConn) setReadDeadline(d time.Duration) {
 	if d <= 0 {
 		if !cc.readDeadline.IsZero() {
@@ -470,7 +479,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlack {
+	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlackFor(d) {
 		cc.readDeadline = want
 		cc.readDeadlineMoves++
 		cc.c.SetReadDeadline(want)
@@ -478,14 +487,15 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 }
 
 // setWriteDeadline makes the write deadline now+write_timeout, lazily: it
-// moves only when it is more than deadlineSlack earlier than that.
+// moves only when it is more than deadlineSlackFor(write_timeout) earlier
+// than that.
 func (cc *clientConn) setWriteDeadline() {
 	d := cc.settings.writeTimeout
 	if d <= 0 {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlack {
+	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlackFor(d) {
 		cc.writeDeadline = want
 		cc.writeDeadlineMoves++
 		cc.c.SetWriteDeadline(want)
