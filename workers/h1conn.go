@@ -107,6 +107,8 @@ type clientConn struct {
 	rawN   int
 	rawErr error
 	waited bool
+	// headArmed: headReadStep armed the header timeout.
+	headArmed bool
 	// pending is a keep-alive response's last bytes, left by writeLast
 	// for the idle wait to write (nil: none); deferLast says whether the
 	// response being sent may leave them; pendingFailed is that write's
@@ -410,13 +412,17 @@ type rawOp uint8
 const (
 	rawReadable rawOp = iota // readable: the idle wait
 	rawWrite                 // writeStep: write rawBuf
+	rawHeadRead              // headReadStep: read into rbuf[w:]
 )
 
 // rawStep is the socket's RawConn callback: true when done, false to
 // wait until the socket is ready (or its deadline passes).
 func (cc *clientConn) rawStep(fd uintptr) bool {
-	if cc.rawOp == rawWrite {
+	switch cc.rawOp {
+	case rawWrite:
 		return cc.writeStep(fd)
+	case rawHeadRead:
+		return cc.headReadStep(fd)
 	}
 	return cc.readable(fd)
 }
@@ -514,6 +520,52 @@ func (cc *clientConn) read() error {
 		err = io.ErrNoProgress
 	}
 	return err
+}
+
+// readArmingHeaderTimeout reads more of a request head into rbuf[w:],
+// as read does, with the header timeout armed only if the read has to
+// wait: a head that is in the socket already, as nearly every one is,
+// costs no clock read and no timer. *armed says whether it is armed for
+// this head (set when this read arms it). TLS, or no raw socket I/O:
+// armed first, then read.
+func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
+	if !rawIO || cc.tls != nil {
+		cc.setReadDeadline(cc.settings.headerTimeout)
+		*armed = true
+		return cc.read()
+	}
+	cc.rawOp, cc.rawN, cc.rawErr, cc.headArmed = rawHeadRead, 0, nil, false
+	err := cc.raw.Read(cc.rawFn)
+	*armed = cc.headArmed
+	n := cc.rawN
+	if n > 0 {
+		cc.w += n
+		cc.st.rxBytes.Add(uint64(n))
+		return nil
+	}
+	if err == nil {
+		err = cc.rawErr
+		if err == nil {
+			return io.EOF
+		}
+		err = &net.OpError{Op: "read", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+	}
+	return err
+}
+
+// headReadStep is readArmingHeaderTimeout's callback (rawStep): a read,
+// or on EAGAIN the header timeout armed and a wait.
+func (cc *clientConn) headReadStep(fd uintptr) bool {
+	n, err := readFD(fd, cc.rbuf[cc.w:])
+	if wouldBlock(err) {
+		if !cc.headArmed {
+			cc.setReadDeadline(cc.settings.headerTimeout)
+			cc.headArmed = true
+		}
+		return false
+	}
+	cc.rawN, cc.rawErr = n, err
+	return true
 }
 
 // compact moves the unconsumed bytes to the front of rbuf.
@@ -634,10 +686,9 @@ func (cc *clientConn) readHead(woke bool) bool {
 		// (until a byte is in, the request has not begun): a keep-alive
 		// request then moves no deadline, where arming the header
 		// timeout and then the idle one again cost two timer resets.
-		if first && (cc.r < cc.w || !woke) {
-			cc.setReadDeadline(cc.settings.headerTimeout)
-			first = false
-		}
+		// The header timeout is armed only when a read has to wait
+		// (readArmingHeaderTimeout): first stays true until it is.
+		armNow := first && (cc.r < cc.w || !woke)
 		if cc.w == len(cc.rbuf) {
 			if cc.r == 0 && !cc.growForHead() {
 				// Parse reports 431 before this can happen; a limit
@@ -648,7 +699,14 @@ func (cc *clientConn) readHead(woke bool) bool {
 			cc.compact()
 		}
 		before := cc.w
-		if err := cc.read(); err != nil {
+		if armNow {
+			var armed bool
+			err = cc.readArmingHeaderTimeout(&armed)
+			first = !armed
+		} else {
+			err = cc.read()
+		}
+		if err != nil {
 			if cc.r < cc.w && isTimeout(err) {
 				cc.st.rqTotal.Inc()
 				cc.refuse(408, "request head not received in time")
