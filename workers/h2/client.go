@@ -210,6 +210,10 @@ type ClientConn struct {
 	hbuf     clientBuf
 	henc     *hpack.Encoder
 	encTable uint32 // the peer's HEADER_TABLE_SIZE applied to henc
+	// interned are copies of the strings handed to henc (writeField);
+	// internedBytes their total length.
+	interned      map[string]string
+	internedBytes int
 
 	mu       sync.Mutex // guards everything below
 	sendCond sync.Cond  // L = &mu: a send window grew, or a stream/the conn ended
@@ -1175,6 +1179,7 @@ func (cc *ClientConn) headerBlockDone() *ClientConnError {
 	s.fields = append(s.fields[:0], h.fields...)
 	s.gotHead = true
 	if h.endStream {
+		s.headEnded = true
 		s.recvClosed = true
 		if s.sendClosed {
 			cc.forgetLocked(s)
