@@ -63,6 +63,7 @@ type H2Transport struct {
 	waiting  bool             // live's head is awaited: a timeout resets it
 	timedOut bool
 	canceled bool
+	pumpErr  error // the client's body failed (the pump's error)
 	timer    *time.Timer
 	pump     chan error // the body pump's result; nil: none runs
 
@@ -74,7 +75,7 @@ var _ UpstreamTransport = (*H2Transport)(nil)
 // Reset readies x for a new request through pool, keeping its buffers.
 func (x *H2Transport) Reset(pool *upstream.H2Pool, ctx context.Context, key uint64) {
 	x.mu.Lock()
-	x.live, x.waiting, x.timedOut, x.canceled = nil, false, false, false
+	x.live, x.waiting, x.timedOut, x.canceled, x.pumpErr = nil, false, false, false, nil
 	x.mu.Unlock()
 	x.Pool, x.Ctx, x.Key, x.Body = pool, ctx, key, nil
 	x.Status, x.Fields = 0, nil
@@ -116,7 +117,11 @@ func (x *H2Transport) Try(n, avoid int, _ bool, tryDeadline time.Time) (int, Try
 	case canceled:
 		err = fmt.Errorf("HTTP/2 upstream %s: the client went away: %w", x.Up.Addr, context.Canceled)
 	default:
-		err = PumpErrorOr(&x.pump, err)
+		x.mu.Lock()
+		if x.pumpErr != nil {
+			err = x.pumpErr
+		}
+		x.mu.Unlock()
 	}
 	return 0, try, err
 }
@@ -198,8 +203,16 @@ func (x *H2Transport) pumpBody(s *h2.ClientStream, done chan<- error) {
 			done <- nil
 			return
 		case err != nil:
-			done <- fmt.Errorf("%w: %v", ErrClientBody, err)
+			// Recorded before the reset wakes the try, which then
+			// tells the client's fault from the upstream's; sent on
+			// done only after the last use of s (Finish releases it
+			// once done is read).
+			err = fmt.Errorf("%w: %v", ErrClientBody, err)
+			x.mu.Lock()
+			x.pumpErr = err
+			x.mu.Unlock()
 			s.Reset(http2.ErrCodeCancel)
+			done <- err
 			return
 		}
 	}
@@ -228,19 +241,6 @@ func (x *H2Transport) Finish() {
 		x.pump = nil
 	}
 	x.Up.Finish()
-}
-
-// PumpError is the streamed body pump's result once the response is
-// complete: nil when it ended cleanly or none ran, ErrClientBody when the
-// client's body failed. It waits for the pump, so the body's source must
-// not block (its end was read, or it was stopped).
-func (x *H2Transport) PumpError() error {
-	if x.pump == nil {
-		return nil
-	}
-	err := <-x.pump
-	x.pump = nil
-	return err
 }
 
 // AddField appends a request field the front end kept (ForwardedFields.

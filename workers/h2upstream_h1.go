@@ -3,7 +3,6 @@ package workers
 import (
 	"errors"
 	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +57,7 @@ func (cc *clientConn) forwardViaHTTP2(rt *route, u *h2Upstream, start time.Time,
 	path, ok := h.originPath(req.Target.Bytes(head))
 	cc.r += req.HeadLen
 	if !ok {
-		return cc.answer(http.StatusBadRequest, "request target not understood", false)
+		return cc.answer(400, "request target not understood", false)
 	}
 	// The head's spans stay valid while the tries run: nothing is read
 	// from the client until a streamed body's pump starts, and then
@@ -122,7 +121,7 @@ func (cc *clientConn) forwardViaHTTP2(rt *route, u *h2Upstream, start time.Time,
 		x.Finish()
 		u.wc.RecordRequest(start, false)
 		if errors.Is(err, errClientBody) {
-			cc.refuse(http.StatusBadRequest, "malformed or incomplete request body")
+			cc.refuse(400, "malformed or incomplete request body")
 			return false
 		}
 		status, msg := classify(err)

@@ -212,3 +212,43 @@ func TestH2UpstreamRequestHead(t *testing.T) {
 		t.Errorf("client got %d %q", resp.StatusCode, b)
 	}
 }
+
+// TestH2UpstreamMalformedClientBody: an HTTP/1.1 client whose chunked
+// body turns malformed after the request went upstream gets 400 (its
+// fault, not the upstream's: no 502), and the upstream stream is reset
+// with CANCEL so the upstream never takes the cut body for a whole one.
+func TestH2UpstreamMalformedClientBody(t *testing.T) {
+	be := newScriptedH2(t, func(int64) (http2.ErrCode, bool) { return 0, false })
+	m := startManager(t, h2ClusterConfig(func(*config.Route) {}, be.addr), 1)
+	c, err := net.Dial("tcp", addr(t, m, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: svc\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	select {
+	case <-be.headers:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the upstream")
+	}
+	io.WriteString(c, "zz-not-a-chunk-size\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 400 {
+		t.Errorf("status %d, want 400", resp.StatusCode)
+	}
+	select {
+	case code := <-be.resets:
+		if code != http2.ErrCodeCancel {
+			t.Errorf("upstream stream reset with %v, want CANCEL", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream stream was never reset")
+	}
+	if n := be.requests.Load(); n != 0 {
+		t.Errorf("the upstream answered %d requests: it took the cut body for a whole one", n)
+	}
+}
