@@ -209,11 +209,8 @@ type ClientConn struct {
 	wtmp     []byte
 	hbuf     clientBuf
 	henc     *hpack.Encoder
-	encTable uint32 // the peer's HEADER_TABLE_SIZE applied to henc
-	// interned are copies of the strings handed to henc (writeField);
-	// internedBytes their total length.
-	interned      map[string]string
-	internedBytes int
+	encTable uint32        // the peer's HEADER_TABLE_SIZE applied to henc
+	interned fieldInterner // the strings henc may keep (writeField)
 
 	mu       sync.Mutex // guards everything below
 	sendCond sync.Cond  // L = &mu: a send window grew, or a stream/the conn ended

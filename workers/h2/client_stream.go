@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 
 	"golang.org/x/net/http2"
@@ -210,46 +209,10 @@ func (cc *ClientConn) OpenStream(h *RequestHead) (*ClientStream, error) {
 	return s, nil
 }
 
-// Interning of the strings the HPACK encoder keeps. x/net's Encoder
-// keeps the HeaderField strings it adds to its dynamic table (and keys
-// its maps with them), so a string over a buffer the caller reuses (a
-// proxy's request head, read in place) would change under it and
-// corrupt the table (a panic in a later search, or wrong headers sent).
-// writeField hands the encoder interned copies instead: made once per
-// distinct string, then found with a lookup that allocates nothing, so
-// a steady stream of the same fields costs no allocation. The set is
-// bounded; past its bound it is emptied (the encoder's table keeps the
-// copies it holds alive on its own).
-const (
-	clientInternMaxEntries = 256
-	clientInternMaxBytes   = 16 << 10
-)
-
-// writeField encodes f (wmu held), handing the encoder interned strings
-// when it may keep them: f not Sensitive (never indexed) and small
-// enough for the table.
+// writeField encodes f (wmu held) with strings the encoder may keep
+// (fieldInterner): a request head's may be over the caller's buffers.
 func (cc *ClientConn) writeField(f hpack.HeaderField) {
-	if !f.Sensitive && f.Size() <= 4096 {
-		f.Name, f.Value = cc.intern(f.Name), cc.intern(f.Value)
-	}
-	cc.henc.WriteField(f)
-}
-
-func (cc *ClientConn) intern(s string) string {
-	if v, ok := cc.interned[s]; ok {
-		return v
-	}
-	if cc.interned == nil || len(cc.interned) >= clientInternMaxEntries || cc.internedBytes+len(s) > clientInternMaxBytes {
-		if cc.interned == nil {
-			cc.interned = make(map[string]string)
-		}
-		clear(cc.interned)
-		cc.internedBytes = 0
-	}
-	v := strings.Clone(s)
-	cc.interned[v] = v
-	cc.internedBytes += len(v)
-	return v
+	cc.henc.WriteField(cc.interned.field(f))
 }
 
 // clientAppendDataFrames appends p as DATA frames of at most maxFrame.
