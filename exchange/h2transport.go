@@ -80,8 +80,8 @@ func (x *H2Transport) Reset(pool *upstream.H2Pool, ctx context.Context, key uint
 	x.Pool, x.Ctx, x.Key, x.Body = pool, ctx, key, nil
 	x.Status, x.Fields = 0, nil
 	x.scratch = x.scratch[:0]
-	fields := x.Head.Fields[:0]
-	x.Head = h2.RequestHead{Fields: fields}
+	clear(x.Head.Fields) // the last request's strings: pin none of its buffers
+	x.Head = h2.RequestHead{Fields: x.Head.Fields[:0]}
 }
 
 // Try opens the n-th try's stream and waits for its response head

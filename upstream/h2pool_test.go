@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,5 +190,111 @@ func TestH2PoolGoAwayRetiresConnection(t *testing.T) {
 	}
 	if n := len(peer.conns); n != 2 {
 		t.Errorf("%d connections, want 2 (one new after the GOAWAY)", n)
+	}
+}
+
+// TestH2PoolNewConnectionAtStreamLimit: when the endpoint's connections
+// are all at its MAX_CONCURRENT_STREAMS, a try gets a new connection
+// rather than waiting; once streams end, the connections are reused
+// (no third one), and CloseIdle closes those without streams.
+func TestH2PoolNewConnectionAtStreamLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	// The first stream is answered at once; the others once gate is
+	// closed, so that two are open together.
+	gate := make(chan struct{})
+	var streams atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				pre := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(c, pre); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				var wmu sync.Mutex // the answers' goroutines and the loop write
+				fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1})
+				var hbuf strings.Builder
+				enc := hpack.NewEncoder(&hbuf)
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+				block := []byte(hbuf.String())
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							wmu.Lock()
+							fr.WriteSettingsAck()
+							wmu.Unlock()
+						}
+					case *http2.HeadersFrame:
+						id := f.StreamID
+						first := streams.Add(1) == 1
+						go func() {
+							if !first {
+								<-gate
+							}
+							wmu.Lock()
+							defer wmu.Unlock()
+							fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true, EndStream: true})
+						}()
+					}
+				}
+			}(c)
+		}
+	}()
+	wc := newWorkerCluster(t, config.Cluster{Endpoints: []string{ln.Addr().String()}, HTTP2: true}, 0)
+	pool := NewH2Pool(wc, H2PoolOptions{})
+	t.Cleanup(pool.CloseAll)
+	head := &h2.RequestHead{Method: "GET", Scheme: "http", Authority: "x", Path: "/", EndStream: true}
+	open := func() *H2Stream {
+		t.Helper()
+		s := &H2Stream{}
+		if err := pool.Open(context.Background(), 0, -1, false, time.Now().Add(5*time.Second), head, s); err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	}
+	finish := func(s *H2Stream) {
+		t.Helper()
+		if st, _, err := s.Stream.ResponseHead(); err != nil || st != 200 {
+			t.Fatalf("response: %d, %v", st, err)
+		}
+		s.Finish()
+	}
+	connections := func() int {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		return len(pool.all)
+	}
+	// A first exchange, so that the peer's SETTINGS (limit 1) are in.
+	finish(open())
+	a := open()
+	b := open() // the only connection is at its limit: a second one
+	if n := connections(); n != 2 {
+		t.Fatalf("%d connections for 2 concurrent streams at a limit of 1, want 2", n)
+	}
+	close(gate)
+	finish(a)
+	finish(b)
+	finish(open())
+	if n := connections(); n != 2 {
+		t.Errorf("%d connections after the streams ended, want the 2 reused", n)
+	}
+	pool.CloseIdle()
+	if n := connections(); n != 0 {
+		t.Errorf("%d connections left after CloseIdle with no stream open, want 0", n)
 	}
 }
