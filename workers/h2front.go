@@ -157,7 +157,12 @@ type h2StreamState struct {
 	scratch []byte
 	pumpBuf []byte // the streamed body's trailers (its pump's own)
 	xchg    h2StreamExchange
-	rec     accesslog.Record
+	// An HTTP/2 upstream's exchange (h2front_h2.go).
+	up    exchange.H2Transport
+	tries exchange.Tries
+	body  h2StreamBody
+	watch h2ResetWatch
+	rec   accesslog.Record
 }
 
 var h2StreamStates = sync.Pool{New: func() any {

@@ -41,10 +41,10 @@ var layers = map[string][]string{
 	"internal/conventions": nil,
 
 	"tlsconf":  {"config", "stats"},
-	"upstream": {"config", "stats"},
+	"upstream": {"config", "stats", "workers/h2"},
 	// The exchange core: one proxied request, whatever the protocols;
 	// below the front ends and workers that run it, above the transports.
-	"exchange": {"upstream", "workers/http1"},
+	"exchange": {"upstream", "workers/h2", "workers/http1"},
 	"workers": {"config", "exchange", "stats", "upstream", "internal/accesslog", "internal/ratelog",
 		"workers/http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.

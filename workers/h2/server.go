@@ -244,6 +244,7 @@ type ServerConn struct {
 	wb           writeBuf
 	enc          *hpack.Encoder
 	encBuf       bytes.Buffer
+	encStrings   fieldInterner // the strings enc may keep (guarded by mu, as enc)
 	queuedCtl    int
 	resets       tokenBucket
 	empties      tokenBucket

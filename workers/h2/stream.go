@@ -244,7 +244,9 @@ func (sc *ServerConn) writeHeadersLocked(st *Stream, status int, fields []hpack.
 		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
 			continue // forbidden in HTTP/2 (§8.2.2)
 		}
-		sc.enc.WriteField(f)
+		// A handler's fields may be over its buffers (a proxy's
+		// upstream response head, read in place).
+		sc.enc.WriteField(sc.encStrings.field(f))
 	}
 	block := sc.encBuf.Bytes()
 	maxFrame := int(sc.peer.maxFrameSize)
