@@ -39,12 +39,17 @@ type h2StreamExchange struct {
 	method     []byte // for the response's framing (HEAD)
 	in         exchange.ReadBuffer
 	// pump reports the streamed body's end; nil while none runs.
-	pump     chan error
-	tries    exchange.Tries
-	key      uint64 // hash_on key
-	sent     int64  // body bytes written to the client
-	flushed  bool   // nothing written since the last Flush
-	headSent bool   // a response head went to the client
+	pump  chan error
+	tries exchange.Tries
+	key   uint64 // hash_on key
+	sent  int64  // body bytes written to the client
+	// last is a response's last bytes, which copyLength leaves for the
+	// frame that ends the stream, written once the upstream connection
+	// is back in its pool: a client that sends its next request as soon
+	// as the stream ends must find it there, not dial another.
+	last     []byte
+	flushed  bool // nothing written since the last Flush
+	headSent bool // a response head went to the client
 }
 
 func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route, wc *upstream.WorkerCluster, start time.Time, out *streamOutcome) {
@@ -485,6 +490,12 @@ func (x *h2StreamExchange) forwardResponse() bool {
 		x.up.Release(upClean)
 		x.up = nil
 	} // else stopPump settles it
+	if last := x.last; last != nil && err == nil {
+		// x.in.B is the exchange's own buffer, not the connection's.
+		x.last = nil
+		err = x.writeLast(last)
+	}
+	x.last = nil
 	return err == nil
 }
 
@@ -529,12 +540,10 @@ func (x *h2StreamExchange) copyLength(n int64) error {
 		p := x.in.B[x.in.R : x.in.R+int(k)]
 		var err error
 		if k == n {
-			// The last bytes go out in the frame that ends the stream.
-			err = x.writeLast(p)
-		} else {
-			err = x.write(p)
-		}
-		if err != nil {
+			// The last bytes go out in the frame that ends the stream,
+			// after the upstream connection is released (x.last).
+			x.last = p
+		} else if err = x.write(p); err != nil {
 			return err
 		}
 		x.in.R += int(k)
