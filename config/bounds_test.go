@@ -93,6 +93,9 @@ func boundCase(t *testing.T, path, value string) (data, key string) {
 			return webOK + "[listeners.tls]\ncertificates = [{ cert = \"../examples/tls/a.example.com.pem\", key = \"../examples/tls/a.example.com.key\" }]\n" +
 					strings.TrimPrefix(path, "listeners.tls.") + " = " + value + "\n" + clusterC,
 				`listeners[0] ("web").tls.` + strings.TrimPrefix(path, "listeners.tls.")
+		case "listeners.routes.weighted_clusters.weight":
+			return httpWith(`{ prefix = "/", weighted_clusters = [{ cluster = "c", weight = ` + value + ` }] }`),
+				`listeners[0] ("web").routes[0].weighted_clusters[0].weight`
 		case "listeners.access_log.queue_size":
 			return webOK + "[[listeners.access_log]]\npath = \"/tmp/a.log\"\nqueue_size = " + value + "\n" + clusterC,
 				`listeners[0] ("web").access_log[0].queue_size`

@@ -167,7 +167,7 @@ var conditionalDefaults = map[string]conditionalDefault{
 	// Only a route that retries has a number of retries.
 	"listeners.routes.num_retries": func(ts []reflect.Value) (any, bool) {
 		r := ts[len(ts)-1].Interface().(Route)
-		return new(DefaultNumRetries), r.Cluster != "" && len(r.RetryOn) > 0
+		return new(DefaultNumRetries), r.ProxiesToCluster() && len(r.RetryOn) > 0
 	},
 	// 0 (left out) is the listener's request_timeout.
 	"listeners.routes.timeout": func(ts []reflect.Value) (any, bool) {

@@ -1,5 +1,7 @@
 package config
 
+import "slices"
+
 // AccessLog is one access-log file of a listener.
 type AccessLog struct {
 	// Path is the file, opened with O_APPEND (created 0640) and opened
@@ -34,9 +36,17 @@ type Route struct {
 	Prefix string `toml:"prefix,omitempty" json:"prefix,omitempty"`
 	Path   string `toml:"path,omitempty" json:"path,omitempty"`
 
-	// Exactly one action: a cluster, or a direct response.
-	Cluster        string          `toml:"cluster,omitempty" json:"cluster,omitempty"`
-	DirectResponse *DirectResponse `toml:"direct_response,omitempty" json:"direct_response,omitempty"`
+	// Headers are request header fields that must all match too (AND).
+	Headers []HeaderMatch `toml:"headers,omitempty" json:"headers,omitempty"`
+
+	// Exactly one action: a cluster, a weighted split over clusters, or
+	// a direct response.
+	Cluster string `toml:"cluster,omitempty" json:"cluster,omitempty"`
+	// WeightedClusters splits the route's requests over clusters: each
+	// request goes to one of them, picked at random in proportion to
+	// its weight.
+	WeightedClusters []WeightedCluster `toml:"weighted_clusters,omitempty" json:"weighted_clusters,omitempty"`
+	DirectResponse   *DirectResponse   `toml:"direct_response,omitempty" json:"direct_response,omitempty"`
 
 	// Timeout bounds a proxied request from its first byte to the end
 	// of the response head, retries included; 0: the listener's
@@ -61,6 +71,73 @@ type Route struct {
 	// bytes both ways to an endpoint of Cluster (path and prefix do not
 	// apply to them). Without it CONNECT is refused with 405.
 	Connect bool `toml:"connect,omitzero" json:"connect,omitempty"`
+}
+
+// ProxiesToCluster reports whether the route's action sends requests to
+// a cluster (cluster or weighted_clusters), not a direct response.
+func (r *Route) ProxiesToCluster() bool { return r.Cluster != "" || len(r.WeightedClusters) > 0 }
+
+// ClusterNames lists the clusters the route sends requests to: its
+// cluster, or those of its weighted split (nil for a direct response).
+func (r *Route) ClusterNames() []string {
+	if r.Cluster != "" {
+		return []string{r.Cluster}
+	}
+	names := make([]string, 0, len(r.WeightedClusters))
+	for _, w := range r.WeightedClusters {
+		names = append(names, w.Cluster)
+	}
+	return names
+}
+
+// Clone returns a copy of r that shares no slice or pointer with it.
+func (r Route) Clone() Route {
+	r.RetryOn = slices.Clone(r.RetryOn)
+	r.WeightedClusters = slices.Clone(r.WeightedClusters)
+	r.Headers = slices.Clone(r.Headers)
+	for i := range r.Headers {
+		if e := r.Headers[i].Exact; e != nil {
+			r.Headers[i].Exact = new(*e)
+		}
+	}
+	if r.NumRetries != nil {
+		r.NumRetries = new(*r.NumRetries)
+	}
+	if r.DirectResponse != nil {
+		d := *r.DirectResponse
+		r.DirectResponse = &d
+	}
+	return r
+}
+
+// HeaderMatch is one request header field a route requires (Envoy's
+// HeaderMatcher, in part). Name is matched without case; a field that
+// occurs more than once is matched on its values joined with ",", as
+// Envoy does (RFC 9110 5.3: the same meaning). Exactly one of Exact,
+// Prefix and Present is given. ":method" matches the request method,
+// over HTTP/1.1 and HTTP/2 alike, and "host" the Host field or, over
+// HTTP/2, :authority.
+type HeaderMatch struct {
+	Name string `toml:"name" json:"name"`
+	// Exact: the value is this string (it may be empty).
+	Exact *string `toml:"exact,omitempty" json:"exact,omitempty"`
+	// Prefix: the value starts with this (not empty) string.
+	Prefix string `toml:"prefix,omitempty" json:"prefix,omitempty"`
+	// Present: the field is there, whatever its value.
+	Present bool `toml:"present,omitzero" json:"present,omitempty"`
+	// IgnoreCase compares exact and prefix without ASCII case.
+	IgnoreCase bool `toml:"ignore_case,omitzero" json:"ignore_case,omitempty"`
+	// Invert matches a request that the test does not match. As in
+	// Envoy, a field that is absent fails exact and prefix whether
+	// inverted or not; present = true with invert = true matches a
+	// request without the field.
+	Invert bool `toml:"invert,omitzero" json:"invert,omitempty"`
+}
+
+// WeightedCluster is one cluster of a route's weighted split.
+type WeightedCluster struct {
+	Cluster string `toml:"cluster" json:"cluster"`
+	Weight  int    `toml:"weight" json:"weight" bound:"1..1000000" note:"a share of the route's requests, weight/total; there is no default"`
 }
 
 // DirectResponse is answered by the proxy itself. Body may contain

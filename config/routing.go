@@ -16,11 +16,11 @@ import (
 // try has no bound of its own.
 func (v *validator) retries(key string, r *Route, requestTimeout Duration) {
 	retrySet := len(r.RetryOn) > 0 || r.NumRetries != nil || r.PerTryTimeout != 0 || r.RetryNonIdempotent || r.Timeout != 0
-	if r.Cluster == "" && retrySet {
+	if !r.ProxiesToCluster() && retrySet {
 		v.ps.add(key, "timeout and retry keys apply to a route with a cluster, not to a direct_response; remove them")
 		return
 	}
-	if r.Cluster == "" {
+	if !r.ProxiesToCluster() {
 		return
 	}
 	for i, c := range r.RetryOn {

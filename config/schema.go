@@ -92,7 +92,8 @@ func schemaOf(t reflect.Type, path, title string) *table {
 		switch {
 		case ft == durationType:
 			f.kind = kDuration
-		case ft.Kind() == reflect.String:
+		case ft.Kind() == reflect.String, ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.String:
+			// *string: a key whose "" is a value, not its absence.
 			f.kind = kString
 		case ft.Kind() == reflect.Int, ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Int:
 			// *int: a key whose 0 means something other than its default.

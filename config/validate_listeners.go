@@ -95,15 +95,33 @@ func (v *validator) route(key string, r *Route) {
 		}
 	}
 	if r.Connect && r.Cluster == "" {
-		v.ps.add(key+".connect", "true needs cluster = \"NAME\": a CONNECT tunnel goes to an endpoint of a cluster")
+		v.ps.add(key+".connect", "true needs cluster = \"NAME\": a CONNECT tunnel goes to an endpoint of a cluster (not a direct_response or weighted_clusters)")
+	}
+	for h := range r.Headers {
+		v.headerMatch(key+"."+itemKey("headers", h, r.Headers[h].Name), &r.Headers[h])
+	}
+	var actions []string
+	if r.Cluster != "" {
+		actions = append(actions, "cluster")
+	}
+	if len(r.WeightedClusters) > 0 {
+		actions = append(actions, "weighted_clusters")
+	}
+	if r.DirectResponse != nil {
+		actions = append(actions, "direct_response")
 	}
 	switch {
-	case r.Cluster == "" && r.DirectResponse == nil:
-		v.ps.add(key, "needs an action: cluster = \"NAME\" or direct_response = { status = 200, body = \"...\" }")
-	case r.Cluster != "" && r.DirectResponse != nil:
-		v.ps.add(key, "has both cluster (%s) and direct_response; keep one", quote(r.Cluster))
+	case len(actions) == 0:
+		v.ps.add(key, "needs an action: cluster = \"NAME\", weighted_clusters = [{ cluster = \"A\", weight = 3 }, { cluster = \"B\", weight = 1 }] or direct_response = { status = 200, body = \"...\" }")
+	case len(actions) > 1:
+		if r.Cluster != "" {
+			actions[0] = "cluster (" + quote(r.Cluster) + ")"
+		}
+		v.ps.add(key, "has both %s; keep one", strings.Join(actions, " and "))
 	case r.Cluster != "":
 		v.clusterRef(key+".cluster", r.Cluster)
+	case len(r.WeightedClusters) > 0:
+		v.weightedClusters(key+".weighted_clusters", r.WeightedClusters)
 	default:
 		dr := r.DirectResponse
 		if v.inBounds(key+".direct_response.status") && (dr.Status == 204 || dr.Status == 304) && dr.Body != "" {
@@ -115,4 +133,78 @@ func (v *validator) route(key string, r *Route) {
 			}
 		}
 	}
+}
+
+// weightedClusters checks a route's weighted split: every cluster named
+// and known, once; the weights' own bounds are declared on the field.
+func (v *validator) weightedClusters(key string, ws []WeightedCluster) {
+	seen := map[string]int{}
+	for i, w := range ws {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		switch {
+		case w.Cluster == "":
+			v.ps.add(k+".cluster", "missing: the cluster this share of the requests goes to")
+			continue
+		default:
+			v.clusterRef(k+".cluster", w.Cluster)
+		}
+		if j, ok := seen[w.Cluster]; ok {
+			v.ps.add(k+".cluster", "%s: already in %s[%d]; add the weights into one entry", quote(w.Cluster), key, j)
+		}
+		seen[w.Cluster] = i
+	}
+}
+
+// headerMatch checks one header field a route requires.
+func (v *validator) headerMatch(key string, h *HeaderMatch) {
+	switch {
+	case h.Name == "":
+		v.ps.add(key+".name", "missing: the header field to match, like name = \"x-canary\" or name = \":method\"")
+	case strings.HasPrefix(h.Name, ":"):
+		if h.Name != HeaderMethod {
+			v.ps.add(key+".name", "%s: of the pseudo-header fields only %q can be matched (match the path with prefix or path, the host with host)", quote(h.Name), HeaderMethod)
+		}
+	case !isFieldName(h.Name):
+		v.ps.add(key+".name", "%s: not a header field name (letters, digits and !#$%%&'*+-.^_`|~, RFC 9110 5.1)", quote(h.Name))
+	}
+	var tests []string
+	if h.Exact != nil {
+		tests = append(tests, "exact")
+	}
+	if h.Prefix != "" {
+		tests = append(tests, "prefix")
+	}
+	if h.Present {
+		tests = append(tests, "present")
+	}
+	switch {
+	case len(tests) == 0:
+		v.ps.add(key, "needs one test: exact = \"VALUE\", prefix = \"VALUE\" or present = true")
+	case len(tests) > 1:
+		v.ps.add(key, "has %s; keep one test", strings.Join(tests, " and "))
+	case h.IgnoreCase && h.Present:
+		v.ps.add(key+".ignore_case", "does nothing with present; remove it")
+	}
+}
+
+// HeaderMethod is the pseudo-header field a route's headers may match:
+// the request method, over HTTP/1.1 as over HTTP/2.
+const HeaderMethod = ":method"
+
+// isFieldName reports whether s is a token (RFC 9110 5.6.2), what a
+// header field name is.
+func isFieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/upstream"
+	"github.com/hotproxy/hotproxy/workers/h2"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -105,6 +106,7 @@ type Tries struct {
 	idempotent bool
 	tries      int
 	staleUsed  bool
+	refused    bool // a refused HTTP/2 stream was sent again for free
 	counted    bool // a retry was counted in upstream_rq_retry
 
 	// Retries is how many times the request was sent again, for the
@@ -167,6 +169,24 @@ func (t *Tries) Next(err error, status int, try Try) Verdict {
 		case try.Endpoint < 0 || !Blames(err):
 			// No endpoint to blame: a breaker, the client gone or
 			// its body malformed.
+			return Fail
+		case h2.IsRetrySafe(err):
+			// The upstream never processed it (REFUSED_STREAM, a
+			// stream above a GOAWAY's last-stream-id: RFC 9113 §8.7):
+			// safe whatever the method, once for free (as x/net's
+			// transport did), then as retry_on says; not the
+			// endpoint's failure.
+			switch {
+			case !t.replayable || !t.inTime():
+				return Fail
+			case !t.refused:
+				t.refused = true
+				t.Retries++
+				return Retry
+			case t.left > 0 && t.policy.On&(RetryConnectFailure|RetryReset|Retry5xx) != 0:
+				t.retry()
+				return Retry
+			}
 			return Fail
 		case first && !t.staleUsed && try.Stale && t.staleRetryable(err):
 			t.staleUsed = true

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/upstream"
+	"github.com/hotproxy/hotproxy/workers/h2"
 	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
@@ -198,5 +199,39 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if tr.Retries != 2 || acct.retries != 1 || acct.successes != 1 {
 		t.Errorf("Retries %d, upstream_rq_retry %d, success %d; want 2, 1, 1", tr.Retries, acct.retries, acct.successes)
+	}
+}
+
+// TestTriesRefusedStreamRetriedOnceFree: an HTTP/2 stream the upstream
+// refused (REFUSED_STREAM, above a GOAWAY's last-stream-id) was never
+// processed: a replayable request is sent again whatever its method and
+// with no retry policy, once, not counted against num_retries nor
+// reported to outlier detection; a second refusal follows retry_on; a
+// request whose body streamed cannot be sent again.
+func TestTriesRefusedStreamRetriedOnceFree(t *testing.T) {
+	refused := fmt.Errorf("try: %w", &h2.ClientRefusedError{StreamID: 1, Reason: "peer reset it with REFUSED_STREAM"})
+	tr, acct := start(t, RetryPolicy{}, true, false) // a POST, no policy
+	if v := tr.Next(refused, 0, Try{Endpoint: 0}); v != Retry {
+		t.Fatalf("refused POST: %v, want Retry", v)
+	}
+	if v := tr.Next(refused, 0, Try{Endpoint: 0}); v != Fail {
+		t.Fatalf("refused again with no policy: %v, want Fail", v)
+	}
+	if acct.retries != 0 || len(acct.reports) != 0 || tr.Retries != 1 {
+		t.Errorf("retries %d, reports %v, Retries %d: want 0, none, 1", acct.retries, acct.reports, tr.Retries)
+	}
+
+	tr, acct = start(t, RetryPolicy{On: RetryReset, Num: 1}, true, false)
+	tr.Next(refused, 0, Try{Endpoint: 0})
+	if v := tr.Next(refused, 0, Try{Endpoint: 1}); v != Retry {
+		t.Fatalf("second refusal with retry_on reset: %v, want Retry", v)
+	}
+	if v := tr.Next(nil, 200, Try{Endpoint: 0}); v != Accept || acct.retries != 1 {
+		t.Fatalf("200: %v with %d retries counted, want Accept and 1", v, acct.retries)
+	}
+
+	tr, _ = start(t, RetryPolicy{On: RetryReset, Num: 3}, false, true)
+	if v := tr.Next(refused, 0, Try{Endpoint: 0}); v != Fail {
+		t.Errorf("refused streamed body: %v, want Fail (it cannot be sent again)", v)
 	}
 }

@@ -3,12 +3,10 @@ package exchange
 import "time"
 
 // UpstreamTransport is the seam below the core: one try of one request on
-// an upstream, whatever protocol the upstream speaks. Today it is
-// implemented per pair of protocols in workers (an HTTP/1.1 client's
-// exchange over the HTTP/1.1 pool, an HTTP/2 client's over the same
-// pool, any client's over the HTTP/2 multiplexed pool,
-// upstream.H2Pool); a transport on workers/h2's ClientConn.OpenStream
-// plugs in here with no change to RoundTrip or Tries.
+// an upstream, whatever protocol the upstream speaks: an HTTP/1.1
+// client's exchange over the HTTP/1.1 pool and an HTTP/2 client's over
+// the same pool (in workers, over their front ends' buffers), and any
+// client's over the HTTP/2 multiplexed pool (H2Transport, here).
 type UpstreamTransport interface {
 	// Try sends the request once: the n-th try (0: the first), to an
 	// endpoint the cluster's balancer picks, avoiding endpoint avoid

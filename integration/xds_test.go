@@ -87,6 +87,9 @@ type xdsSnapshot struct {
 	Clusters map[string][]string
 	// Extra is added to the cluster named by its key, as JSON fields.
 	Extra map[string]map[string]any
+	// RawRoutes: listener name → Envoy's JSON of its routes, used
+	// instead of Routes[name] when set (header matches, splits).
+	RawRoutes map[string][]any
 	// Secrets: name → certificate and key PEM (SDS). A listener whose
 	// name is a secret's serves TLS with it.
 	Secrets map[string][2]string
@@ -156,10 +159,19 @@ func (s xdsSnapshot) json(t testing.TB, version int) []byte {
 			}}})},
 		})
 	}
-	for name, rs := range s.Routes {
-		var list []any
-		for _, r := range rs {
-			list = append(list, map[string]any{"match": map[string]any{"prefix": r[0]}, "route": map[string]any{"cluster": r[1]}})
+	routeNames := map[string]bool{}
+	for name := range s.Routes {
+		routeNames[name] = true
+	}
+	for name := range s.RawRoutes {
+		routeNames[name] = true
+	}
+	for name := range routeNames {
+		list := s.RawRoutes[name]
+		if list == nil {
+			for _, r := range s.Routes[name] {
+				list = append(list, map[string]any{"match": map[string]any{"prefix": r[0]}, "route": map[string]any{"cluster": r[1]}})
+			}
 		}
 		routes = append(routes, map[string]any{"name": name,
 			"virtual_hosts": []any{map[string]any{"name": "all", "domains": []string{"*"}, "routes": list}}})

@@ -31,7 +31,7 @@ func TestTableMatch(t *testing.T) {
 		{"example.com", "/x", "secure.example.com", 2},
 		{"[::1]:80", "/", "", 2},
 	} {
-		r := tbl.Match(tc.host, tc.path, tc.sni)
+		r := tbl.Match(tc.host, tc.path, tc.sni, nil)
 		got := -1
 		if r != nil {
 			got = r.Index
@@ -40,10 +40,10 @@ func TestTableMatch(t *testing.T) {
 			t.Errorf("Match(%q, %q, %q) = route %d, want %d", tc.host, tc.path, tc.sni, got, tc.want)
 		}
 	}
-	if r := tbl.MatchConnect("db.internal:5432", ""); r == nil || r.Index != 2 {
+	if r := tbl.MatchConnect("db.internal:5432", "", nil); r == nil || r.Index != 2 {
 		t.Errorf("MatchConnect = %v, want route 2 (the only one with connect)", r)
 	}
-	if r := (Table{}).Match("a", "/", ""); r != nil {
+	if r := (Table{}).Match("a", "/", "", nil); r != nil {
 		t.Errorf("an empty table matched %v", r)
 	}
 }

@@ -24,8 +24,12 @@ const (
 	HostWildcard // host holds ".example.com"
 )
 
-// Route is one compiled route. Exactly one of Cluster and Direct is set.
+// Route is one compiled route. Exactly one of Cluster, Split and Direct
+// is set.
 type Route struct {
+	// Index is the route's place in its listener's targets (its routes,
+	// then the routes of the weighted splits' clusters) and so in a
+	// worker's view of their clusters.
 	Index    int
 	HostKind HostMatch
 	Host     string // lower case, no port
@@ -37,6 +41,11 @@ type Route struct {
 	// serverName matches the TLS connection's SNI (any: server_name is
 	// not set).
 	ServerName HostPattern
+	// Headers must all match too; none: no field is looked at.
+	Headers []HeaderMatcher
+	// Split is a weighted_clusters action: Match hands out one of its
+	// routes, each a copy of this one for one cluster.
+	Split *ClusterSplit
 
 	// For a cluster: the route's timeout (resolved: its own, or the
 	// listener's request_timeout), its retry policy, and what its

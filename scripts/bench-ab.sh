@@ -2,7 +2,8 @@
 # Interleaved A/B of two hotproxy builds, for changes of a few per cent
 # that a single run of scripts/bench-peers.sh cannot see on a busy
 # machine: both builds run at once, each pinned to CPU 0 with
-# GOMAXPROCS=1, the benchmark backend and wrk -t1 -c64 on CPU 1; rounds
+# GOMAXPROCS=1, the benchmark backend and wrk -t1 -c64 (h2: h2load -t1
+# -c16 -m10 over TLS 1.3 with ALPN h2, as bench-peers.sh's h2 mode) on CPU 1; rounds
 # alternate the order, and each round's CPU per request (all threads of
 # the process, from /proc/PID/task/*/schedstat) of B is divided by A's of
 # the same round. Prints per mode the medians, the paired ratio's median
@@ -11,8 +12,11 @@
 #   scripts/bench-ab.sh BIN_A BIN_B
 #   ROUNDS=30 DURATION=1s MODES="keepalive close" scripts/bench-ab.sh old/hotproxy bin/hotproxy
 #
+#   ROUNDS=10 DURATION=4s MODES=h2 scripts/bench-ab.sh old/hotproxy bin/hotproxy
+#
 # Environment (defaults in brackets): ROUNDS [30], DURATION [1s],
-# MODES [keepalive close], PORT_BASE [19390], OUT [a new /tmp/bench-ab.XXXXXX].
+# MODES [keepalive close; h2 also], PORT_BASE [19390, uses up to +14],
+# OUT [a new /tmp/bench-ab.XXXXXX].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -25,6 +29,17 @@ rounds=${ROUNDS:-30} d=${DURATION:-1s} modes=${MODES:-"keepalive close"} port_ba
 out=${OUT:-$(mktemp -d /tmp/bench-ab.XXXXXX)}
 mkdir -p "$out"
 command -v wrk >/dev/null || bench_apt_install wrk
+h2_wanted=0
+[[ " $modes " == *" h2 "* ]] && h2_wanted=1
+if [ "$h2_wanted" = 1 ]; then
+	command -v h2load >/dev/null || bench_apt_install nghttp2-client
+	# A self-signed ECDSA P-256 certificate, as bench-peers.sh's h2 mode
+	# (h2load does not verify it).
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj "/CN=a.example.com" -addext "subjectAltName=IP:127.0.0.1" \
+		-keyout "$out/h2.key" -out "$out/h2.pem" 2>"$out/openssl.log" ||
+		{ echo "bench-ab: openssl could not make the h2 certificate: $(tail -3 "$out/openssl.log")" >&2; exit 1; }
+fi
 go build -o "$out/" ./scripts/benchbackend
 
 pids=()
@@ -35,9 +50,27 @@ taskset -c 1 "$out/benchbackend" -addr "$backend" >"$out/backend.log" 2>&1 &
 pids+=($!)
 bench_wait_http "http://$backend/" || { echo "bench-ab: the backend did not start" >&2; exit 1; }
 
-declare -A port pid
+declare -A port pid h2port
 port[A]=$((port_base + 1)) port[B]=$((port_base + 2))
+h2port[A]=$((port_base + 3)) h2port[B]=$((port_base + 4))
 for v in A B; do
+	h2listener=""
+	[ "$h2_wanted" = 1 ] && h2listener="[[listeners]]
+name = \"h2\"
+address = \"127.0.0.1:${h2port[$v]}\"
+protocol = \"http\"
+idle_timeout = \"120s\"
+  [listeners.tls]
+  certificates = [{ cert = \"$out/h2.pem\", key = \"$out/h2.key\" }]
+  min_version = \"1.3\"
+  alpn = [\"h2\"]
+  [[listeners.routes]]
+  prefix = \"/\"
+  cluster = \"backend_h2\"
+[[clusters]]
+name = \"backend_h2\"
+endpoints = [\"$backend\"]
+max_idle_per_endpoint = 256"
 	cat >"$out/$v.toml" <<TOML
 [server]
 concurrency = 1
@@ -59,6 +92,7 @@ idle_timeout = "120s"
 name = "backend"
 endpoints = ["$backend"]
 max_idle_per_endpoint = 64
+$h2listener
 TOML
 	taskset -c 0 env GOMAXPROCS=1 "${bin[$v]}" serve -c "$out/$v.toml" --base-id $((30000 + $$ % 1000 + ${#v} + port[$v] % 7)) >"$out/$v.log" 2>&1 &
 	pid[$v]=$!
@@ -85,7 +119,14 @@ for r in $(seq "$rounds"); do
 		[ $((r % 2)) = 0 ] && order="B A"
 		for v in $order; do
 			before=$(cpu_ns "${pid[$v]}")
-			wrk_out=$(taskset -c 1 wrk -t1 -c64 -d"$d" "${args[@]}" "http://127.0.0.1:${port[$v]}/")
+			if [ "$mode" = h2 ]; then
+				# Printed in wrk's words, for the parser below.
+				wrk_out=$(taskset -c 1 h2load -t1 -c16 -m10 -D"$d" --npn-list h2 "https://127.0.0.1:${h2port[$v]}/" |
+					awk '/^finished in/ {secs = $3 + 0; rps = $4} /^requests:/ {n = $8; e = $10 + $12 + $14}
+						/^status codes:/ {e += $5 + $7 + $9} END {printf "%d requests in %ss\nRequests/sec: %s\nNon-2xx %d\n", n, secs, rps, e}')
+			else
+				wrk_out=$(taskset -c 1 wrk -t1 -c64 -d"$d" "${args[@]}" "http://127.0.0.1:${port[$v]}/")
+			fi
 			after=$(cpu_ns "${pid[$v]}")
 			awk -v r="$r" -v m="$mode" -v v="$v" -v c=$((after - before)) '
 				/ requests in / {n = $1}

@@ -21,13 +21,22 @@ import (
 // when there is another. It fails with ErrNoEndpoint for a cluster with
 // none.
 func (wc *WorkerCluster) PickEndpoints(key uint64, avoid int) ([]int, error) {
+	return wc.pickEndpointsInto(nil, key, avoid)
+}
+
+// pickEndpointsInto is PickEndpoints appending to dst[:0], so that a
+// caller with a buffer of its own allocates nothing.
+func (wc *WorkerCluster) pickEndpointsInto(dst []int, key uint64, avoid int) ([]int, error) {
 	if wc.n == 0 {
 		return nil, fmt.Errorf("cluster %q: %w", wc.name, ErrNoEndpoint)
 	}
 	usable := wc.hosts().usable
 	n := len(usable)
 	first := wc.bal.pick(usable, key)
-	order := make([]int, 0, n)
+	order := dst[:0]
+	if order == nil {
+		order = make([]int, 0, n)
+	}
 	for k := range n {
 		i := int(usable[(first+k)%n])
 		if i == avoid && n > 1 {
@@ -90,31 +99,40 @@ func (m *multiplexedConn) Close() error {
 // response is done with, gives it all back. Past a breaker it fails at
 // once with an OverflowError.
 func (wc *WorkerCluster) StartRequest(i int, retry bool) (end func(), err error) {
+	if err := wc.startStream(i, retry); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { wc.endStream(i, retry) }) }, nil
+}
+
+// startStream is StartRequest without the closure: endStream(i, retry),
+// called exactly once, gives it back.
+func (wc *WorkerCluster) startStream(i int, retry bool) error {
 	brk := wc.state.breakers
 	if brk != nil {
 		if retry && !take(&brk.retries, brk.maxRetries) {
 			wc.countOverflow(false)
-			return nil, brk.errRetries
+			return brk.errRetries
 		}
 		if !take(&brk.requests, brk.maxRequests) {
 			if retry {
 				brk.retries.n.Add(-1)
 			}
 			wc.countOverflow(false)
-			return nil, brk.errRequests
+			return brk.errRequests
 		}
 	}
 	wc.bal.start(i)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			wc.bal.finish(i)
-			if brk != nil {
-				brk.requests.n.Add(-1)
-				if retry {
-					brk.retries.n.Add(-1)
-				}
-			}
-		})
-	}, nil
+	return nil
+}
+
+func (wc *WorkerCluster) endStream(i int, retry bool) {
+	wc.bal.finish(i)
+	if brk := wc.state.breakers; brk != nil {
+		brk.requests.n.Add(-1)
+		if retry {
+			brk.retries.n.Add(-1)
+		}
+	}
 }

@@ -30,6 +30,9 @@ type acceptor struct {
 	// at least; nil: none kept.
 	hb        *heartbeat
 	beatEvery time.Duration
+	// beatDeadline is the monotime of the listener deadline beat set
+	// last (0: none yet).
+	beatDeadline int64
 }
 
 // accept returns the next connection, holding a connection slot that the

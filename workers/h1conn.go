@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,7 +44,8 @@ const (
 	ioBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
 	// where it should be, so that a busy keep-alive connection resets its
-	// timers about once a second rather than on every request.
+	// timers about once a second rather than on every request; an eighth
+	// of a timeout shorter than 8s (deadlineSlackFor).
 	deadlineSlack = time.Second
 )
 
@@ -94,10 +96,19 @@ type clientConn struct {
 	// reset_connections (overload.go).
 	heldSince, heldBytes, requestsStarted atomic.Int64
 
-	// readable is the idle wait's callback (method value, made once);
-	// waited says whether it has already peeked in this wait.
-	readableFn func(fd uintptr) bool
-	waited     bool
+	// rawFn is the socket's RawConn callback (a method value, made once
+	// per connection: a closure per call would be an allocation per
+	// request); it does rawOp: the idle wait's readable, or a write of
+	// rawBuf (rawN bytes of it written so far, rawErr the write's
+	// error). waited says whether the idle wait has already peeked.
+	rawFn  func(fd uintptr) bool
+	rawOp  rawOp
+	rawBuf []byte
+	rawN   int
+	rawErr error
+	waited bool
+	// headArmed: headReadStep armed the header timeout.
+	headArmed bool
 	// pending is a keep-alive response's last bytes, left by writeLast
 	// for the idle wait to write (nil: none); deferLast says whether the
 	// response being sent may leave them; pendingFailed is that write's
@@ -122,8 +133,9 @@ type clientConn struct {
 	readDeadline  time.Time
 	writeDeadline time.Time
 
-	// readDeadlineMoves counts setReadDeadline's moves (a test reads it).
-	readDeadlineMoves int
+	// readDeadlineMoves and writeDeadlineMoves count setReadDeadline's
+	// and setWriteDeadline's moves (tests read them).
+	readDeadlineMoves, writeDeadlineMoves int
 }
 
 var _ io.Closer = (*clientConn)(nil)
@@ -135,7 +147,7 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 		cc.c = cc.tls
 	}
 	cc.raw, _ = c.SyscallConn()
-	cc.readableFn = cc.readable
+	cc.rawFn = cc.rawStep
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
 	}
@@ -388,14 +400,34 @@ func (cc *clientConn) waitReadable() bool {
 	cc.setReadDeadline(cc.settings.idleTimeout)
 	cc.waited = false
 	cc.pendingFailed = false
-	err := cc.raw.Read(cc.readableFn)
+	cc.rawOp = rawReadable
+	err := cc.raw.Read(cc.rawFn)
 	// EOF or an error shows itself to the read that follows.
 	return err == nil && !cc.pendingFailed
 }
 
-// readable is waitReadable's RawConn.Read callback, made once per
-// connection (a closure per call would be an allocation per request).
-// The poller is edge-triggered and RawConn.Read resets its readiness
+// rawOp is what rawStep does.
+type rawOp uint8
+
+const (
+	rawReadable rawOp = iota // readable: the idle wait
+	rawWrite                 // writeStep: write rawBuf
+	rawHeadRead              // headReadStep: read into rbuf[w:]
+)
+
+// rawStep is the socket's RawConn callback: true when done, false to
+// wait until the socket is ready (or its deadline passes).
+func (cc *clientConn) rawStep(fd uintptr) bool {
+	switch cc.rawOp {
+	case rawWrite:
+		return cc.writeStep(fd)
+	case rawHeadRead:
+		return cc.headReadStep(fd)
+	}
+	return cc.readable(fd)
+}
+
+// readable is waitReadable's callback (rawStep). The poller is edge-triggered and RawConn.Read resets its readiness
 // before the first call, so bytes that arrived before it would never wake
 // a wait: the first call peeks. After a wake the bytes are there (a rare
 // spurious wake makes the read that follows wait, holding a buffer).
@@ -433,9 +465,17 @@ func (cc *clientConn) flushPending() bool {
 	return cc.write(b) == nil
 }
 
+// deadlineSlackFor is how far a deadline for timeout d may be earlier
+// than now+d before it is moved: deadlineSlack, or d/8 for a short d. So
+// a timeout fires at most that much early (a 10s header_timeout between
+// 9s and 10s after its start, a 200ms one between 175 and 200ms), and a
+// deadline left in the past by an earlier exchange is always moved (it
+// is more than d/8 behind).
+func deadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack, d/8) }
+
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if
-// the current one is later than that (too lax) or more than deadlineSlack
-// earlier (too soon).
+// the current one is later than that (too lax) or more than
+// deadlineSlackFor(d) earlier (too soon).
 func (cc *clientConn) setReadDeadline(d time.Duration) {
 	if d <= 0 {
 		if !cc.readDeadline.IsZero() {
@@ -445,21 +485,25 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlack {
+	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlackFor(d) {
 		cc.readDeadline = want
 		cc.readDeadlineMoves++
 		cc.c.SetReadDeadline(want)
 	}
 }
 
+// setWriteDeadline makes the write deadline now+write_timeout, lazily: it
+// moves only when it is more than deadlineSlackFor(write_timeout) earlier
+// than that.
 func (cc *clientConn) setWriteDeadline() {
 	d := cc.settings.writeTimeout
 	if d <= 0 {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlack {
+	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlackFor(d) {
 		cc.writeDeadline = want
+		cc.writeDeadlineMoves++
 		cc.c.SetWriteDeadline(want)
 	}
 }
@@ -478,6 +522,52 @@ func (cc *clientConn) read() error {
 	return err
 }
 
+// readArmingHeaderTimeout reads more of a request head into rbuf[w:],
+// as read does, with the header timeout armed only if the read has to
+// wait: a head that is in the socket already, as nearly every one is,
+// costs no clock read and no timer. *armed says whether it is armed for
+// this head (set when this read arms it). TLS, or no raw socket I/O:
+// armed first, then read.
+func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
+	if !rawIO || cc.tls != nil {
+		cc.setReadDeadline(cc.settings.headerTimeout)
+		*armed = true
+		return cc.read()
+	}
+	cc.rawOp, cc.rawN, cc.rawErr, cc.headArmed = rawHeadRead, 0, nil, false
+	err := cc.raw.Read(cc.rawFn)
+	*armed = cc.headArmed
+	n := cc.rawN
+	if n > 0 {
+		cc.w += n
+		cc.st.rxBytes.Add(uint64(n))
+		return nil
+	}
+	if err == nil {
+		err = cc.rawErr
+		if err == nil {
+			return io.EOF
+		}
+		err = &net.OpError{Op: "read", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+	}
+	return err
+}
+
+// headReadStep is readArmingHeaderTimeout's callback (rawStep): a read,
+// or on EAGAIN the header timeout armed and a wait.
+func (cc *clientConn) headReadStep(fd uintptr) bool {
+	n, err := readFD(fd, cc.rbuf[cc.w:])
+	if wouldBlock(err) {
+		if !cc.headArmed {
+			cc.setReadDeadline(cc.settings.headerTimeout)
+			cc.headArmed = true
+		}
+		return false
+	}
+	cc.rawN, cc.rawErr = n, err
+	return true
+}
+
 // compact moves the unconsumed bytes to the front of rbuf.
 func (cc *clientConn) compact() {
 	if cc.r > 0 {
@@ -486,8 +576,63 @@ func (cc *clientConn) compact() {
 	}
 }
 
-// write writes b to the client, within the write timeout.
+// write writes b to the client, within the write timeout. A plaintext
+// connection arms its write deadline only when a write would block
+// (writeStep): a response that the socket's buffer takes at once, as
+// nearly all do, costs no clock read and no timer. Once armed, the
+// deadline is kept current before each write (setWriteDeadline), as a
+// deadline left in the past would fail a write that could go through.
 func (cc *clientConn) write(b []byte) error {
+	if !rawIO || cc.tls != nil || cc.settings.writeTimeout <= 0 {
+		return cc.writeConn(b)
+	}
+	if !cc.writeDeadline.IsZero() {
+		cc.setWriteDeadline()
+	}
+	cc.rawOp, cc.rawBuf, cc.rawN, cc.rawErr = rawWrite, b, 0, nil
+	err := cc.raw.Write(cc.rawFn)
+	n := cc.rawN
+	cc.rawBuf = nil
+	if err == nil && cc.rawErr != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("write", cc.rawErr)}
+	}
+	if n > 0 {
+		cc.st.txBytes.Add(uint64(n))
+		cc.sentBytes += int64(n)
+	}
+	return err
+}
+
+// writeStep writes what is left of rawBuf (write's callback, in rawStep).
+// When the socket's buffer is full it arms the write deadline, unless one
+// is armed: the write must then complete within write_timeout of the
+// moment it first had to wait, which is the write's start to within the
+// few microseconds of the non-blocking writes before.
+func (cc *clientConn) writeStep(fd uintptr) bool {
+	for cc.rawN < len(cc.rawBuf) {
+		n, err := writeFD(fd, cc.rawBuf[cc.rawN:])
+		cc.rawN += n
+		switch {
+		case err == nil && n > 0:
+		case wouldBlock(err):
+			if cc.writeDeadline.IsZero() {
+				cc.setWriteDeadline()
+			}
+			return false
+		case err == nil:
+			cc.rawErr = io.ErrShortWrite
+			return true
+		default:
+			cc.rawErr = err
+			return true
+		}
+	}
+	return true
+}
+
+// writeConn writes b through cc.c (TLS, or no raw socket I/O), with the
+// write deadline armed first.
+func (cc *clientConn) writeConn(b []byte) error {
 	cc.setWriteDeadline()
 	n, err := cc.c.Write(b)
 	if n > 0 {
@@ -541,10 +686,9 @@ func (cc *clientConn) readHead(woke bool) bool {
 		// (until a byte is in, the request has not begun): a keep-alive
 		// request then moves no deadline, where arming the header
 		// timeout and then the idle one again cost two timer resets.
-		if first && (cc.r < cc.w || !woke) {
-			cc.setReadDeadline(cc.settings.headerTimeout)
-			first = false
-		}
+		// The header timeout is armed only when a read has to wait
+		// (readArmingHeaderTimeout): first stays true until it is.
+		armNow := first && (cc.r < cc.w || !woke)
 		if cc.w == len(cc.rbuf) {
 			if cc.r == 0 && !cc.growForHead() {
 				// Parse reports 431 before this can happen; a limit
@@ -555,7 +699,14 @@ func (cc *clientConn) readHead(woke bool) bool {
 			cc.compact()
 		}
 		before := cc.w
-		if err := cc.read(); err != nil {
+		if armNow {
+			var armed bool
+			err = cc.readArmingHeaderTimeout(&armed)
+			first = !armed
+		} else {
+			err = cc.read()
+		}
+		if err != nil {
 			if cc.r < cc.w && isTimeout(err) {
 				cc.st.rqTotal.Inc()
 				cc.refuse(408, "request head not received in time")

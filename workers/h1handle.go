@@ -37,10 +37,10 @@ func (cc *clientConn) handle() bool {
 	case req.Connect:
 		// Only a route that says connect = true opens a tunnel: a
 		// route meant for requests never does.
-		rt = lv.routes.MatchConnect(bytesString(req.Target.Bytes(buf)), cc.sni)
+		rt = lv.routes.MatchConnect(bytesString(req.Target.Bytes(buf)), cc.sni, cc)
 	default:
 		ex.path = http1.CleanPath(ex.path[:0], req.Target.Bytes(buf))
-		rt = lv.routes.Match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni)
+		rt = lv.routes.Match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni, cc)
 	}
 	switch {
 	case cc.overloaded(&keep): // overload.go: 503, keep-alive off, shrunk timeouts

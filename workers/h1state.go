@@ -77,6 +77,9 @@ type h1State struct {
 	respChunks http1.ChunkedDecoder
 	xchg       h1Exchange
 	fwd        exchange.ForwardedFields // the upstream head's fields
+	// toH2 is the exchange with an HTTP/2 upstream (h2upstream_h1.go),
+	// made on first use: most connections never need one.
+	toH2 *h1ToH2
 }
 
 var h1States = sync.Pool{New: func() any {

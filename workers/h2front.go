@@ -158,7 +158,12 @@ type h2StreamState struct {
 	scratch []byte
 	pumpBuf []byte // the streamed body's trailers (its pump's own)
 	xchg    h2StreamExchange
-	rec     accesslog.Record
+	// An HTTP/2 upstream's exchange (h2front_h2.go).
+	up    exchange.H2Transport
+	tries exchange.Tries
+	body  h2StreamBody
+	watch h2ResetWatch
+	rec   accesslog.Record
 }
 
 var h2StreamStates = sync.Pool{New: func() any {
@@ -237,7 +242,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	if lv != nil {
 		s.path = http1.CleanPath(s.path[:0], stringBytes(st.Path()))
-		rt = lv.routes.Match(host, bytesString(s.path), cc.sni)
+		rt = lv.routes.Match(host, bytesString(s.path), cc.sni, (*h2RequestFields)(st))
 	}
 	switch {
 	case rt == nil:

@@ -43,12 +43,17 @@ type h2StreamExchange struct {
 	// body is copied (ReadUpstream).
 	bodyDeadline time.Time
 	// pump reports the streamed body's end; nil while none runs.
-	pump     chan error
-	tries    exchange.Tries
-	key      uint64 // hash_on key
-	sent     int64  // body bytes written to the client
-	flushed  bool   // nothing written since the last Flush
-	headSent bool   // a response head went to the client
+	pump  chan error
+	tries exchange.Tries
+	key   uint64 // hash_on key
+	sent  int64  // body bytes written to the client
+	// last is a response's last bytes, which copyLength leaves for the
+	// frame that ends the stream, written once the upstream connection
+	// is back in its pool: a client that sends its next request as soon
+	// as the stream ends must find it there, not dial another.
+	last     []byte
+	flushed  bool // nothing written since the last Flush
+	headSent bool // a response head went to the client
 }
 
 func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route.Route, wc *upstream.WorkerCluster, start time.Time, out *streamOutcome) {
@@ -216,12 +221,11 @@ func (x *h2StreamExchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) 
 		return 0, none, errStreamReset
 	}
 	x.up.SetDeadline(tryDeadline)
-	_, err = x.up.Write(x.s.head)
 	status := 0
-	if err == nil && !x.streaming {
-		if err = x.readResponseHead(); err == nil {
-			status = x.resp.Status
-		}
+	if x.streaming {
+		_, err = x.up.Write(x.s.head)
+	} else if err = x.sendThenReadHead(); err == nil {
+		status = x.resp.Status
 	}
 	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0}, err
 }
@@ -229,6 +233,32 @@ func (x *h2StreamExchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) 
 // Abandon closes the try's connection: a response to repeat is read no
 // further.
 func (x *h2StreamExchange) Abandon() { exchange.AbandonHTTP1(&x.up, &x.in) }
+
+// sendThenReadHead sends the request, whose body (if any) is in the head
+// buffer, and reads the response head without the read(2) that would
+// return EAGAIN right after the write (upstream.Conn.SendThenRead waits
+// first, then reads): one system call and one poller wake fewer per
+// request.
+func (x *h2StreamExchange) sendThenReadHead() error {
+	if x.in.B == nil {
+		x.in.B = getBuf()
+	}
+	if x.in.W == len(x.in.B) {
+		if _, err := x.up.Write(x.s.head); err != nil {
+			return err
+		}
+		return x.readResponseHead()
+	}
+	n, werr, rerr := x.up.SendThenRead(x.s.head, nil, x.in.B[x.in.W:])
+	if werr != nil {
+		return werr
+	}
+	x.in.W += n
+	if n == 0 {
+		return x.ReadFailed(rerr) // as readResponseHead's own read would
+	}
+	return x.readResponseHead()
+}
 
 func (x *h2StreamExchange) readResponseHead() error {
 	if x.in.B == nil {
@@ -456,6 +486,12 @@ func (x *h2StreamExchange) forwardResponse() bool {
 		x.up.Release(upClean)
 		x.up = nil
 	} // else stopPump settles it
+	if last := x.last; last != nil && err == nil {
+		// x.in.B is the exchange's own buffer, not the connection's.
+		x.last = nil
+		err = x.writeLast(last)
+	}
+	x.last = nil
 	return err == nil
 }
 
@@ -479,15 +515,29 @@ func (x *h2StreamExchange) write(p []byte) error {
 	return err
 }
 
+// writeLast is write for the last bytes of a response (h2.Stream.WriteLast).
+func (x *h2StreamExchange) writeLast(p []byte) error {
+	n, err := x.st.WriteLast(p)
+	x.sent += int64(n)
+	x.flushed = false
+	return err
+}
+
 // WriteBody writes a piece of the response body as DATA
-// (exchange.BodySink).
-func (x *h2StreamExchange) WriteBody(p []byte, _ bool) error { return x.write(p) }
+// (exchange.BodySink). The last piece of a body with a length is kept
+// for the frame that ends the stream, which forwardResponse writes once
+// the upstream connection is back in its pool (x.last).
+func (x *h2StreamExchange) WriteBody(p []byte, last bool) error {
+	if last {
+		x.last = p
+		return nil
+	}
+	return x.write(p)
+}
 
 func (x *h2StreamExchange) copyLength(n int64) error {
 	x.bodyDeadline = time.Time{}
 	x.flushed = true
-	// The last bytes go out with the frame that ends the stream, when
-	// ServeH2 returns.
 	return exchange.CopyLength(&x.in, n, x)
 }
 

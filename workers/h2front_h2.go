@@ -1,90 +1,73 @@
 package workers
 
 import (
-	"bytes"
-	"context"
 	"io"
-	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/workers/h2"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // An HTTP/2 stream proxied to an HTTP/2 cluster, through the cluster's
-// multiplexed pool (h2upstream.go, h2upstream_retry.go). The pool is
-// still x/net's client (upstream.H2Pool), which takes an http.Request:
-// this path allocates one per request until the pool runs on workers/h2's
-// ClientConn.
+// multiplexed pool (upstream.H2Pool, on workers/h2's ClientConn) and the
+// exchange core's HTTP/2 transport: the request head is built as header
+// fields straight from the stream's (exchange.ForwardedFields decides
+// what passes), a body the engine buffered whole goes with the HEADERS of
+// every try, a streaming one (gRPC streams) is pumped once, and the
+// response head, body and trailers are copied back as they come. A
+// client that resets its stream resets the upstream one (CANCEL).
 
 func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route.Route, u *h2Upstream, start time.Time, out *streamOutcome) {
 	cc := f.cc
-	ctx, cancel := context.WithCancel(cc.m.ctx)
-	defer cancel()
-	// The client's reset ends the tries.
-	reset, stop := st.Done(), make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-reset:
-			cancel()
-		case <-stop:
-		}
+	x := &s.up
+	x.Reset(u.pool, cc.m.ctx, h2HashKeyOf(&rt.HashOn, st, cc.clientIP))
+	defer func() {
+		x.Finish()
+		x.Reset(nil, nil, 0) // the pool keeps no stream or pool
 	}()
 	host := h2Host(st)
-	req := &http.Request{
-		Method:     st.Method(),
-		URL:        &url.URL{Scheme: u.pool.Scheme(), Host: u.wc.Name(), Opaque: st.Path()},
-		Proto:      "HTTP/2.0",
-		ProtoMajor: 2,
-		Host:       host,
-		Header:     make(http.Header, len(st.Fields())+4),
-	}
+	x.Head.Method, x.Head.Scheme, x.Head.Authority, x.Head.Path = st.Method(), u.pool.Scheme(), host, st.Path()
 	fwd := &s.fwd
 	fwd.Reset(cc.client(), stringBytes(host), true)
 	for _, hf := range st.Fields() {
-		if hf.Name == "host" {
-			continue
-		}
-		if fwd.Take(stringBytes(hf.Name), stringBytes(hf.Value)) {
-			k := http.CanonicalHeaderKey(hf.Name)
-			req.Header[k] = append(req.Header[k], hf.Value)
+		if name, value := stringBytes(hf.Name), stringBytes(hf.Value); fwd.Take(name, value) {
+			x.AddField(name, value)
 		}
 	}
-	addOwnFields(req.Header, fwd)
-	try := h2TryRequest{
-		out:        req,
-		ctx:        ctx,
-		key:        h2HashKeyOf(&rt.HashOn, st, cc.clientIP),
-		replayable: true,
-		idempotent: idempotentMethod(req.Method),
-	}
+	replayable := true
 	var body *h2StreamBody
 	if buffered, complete := st.Body(); complete {
-		if len(buffered) > 0 {
-			try.body = bytes.Clone(buffered)
-			req.ContentLength = int64(len(buffered))
+		x.Head.Body = buffered
+		if len(buffered) > 0 || st.ContentLength() == 0 {
+			x.AddOwnFields(fwd, int64(len(buffered)))
+		} else {
+			x.AddOwnFields(fwd, -1)
 		}
 	} else {
 		// The body streams from the client: it is sent once.
-		body = &h2StreamBody{st: st}
+		body = &s.body
+		*body = h2StreamBody{st: st}
 		defer body.stop()
-		req.Body, req.ContentLength = body, st.ContentLength()
-		if req.ContentLength < 0 {
-			req.ContentLength = -1
-		}
-		try.replayable = false
+		x.Body = body
+		x.AddOwnFields(fwd, st.ContentLength())
+		replayable = false
 	}
-	reply, err := u.roundTrip(lv, rt, start, &try)
-	out.retries = reply.retries
-	out.upAddr = reply.endpoint
+	// The client's reset ends the tries and the response's copy.
+	watch := &s.watch
+	watch.start(st, x)
+	defer watch.stop()
+
+	t := &s.tries
+	t.Start(&rt.Retry, u.wc, start, rt.Timeout, replayable, idempotentMethod(x.Head.Method))
+	err := x.Run(t, u.wc)
+	out.retries = t.Retries
+	out.upAddr = x.Up.Addr
 	if err != nil {
 		u.wc.RecordRequest(start, false)
 		if streamEnded(st) {
@@ -100,46 +83,38 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 		}
 		return
 	}
-	defer reply.done()
-	resp := reply.resp
 	u.wc.RecordRequest(start, true)
+	up := x.Up.Stream
+	isHead := x.Head.Method == "HEAD"
 	s.fields = s.fields[:0]
-	for k, vs := range resp.Header {
-		if h2HopByHop(k) {
-			continue
+	for _, hf := range x.Fields {
+		if isHead && hf.Name == "content-length" {
+			continue // as before: a HEAD response's length is not sent on
 		}
-		name := strings.ToLower(k)
-		for _, v := range vs {
-			s.fields = append(s.fields, hpack.HeaderField{Name: name, Value: v})
-		}
+		s.fields = append(s.fields, hf)
 	}
-	if resp.ContentLength >= 0 && req.Method != "HEAD" {
-		s.scratch = appendInt(s.scratch[:0], resp.ContentLength)
-		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch)})
-	}
-	cc.st.status(resp.StatusCode)
-	out.status = resp.StatusCode
+	cc.st.status(x.Status)
+	out.status = x.Status
 	if body != nil {
 		body.headSent = true
 	}
-	if err := st.WriteHeaders(resp.StatusCode, s.fields, false); err != nil {
+	if up.HeadEndedStream() {
+		// No body, no trailers: one HEADERS with END_STREAM (gRPC's
+		// trailers-only response keeps its form).
+		st.WriteHeaders(x.Status, s.fields, true)
 		return
 	}
-	sent, err := copyToStream(st, resp.Body)
+	if err := st.WriteHeaders(x.Status, s.fields, false); err != nil {
+		return
+	}
+	sent, err := copyToStream(st, up)
 	out.sent = sent
 	if err != nil {
 		resetStream(st) // the client must not take it for a whole response
 		return
 	}
-	if len(resp.Trailer) > 0 {
-		s.fields = s.fields[:0]
-		for k, vs := range resp.Trailer {
-			name := strings.ToLower(k)
-			for _, v := range vs {
-				s.fields = append(s.fields, hpack.HeaderField{Name: name, Value: v})
-			}
-		}
-		st.WriteTrailers(s.fields)
+	if tr := up.Trailers(); len(tr) > 0 {
+		st.WriteTrailers(tr)
 	}
 }
 
@@ -168,10 +143,42 @@ func copyToStream(st *h2.Stream, body io.Reader) (int64, error) {
 	}
 }
 
-// h2StreamBody is a streamed request body as x/net's transport reads it,
-// on a goroutine of the transport's that may outlive the request: stop,
-// before ServeH2 returns, ends its use of the stream (which the engine
-// then reuses).
+// h2ResetWatch resets the upstream stream when the client resets its
+// own: a goroutine per exchange that waits for either the stream's end or
+// stop. Its channel is kept with the stream's pooled state.
+type h2ResetWatch struct {
+	stopc chan struct{} // unbuffered: stop returns once the watcher has let go
+	on    bool
+}
+
+func (w *h2ResetWatch) start(st *h2.Stream, x *exchange.H2Transport) {
+	if w.stopc == nil {
+		w.stopc = make(chan struct{})
+	}
+	w.on = true
+	go w.run(st.Done(), w.stopc, x)
+}
+
+func (w *h2ResetWatch) run(reset <-chan struct{}, stopc chan struct{}, x *exchange.H2Transport) {
+	select {
+	case <-reset:
+		x.Cancel()
+		<-stopc
+	case <-stopc:
+	}
+}
+
+// stop ends the watcher, before the transport is finished.
+func (w *h2ResetWatch) stop() {
+	if w.on {
+		w.on = false
+		w.stopc <- struct{}{}
+	}
+}
+
+// h2StreamBody is a streamed request body as the transport's pump reads
+// it, on a goroutine of its own: stop, before ServeH2 returns, ends its
+// use of the stream (which the engine then reuses).
 type h2StreamBody struct {
 	st       *h2.Stream
 	mu       sync.Mutex // held by Read; stop takes it to wait Read out
@@ -179,6 +186,8 @@ type h2StreamBody struct {
 	eof      atomic.Bool
 	headSent bool // a response head went to the client (ServeH2's goroutine)
 }
+
+var _ exchange.H2Body = (*h2StreamBody)(nil)
 
 func (b *h2StreamBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
@@ -195,7 +204,9 @@ func (b *h2StreamBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *h2StreamBody) Close() error { return nil }
+// Trailers are the client's request trailers (gRPC clients send none,
+// others may), once Read returned io.EOF.
+func (b *h2StreamBody) Trailers() []hpack.HeaderField { return b.st.Trailers() }
 
 // stop unblocks a Read waiting for the client (the stream is reset, its
 // response complete) and waits it out.

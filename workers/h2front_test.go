@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"golang.org/x/net/http2"
 )
 
 // TestH2CInvalidPrefaceClosed: on an http2_cleartext listener, a client
@@ -71,5 +72,49 @@ func TestH2CBufferedBodyRetried(t *testing.T) {
 	}
 	if n := counter(m, "cluster.backend.upstream_rq_retry"); n != uint64(bad.Load()) {
 		t.Errorf("upstream_rq_retry = %d, want %d (one per 503)", n, bad.Load())
+	}
+}
+
+// TestH2CLengthBodyEndsInItsLastDataFrame: a response of known length
+// proxied from HTTP/1.1 ends in the DATA frame that carries its last
+// bytes, not in an empty DATA frame after it (a frame, and its encoding,
+// less per response).
+func TestH2CLengthBodyEndsInItsLastDataFrame(t *testing.T) {
+	be := newCountingBackend(t, 100)
+	m := startManager(t, proxyConfig(be.addr, h2cListener), 1)
+	a := addr(t, m, "web")
+	rc := dialRawH2(t, a)
+	for stream := uint32(1); stream <= 5; stream += 2 {
+		rc.get(t, stream, a, "/")
+		var dataFrames, bodyBytes int
+		for ended := false; !ended; {
+			f, err := rc.fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("stream %d: %v", stream, err)
+			}
+			switch f := f.(type) {
+			case *http2.MetaHeadersFrame:
+				if f.StreamID == stream && f.PseudoValue("status") != "200" {
+					t.Fatalf("stream %d: status %q, want 200", stream, f.PseudoValue("status"))
+				}
+				ended = f.StreamID == stream && f.StreamEnded()
+			case *http2.DataFrame:
+				if f.StreamID != stream {
+					continue
+				}
+				dataFrames++
+				bodyBytes += len(f.Data())
+				ended = f.StreamEnded()
+			case *http2.RSTStreamFrame:
+				t.Fatalf("stream %d reset: %v", f.StreamID, f.ErrCode)
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					rc.fr.WriteSettingsAck()
+				}
+			}
+		}
+		if bodyBytes != 100 || dataFrames != 1 {
+			t.Errorf("stream %d: %d body bytes in %d DATA frames, want 100 in 1 (END_STREAM on the frame with the last bytes)", stream, bodyBytes, dataFrames)
+		}
 	}
 }

@@ -2,9 +2,7 @@ package workers
 
 import (
 	"context"
-	"net/http"
 
-	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/upstream"
 )
 
@@ -16,8 +14,8 @@ import (
 // least_request, ring_hash and maglev mean nothing. Connections are
 // dialed with upstream.DialEndpoint (connect timeout, TLS with ALPN h2,
 // max_connections, upstream_cx_*), cleartext with prior knowledge
-// otherwise. A request is tried again per its route's retry policy
-// (h2upstream_retry.go).
+// otherwise. A request is tried again per its route's retry policy,
+// through exchange.H2Transport (exchange.RoundTrip's one loop).
 //
 // HTTP/2 clients' requests come from h2front_h2.go, HTTP/1.1 clients'
 // from h2upstream_h1.go.
@@ -35,8 +33,8 @@ func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h
 	var u *h2Upstream
 	if opts, ok := snap.h2Upstreams[wc.Name()]; ok {
 		u = &h2Upstream{pool: upstream.NewH2Pool(wc, opts), wc: wc}
-		// Close ends every connection, busy or not: the transport's
-		// own goroutines end with them.
+		// Close ends every connection, busy or not: their read loops
+		// and control writers end with them.
 		context.AfterFunc(m.ctx, u.pool.CloseAll)
 	}
 	v, _ := h.upstreams.LoadOrStore(wc, u)
@@ -55,30 +53,6 @@ type h2Upstream struct {
 func idempotentMethod(m string) bool {
 	switch m {
 	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
-}
-
-// addOwnFields adds the fields the proxy writes itself to an HTTP/2
-// upstream request's header.
-func addOwnFields(dst http.Header, fwd *exchange.ForwardedFields) {
-	for {
-		name, value, ok := fwd.Own()
-		if !ok {
-			return
-		}
-		dst[name] = []string{string(value)}
-	}
-}
-
-// h2HopByHop: fields of one connection, which HTTP/2 forbids in a message
-// (RFC 9113 §8.2.2), in either direction; and Content-Length, which the
-// proxy sets from the body's framing.
-func h2HopByHop(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te", "Trailer",
-		"Content-Length", "Proxy-Authenticate":
 		return true
 	}
 	return false

@@ -3,11 +3,11 @@ package workers
 import (
 	"errors"
 	"io"
-	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/route"
@@ -15,11 +15,23 @@ import (
 )
 
 // An HTTP/1.1 client's request to a cluster with http2 = true: the parsed
-// head becomes an http.Request for the cluster's HTTP/2 transport
-// (h2upstream.go), its body is read from the client connection as the
-// transport asks for it, and the response goes back in HTTP/1.1 framing.
-// This path allocates (the transport's request and response); HTTP/1.1
-// clusters never come here.
+// head becomes header fields of an HTTP/2 request (exchange.H2Transport,
+// over upstream.H2Pool) over the read buffer's bytes, a body that came
+// whole with the head goes with the HEADERS of every try, one that still
+// streams is read from the client connection as the transport's pump
+// asks for it, and the response goes back in HTTP/1.1 framing (chunked
+// with the upstream's trailers to an HTTP/1.1 client when there is no
+// length or the response declares trailers). HTTP/1.1 clusters never
+// come here.
+
+// h1ToH2 is the state of an HTTP/1.1 client's exchange with an HTTP/2
+// upstream, kept with the connection's pooled state.
+type h1ToH2 struct {
+	up    exchange.H2Transport
+	tries exchange.Tries
+	body  h1RequestBody
+	path  []byte // an absolute-form target's path
+}
 
 // proxyViaHTTP2 is the HTTP/1.1 path's hook (handle, h1handle.go): it
 // forwards the request whose head is at rbuf[r:] when rt's cluster speaks
@@ -30,63 +42,87 @@ func (cc *clientConn) proxyViaHTTP2(lv *listenerView, rt *route.Route, start tim
 		return false, keep
 	}
 	u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, lv.clusters[rt.Index])
-	return true, cc.forwardViaHTTP2(lv, rt, u, start, keep)
+	return true, cc.forwardViaHTTP2(rt, u, start, keep)
 }
 
-func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Upstream, start time.Time, keep bool) bool {
+func (cc *clientConn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time.Time, keep bool) bool {
 	req := &cc.ex.req
 	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
-	out, err := cc.http2Request(head, u)
-	cc.r += req.HeadLen
-	if err != nil {
-		return cc.answer(http.StatusBadRequest, "request target not understood", false)
+	if cc.ex.toH2 == nil {
+		cc.ex.toH2 = new(h1ToH2)
 	}
-	if req.ExpectContinue && req.Framing != http1.FramingNone {
-		// The transport sends the body without waiting for a 100 of
-		// the upstream's; the client waits for one of ours.
-		delete(out.Header, "Expect")
-		if req.Minor > 0 {
-			if err := cc.write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
-				return false
-			}
+	h := cc.ex.toH2
+	x := &h.up
+	x.Reset(u.pool, cc.m.ctx, cc.hashKey(&rt.HashOn, head))
+	defer x.Reset(nil, nil, 0) // the pool keeps no stream or pool
+	path, ok := h.originPath(req.Target.Bytes(head))
+	cc.r += req.HeadLen
+	if !ok {
+		return cc.answer(400, "request target not understood", false)
+	}
+	// The head's spans stay valid while the tries run: nothing is read
+	// from the client until a streamed body's pump starts, and then
+	// there is one try, whose head went out already.
+	method := bytesString(req.Method.Bytes(head))
+	isHead := method == "HEAD"
+	x.Head.Method, x.Head.Scheme, x.Head.Authority, x.Head.Path = method, u.pool.Scheme(), bytesString(req.Host.Bytes(head)), bytesString(path)
+	fwd := &cc.ex.fwd
+	fwd.Reset(cc.client(), req.Host.Bytes(head), true)
+	expect := req.ExpectContinue && req.Framing != http1.FramingNone
+	for i := range req.NFields {
+		f := &req.Fields[i]
+		name, value := f.Name.Bytes(head), f.Value.Bytes(head)
+		if f.Hop || !fwd.Take(name, value) {
+			continue
+		}
+		if expect && len(name) == 6 && equalFoldASCII(name, "expect") {
+			// The upstream's 100 is not awaited; the client gets
+			// ours below.
+			continue
+		}
+		x.AddField(name, value)
+	}
+	if expect && req.Minor > 0 {
+		if err := cc.write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+			return false
 		}
 	}
-	body := &h1RequestBody{cc: cc, left: req.ContentLength}
-	try := h2TryRequest{
-		out:        out,
-		ctx:        cc.m.ctx,
-		key:        cc.hashKey(&rt.HashOn, head),
-		idempotent: idempotentMethod(out.Method),
-	}
+	body := &h.body
+	*body = h1RequestBody{cc: cc, left: req.ContentLength}
+	replayable := true
 	switch req.Framing {
 	case http1.FramingLength:
 		if n := req.ContentLength; int64(cc.w-cc.r) >= n {
-			// The whole body came with the head: a copy of it can
-			// be sent again (retries).
-			try.body = append(make([]byte, 0, n), cc.rbuf[cc.r:cc.r+int(n)]...)
-			try.replayable = true
+			// The whole body came with the head: it can be sent
+			// again (retries), from rbuf, which no read touches
+			// until the exchange ends.
+			x.Head.Body = cc.rbuf[cc.r : cc.r+int(n)]
 			cc.r += int(n)
 			body.done = true
-			out.ContentLength = n
 		} else {
-			out.Body, out.ContentLength = body, n
+			x.Body, replayable = body, false
 		}
+		x.AddOwnFields(fwd, req.ContentLength)
 	case http1.FramingChunked:
 		cc.ex.reqChunks.Reset()
 		body.left = -1
-		out.Body, out.ContentLength = body, -1
+		x.Body, replayable = body, false
+		x.AddOwnFields(fwd, -1)
 	default:
 		body.done = true
-		try.replayable = true
+		x.AddOwnFields(fwd, -1)
 	}
-	reply, err := u.roundTrip(lv, rt, start, &try)
+	t := &h.tries
+	t.Start(&rt.Retry, u.wc, start, rt.Timeout, replayable, idempotentMethod(method))
+	err := x.Run(t, u.wc)
 	if err != nil {
-		// The body may be half read by the transport: stop it, and
-		// close the connection after the answer.
+		// The body may be half read by the pump: stop it, and close
+		// the connection after the answer.
 		body.stop()
+		x.Finish()
 		u.wc.RecordRequest(start, false)
 		if errors.Is(err, errClientBody) {
-			cc.refuse(http.StatusBadRequest, "malformed or incomplete request body")
+			cc.refuse(400, "malformed or incomplete request body")
 			return false
 		}
 		status, msg := exchange.FailureStatus(err)
@@ -96,22 +132,24 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 		cc.write(b)
 		return false
 	}
-	resp := reply.resp
-	defer reply.done()
 	u.wc.RecordRequest(start, true)
-
-	// Not req.Method's span of head: reading the body (the transport
-	// did, through h1RequestBody) may have grown or compacted rbuf, and
-	// head is then another connection's buffer, or the body's bytes.
-	isHead := out.Method == http.MethodHead
-	bodyless := isHead || resp.StatusCode == 204 || resp.StatusCode == 304 || resp.StatusCode < 200
+	up := x.Up.Stream
+	status := x.Status
+	bodyless := isHead || status == 204 || status == 304 || status < 200
+	contentLength := up.ContentLength()
+	declaresTrailers := false
+	for _, f := range x.Fields {
+		if f.Name == "trailer" {
+			declaresTrailers = true
+		}
+	}
 	bodyLen := exchange.ClientBodyNone
 	switch {
 	case bodyless:
-	case resp.ContentLength >= 0 && (len(resp.Trailer) == 0 || req.Minor == 0):
+	case contentLength >= 0 && (!declaresTrailers || req.Minor == 0):
 		// (Declared trailers need the chunked coding to reach an
 		// HTTP/1.1 client: the next case.)
-		bodyLen = resp.ContentLength
+		bodyLen = contentLength
 	case req.Minor > 0:
 		bodyLen = exchange.ClientBodyChunked
 	default:
@@ -120,79 +158,131 @@ func (cc *clientConn) forwardViaHTTP2(lv *listenerView, rt *route.Route, u *h2Up
 	if cc.m.draining.Load() {
 		keep = false
 	}
-	b := appendStatusLine(cc.ex.wbuf[:0], resp.StatusCode, "")
-	for k, vs := range resp.Header {
-		if h2HopByHop(k) {
+	b := appendStatusLine(cc.ex.wbuf[:0], status, "")
+	for _, f := range x.Fields {
+		if h2ResponseFieldDropped(f.Name) || f.Name == "content-length" {
 			continue
 		}
-		for _, v := range vs {
-			b = appendField(b, []byte(k), []byte(v))
-		}
+		b = appendCanonicalName(b, f.Name)
+		b = append(b, ": "...)
+		b = append(b, f.Value...)
+		b = append(b, "\r\n"...)
 	}
-	if bodyless && resp.ContentLength >= 0 && resp.StatusCode != 204 {
+	if bodyless && contentLength >= 0 && status != 204 {
 		// A HEAD or 304 response's length describes the representation.
-		b = exchange.AppendHTTP1ResponseFraming(b, resp.ContentLength)
+		b = exchange.AppendHTTP1ResponseFraming(b, contentLength)
 	} else {
 		b = exchange.AppendHTTP1ResponseFraming(b, bodyLen)
 	}
 	b = appendConnection(b, req.Minor, keep)
 	b = append(b, "\r\n"...)
 	cc.ex.wbuf = b
-	cc.sent(resp.StatusCode)
+	cc.sent(status)
 	if err := cc.write(b); err != nil {
 		body.stop()
+		x.Finish()
 		return false
 	}
 	if !bodyless {
-		if err := cc.copyHTTP2Body(resp, bodyLen == exchange.ClientBodyChunked); err != nil {
+		if err := cc.copyHTTP2Body(up, bodyLen == exchange.ClientBodyChunked); err != nil {
 			body.stop()
+			x.Finish()
 			return false
 		}
 	}
 	// The response is complete; a request body the upstream did not
 	// read to its end leaves the connection in doubt.
-	if !body.stop() {
-		return false
-	}
-	return keep
+	clean := body.stop()
+	x.Finish()
+	return clean && keep
 }
 
-// http2Request builds the transport's request from the parsed head.
-func (cc *clientConn) http2Request(head []byte, u *h2Upstream) (*http.Request, error) {
-	req := &cc.ex.req
-	target, err := url.ParseRequestURI(string(req.Target.Bytes(head)))
-	if err != nil {
-		return nil, err
+// originPath is the :path of an HTTP/1.1 request target: an origin-form
+// target as it is, "*" (OPTIONS), or an absolute-form target's path and
+// query (in h.path; "/" when it has none).
+func (h *h1ToH2) originPath(target []byte) ([]byte, bool) {
+	if len(target) > 0 && (target[0] == '/' || string(target) == "*") {
+		return target, true
 	}
-	target.Scheme, target.Host = u.pool.Scheme(), u.wc.Name()
-	out := &http.Request{
-		Method:     string(req.Method.Bytes(head)),
-		URL:        target,
-		Proto:      "HTTP/2.0",
-		ProtoMajor: 2,
-		Header:     make(http.Header, req.NFields+4),
-		Host:       string(req.Host.Bytes(head)),
+	i := indexOf(target, "://")
+	if i <= 0 {
+		return nil, false
 	}
-	fwd := &cc.ex.fwd
-	fwd.Reset(cc.client(), req.Host.Bytes(head), true)
-	for i := range req.NFields {
-		if f := &req.Fields[i]; !f.Hop && fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
-			k := http.CanonicalHeaderKey(string(f.Name.Bytes(head)))
-			out.Header[k] = append(out.Header[k], string(f.Value.Bytes(head)))
+	rest := target[i+3:]
+	j := 0
+	for j < len(rest) && rest[j] != '/' && rest[j] != '?' {
+		j++
+	}
+	h.path = append(h.path[:0], '/')
+	if j < len(rest) {
+		if rest[j] == '/' {
+			h.path = h.path[:0]
+		}
+		h.path = append(h.path, rest[j:]...)
+	}
+	return h.path, true
+}
+
+func indexOf(b []byte, sep string) int {
+	for i := 0; i+len(sep) <= len(b); i++ {
+		if string(b[i:i+len(sep)]) == sep {
+			return i
 		}
 	}
-	addOwnFields(out.Header, fwd)
-	return out, nil
+	return -1
+}
+
+// equalFoldASCII: name is lower (lower case) in any case.
+func equalFoldASCII(name []byte, lower string) bool {
+	if len(name) != len(lower) {
+		return false
+	}
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// h2ResponseFieldDropped: response fields an HTTP/2 upstream's response
+// does not pass on (the connection-specific ones its client refuses as
+// malformed already): TE, Trailer (the proxy frames trailers itself) and
+// Proxy-Authenticate (the proxy's own to ask, not the origin's).
+func h2ResponseFieldDropped(name string) bool {
+	switch name {
+	case "te", "trailer", "proxy-authenticate":
+		return true
+	}
+	return false
+}
+
+// appendCanonicalName appends an HTTP/2 (lower-case) field name in the
+// form HTTP/1.1 peers are used to: Content-Type, X-Request-Id.
+func appendCanonicalName(b []byte, name string) []byte {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		upper = c == '-'
+		b = append(b, c)
+	}
+	return b
 }
 
 // copyHTTP2Body sends the response body to the client, re-chunked (with
 // the upstream's trailers) or as it is.
-func (cc *clientConn) copyHTTP2Body(resp *http.Response, chunked bool) error {
+func (cc *clientConn) copyHTTP2Body(up io.Reader, chunked bool) error {
 	buf := getBuf()
 	defer putBuf(buf)
 	const room = 32 // chunk header and CRLF around the data
 	for {
-		n, err := resp.Body.Read(buf[room : len(buf)-2])
+		n, err := up.Read(buf[room : len(buf)-2])
 		if n > 0 {
 			out := buf[room : room+n]
 			if chunked {
@@ -207,7 +297,11 @@ func (cc *clientConn) copyHTTP2Body(resp *http.Response, chunked bool) error {
 		}
 		if err == io.EOF {
 			if chunked {
-				b := http1.AppendLastChunk(cc.ex.wbuf[:0], appendTrailer(nil, resp.Trailer))
+				var tr []hpack.HeaderField
+				if s, ok := up.(interface{ Trailers() []hpack.HeaderField }); ok {
+					tr = s.Trailers()
+				}
+				b := http1.AppendLastChunk(cc.ex.wbuf[:0], appendTrailer(nil, tr))
 				cc.ex.wbuf = b
 				return cc.write(b)
 			}
@@ -219,8 +313,8 @@ func (cc *clientConn) copyHTTP2Body(resp *http.Response, chunked bool) error {
 	}
 }
 
-// h1RequestBody is an HTTP/1.1 request's body as the HTTP/2 transport
-// reads it, on a goroutine of its own: from rbuf, then the client
+// h1RequestBody is an HTTP/1.1 request's body as the HTTP/2 transport's
+// pump reads it, on a goroutine of its own: from rbuf, then the client
 // connection, de-chunked. stop ends its use of the connection before the
 // connection's goroutine reads from it again.
 type h1RequestBody struct {
@@ -232,6 +326,8 @@ type h1RequestBody struct {
 	done    bool   // the body ended where its framing says
 	failed  bool
 }
+
+var _ exchange.H2Body = (*h1RequestBody)(nil)
 
 var errBodyStopped = errors.New("request body no longer read")
 
@@ -303,7 +399,8 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 	}
 }
 
-func (b *h1RequestBody) Close() error { return nil }
+// Trailers: an HTTP/1.1 request's chunked trailers are not forwarded.
+func (b *h1RequestBody) Trailers() []hpack.HeaderField { return nil }
 
 // stop ends the body's reads of the client connection, waiting for one
 // in progress, and reports whether the body had ended cleanly.
@@ -320,18 +417,16 @@ func (b *h1RequestBody) stop() bool {
 
 // appendTrailer writes trailer fields as HTTP/1.1 field lines, leaving
 // out those a trailer may not carry (framing, routing, hop-by-hop).
-func appendTrailer(b []byte, trailer http.Header) []byte {
-	for name, values := range trailer {
-		switch name {
-		case "Content-Length", "Transfer-Encoding", "Host", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade":
+func appendTrailer(b []byte, trailer []hpack.HeaderField) []byte {
+	for _, f := range trailer {
+		switch f.Name {
+		case "content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer", "upgrade":
 			continue
 		}
-		for _, v := range values {
-			b = append(b, name...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
+		b = appendCanonicalName(b, f.Name)
+		b = append(b, ": "...)
+		b = append(b, f.Value...)
+		b = append(b, "\r\n"...)
 	}
 	return b
 }

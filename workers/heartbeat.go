@@ -13,10 +13,12 @@ import (
 // only one that is, lets its word age.
 
 // heartbeat is one accept loop's word: the monotime of its last
-// iteration, alone on its cache line.
+// iteration, alone on its cache line with deadlineMoves, how many times
+// beat has moved the listener's deadline (a test reads it).
 type heartbeat struct {
-	at atomic.Int64
-	_  [56]byte
+	at            atomic.Int64
+	deadlineMoves atomic.Int64
+	_             [48]byte
 }
 
 // loopBeat is one accept loop's heartbeat and the worker it belongs to.
@@ -28,11 +30,24 @@ type loopBeat struct {
 // beat stores a's heartbeat and bounds its next wait for a connection, so
 // that it stores the next one within its interval even if nothing
 // arrives. Once accepting stops, the deadline is the drain's.
+//
+// The deadline moves only once less than half the interval is left of
+// it: a loop accepting many connections re-arms its timer about twice
+// per interval, not once per connection (a clock read and a timer reset
+// each). The bound holds: the deadline was set at or before the last
+// heartbeat, one interval ahead, so a loop that accepts nothing more
+// wakes within an interval of its last heartbeat.
 func (a *acceptor) beat() {
 	if a.hb == nil || a.m.acceptStopped() {
 		return
 	}
-	a.hb.at.Store(monotime())
+	now := monotime()
+	a.hb.at.Store(now)
+	if a.beatDeadline-now > int64(a.beatEvery/2) {
+		return
+	}
+	a.beatDeadline = now + int64(a.beatEvery)
+	a.hb.deadlineMoves.Add(1)
 	a.s.ln.SetDeadline(time.Now().Add(a.beatEvery))
 	if a.m.acceptStopped() {
 		// stopAccepting's wake-up (a deadline in the past) may have

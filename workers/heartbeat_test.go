@@ -1,7 +1,11 @@
 package workers
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -63,5 +67,51 @@ func TestIdleAcceptLoopsKeepTheirHeartbeat(t *testing.T) {
 		if m.WorkerHeartbeatAges(nil) != nil {
 			t.Fatal("heartbeat ages after the accept loops ended")
 		}
+	}
+}
+
+// TestBusyAcceptLoopMovesItsDeadlineRarely: an accept loop that accepts
+// connection after connection moves its heartbeat deadline about twice
+// per interval, not once per connection (a clock read and a timer reset
+// per connection, before).
+func TestBusyAcceptLoopMovesItsDeadlineRarely(t *testing.T) {
+	be := echoBackend(t)
+	cfg := proxyConfig(hostOf(be.URL))
+	cfg.SetDefaults()
+	snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = time.Minute // longer than the test: the bound is moves per connection
+	m, err := New(Options{Concurrency: 1, Logger: testLogger(), HeartbeatInterval: interval}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	m.Start()
+	const conns = 30
+	for i := range conns {
+		c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("connection %d: %v %v", i, resp, err)
+		}
+		c.Close()
+	}
+	m.mu.Lock()
+	beats := m.beats
+	m.mu.Unlock()
+	var moves int64
+	for _, b := range beats {
+		moves += b.hb.deadlineMoves.Load()
+	}
+	t.Logf("%d accept loops moved their deadline %d times for %d connections", len(beats), moves, conns)
+	if moves > int64(2*len(beats)) {
+		t.Fatalf("%d accept loops moved their heartbeat deadline %d times for %d connections within one interval: once per connection", len(beats), moves, conns)
 	}
 }

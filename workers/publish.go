@@ -64,9 +64,9 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 				lv.tcp.SNIClusters = append(lv.tcp.SNIClusters, snap.views[w][r.Cluster])
 			}
 		}
-		if len(ls.routes) > 0 {
-			lv.clusters = make([]*upstream.WorkerCluster, len(ls.routes))
-			for j, r := range ls.routes {
+		if len(ls.targets) > 0 {
+			lv.clusters = make([]*upstream.WorkerCluster, len(ls.targets))
+			for j, r := range ls.targets {
 				if r.Cluster != "" {
 					lv.clusters[j] = snap.views[w][r.Cluster]
 				}

@@ -73,11 +73,14 @@ func (s *Snapshot) Workers() int { return len(s.views) }
 
 // listenerSnap is one compiled listener, shared by all workers (immutable).
 type listenerSnap struct {
-	name        string
-	protocol    string
-	cluster     string           // tcp; "" for a passthrough listener without a default cluster
-	tcpHashOn   route.HashSource // tcp: its cluster's hash_on (only source_ip applies)
-	routes      route.Table
+	name      string
+	protocol  string
+	cluster   string           // tcp; "" for a passthrough listener without a default cluster
+	tcpHashOn route.HashSource // tcp: its cluster's hash_on (only source_ip applies)
+	routes    route.Table
+	// targets are every route a request can be given, by Route.Index:
+	// routes, then the routes of the weighted splits' clusters.
+	targets     []*route.Route
 	idleTimeout time.Duration
 
 	// What the Manager builds the listener's sockets and connections
@@ -285,6 +288,16 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 			}
 			ls.routes = append(ls.routes, r)
 		}
+		ls.targets = append(ls.targets, ls.routes...)
+		for _, r := range ls.routes {
+			if r.Split == nil {
+				continue
+			}
+			for _, t := range r.Split.Routes {
+				t.Index = len(ls.targets)
+				ls.targets = append(ls.targets, t)
+			}
+		}
 	}
 	return ls, nil
 }
@@ -332,18 +345,38 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 	} else {
 		r.Path, r.Prefix = rs.Prefix, true
 	}
-	if rs.Cluster != "" {
-		r.Cluster = rs.Cluster
+	for _, h := range rs.Headers {
+		r.Headers = append(r.Headers, compileHeaderMatch(h))
+	}
+	if rs.ProxiesToCluster() {
 		r.Connect = rs.Connect
 		r.Timeout = rs.Timeout.D()
 		if r.Timeout == 0 {
 			r.Timeout = l.RequestTimeout.D()
 		}
 		r.Retry = compileRetry(rs)
-		if cs := cfg.Cluster(rs.Cluster); cs != nil {
-			r.HashOn = compileHashOn(cs.HashOn)
-			r.HTTP2 = cs.HTTP2
+	}
+	switch {
+	case rs.Cluster != "":
+		if err := setCluster(r, cfg, rs.Cluster); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
 		}
+		return r, nil
+	case len(rs.WeightedClusters) > 0:
+		split := &route.ClusterSplit{}
+		for k, w := range rs.WeightedClusters {
+			// A copy of the route, but for its cluster; its index is
+			// given by compileListener. Retries stay on that cluster.
+			t := *r
+			t.Headers = nil
+			if err := setCluster(&t, cfg, w.Cluster); err != nil {
+				return nil, fmt.Errorf("weighted_clusters[%d].cluster: %w", k, err)
+			}
+			split.Total += uint64(w.Weight)
+			split.UpTo = append(split.UpTo, split.Total)
+			split.Routes = append(split.Routes, &t)
+		}
+		r.Split = split
 		return r, nil
 	}
 	d := rs.DirectResponse
@@ -357,6 +390,33 @@ func compileRoute(cfg *config.Config, i int, l *config.Listener, rs *config.Rout
 		r.Direct.ContentLength = []string{strconv.Itoa(len(body))}
 	}
 	return r, nil
+}
+
+// setCluster makes name the route's cluster, with what the data path
+// needs of it.
+func setCluster(r *route.Route, cfg *config.Config, name string) error {
+	cs := cfg.Cluster(name)
+	if cs == nil {
+		return fmt.Errorf("%q: no such cluster in the configuration", name)
+	}
+	r.Cluster = name
+	r.HashOn = compileHashOn(cs.HashOn)
+	r.HTTP2 = cs.HTTP2
+	return nil
+}
+
+// compileHeaderMatch turns a validated header match into its matcher.
+func compileHeaderMatch(h config.HeaderMatch) route.HeaderMatcher {
+	m := route.HeaderMatcher{Name: strings.ToLower(h.Name), IgnoreCase: h.IgnoreCase, Invert: h.Invert}
+	switch {
+	case h.Present:
+		m.Kind = route.HeaderPresent
+	case h.Exact != nil:
+		m.Kind, m.Value = route.HeaderExact, *h.Exact
+	default:
+		m.Kind, m.Value = route.HeaderPrefix, h.Prefix
+	}
+	return m
 }
 
 // compileRetry turns a validated route's retry keys into its policy.

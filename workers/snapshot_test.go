@@ -53,7 +53,7 @@ func TestRouteMatch(t *testing.T) {
 		{"nothing.test", "/x", -1},
 		{"[::1]:80", "/", 5},
 	} {
-		r := ls.routes.Match(tc.host, tc.path, "")
+		r := ls.routes.Match(tc.host, tc.path, "", nil)
 		got := -1
 		if r != nil {
 			got = r.Index

@@ -143,7 +143,7 @@ func TestRouteServerNameNeedsSNI(t *testing.T) {
 		{"example.org", -1},
 	} {
 		got := -1
-		if r := ls.routes.Match("a.example.com", "/", tc.sni); r != nil {
+		if r := ls.routes.Match("a.example.com", "/", tc.sni, nil); r != nil {
 			got = r.Index
 		}
 		if got != tc.want {

@@ -706,7 +706,9 @@ func (c *Client) unknownClusters(st *State) []string {
 			check(r.Cluster)
 		}
 		for _, r := range l.Routes {
-			check(r.Cluster)
+			for _, name := range r.ClusterNames() {
+				check(name)
+			}
 		}
 	}
 	return missing

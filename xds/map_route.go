@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
 	"github.com/hotproxy/hotproxy/config"
 )
@@ -48,10 +49,12 @@ func routeConfiguration(rc *routev3.RouteConfiguration) (routes []config.Route, 
 				return nil, nil, bad(rkey+err.field, "%s", err.msg)
 			}
 			if h != "" {
-				if prev, ok := hash[cr.Cluster]; ok && prev != h {
-					return nil, nil, bad(rkey+".route.hash_policy", "hashes on %s, another route on %s, for the same cluster %q: hotproxy keeps one hash key per cluster", h, prev, cr.Cluster)
+				for _, cl := range cr.ClusterNames() {
+					if prev, ok := hash[cl]; ok && prev != h {
+						return nil, nil, bad(rkey+".route.hash_policy", "hashes on %s, another route on %s, for the same cluster %q: hotproxy keeps one hash key per cluster", h, prev, cl)
+					}
+					hash[cl] = h
 				}
-				hash[cr.Cluster] = h
 			}
 			if cr.Prefix == "/" {
 				catchAll = true
@@ -101,19 +104,81 @@ func routeConfiguration(rc *routev3.RouteConfiguration) (routes []config.Route, 
 	}
 	for _, h := range hosts {
 		for _, r := range h.routes {
+			r = r.Clone()
 			r.Host = h.domain
-			if r.NumRetries != nil {
-				r.NumRetries = new(*r.NumRetries)
-			}
-			r.RetryOn = slices.Clone(r.RetryOn)
-			if r.DirectResponse != nil {
-				dr := *r.DirectResponse
-				r.DirectResponse = &dr
-			}
 			routes = append(routes, r)
 		}
 	}
 	return routes, hash, nil
+}
+
+// weightedClusters maps a split: the clusters with a weight above 0 (one
+// with 0 takes no request, as in Envoy), which must be at least one; a
+// total_weight, if given, must be their sum (Envoy's rule).
+func weightedClusters(wc *routev3.WeightedCluster) ([]config.WeightedCluster, *routeError) {
+	var out []config.WeightedCluster
+	var sum uint64
+	for i, cw := range wc.GetClusters() {
+		w := cw.GetWeight().GetValue()
+		sum += uint64(w)
+		if w == 0 {
+			continue
+		}
+		if w > maxWeight {
+			return nil, &routeError{fmt.Sprintf(".clusters[%d].weight", i), fmt.Sprintf("%d: hotproxy takes weights up to %d; scale the split down", w, maxWeight)}
+		}
+		out = append(out, config.WeightedCluster{Cluster: cw.GetName(), Weight: int(w)})
+	}
+	if tw := wc.GetTotalWeight(); tw != nil && uint64(tw.GetValue()) != sum {
+		return nil, &routeError{".total_weight", fmt.Sprintf("%d: not the sum of the clusters' weights (%d); fix it or leave it out", tw.GetValue(), sum)}
+	}
+	if len(out) == 0 {
+		return nil, &routeError{".clusters", "no cluster has a weight above 0: give at least one a weight"}
+	}
+	return out, nil
+}
+
+// maxWeight is the bound of listeners.routes.weighted_clusters.weight.
+const maxWeight = 1000000
+
+// headerMatch maps one HeaderMatcher: exact, prefix and present, by the
+// deprecated fields or string_match (with ignore_case), and
+// invert_match. Anything else (regex, range, suffix, contains) is
+// refused by the allow-list before it gets here.
+func headerMatch(hm *routev3.HeaderMatcher) (config.HeaderMatch, *routeError) {
+	h := config.HeaderMatch{Name: strings.ToLower(hm.GetName()), Invert: hm.GetInvertMatch()}
+	if strings.HasPrefix(h.Name, ":") && h.Name != config.HeaderMethod {
+		return h, &routeError{".name", fmt.Sprintf("%q: of the pseudo-headers hotproxy matches only %q (match the path with prefix or path, the host with the virtual host's domains)", hm.GetName(), config.HeaderMethod)}
+	}
+	switch m := hm.GetHeaderMatchSpecifier().(type) {
+	case *routev3.HeaderMatcher_ExactMatch:
+		h.Exact = new(m.ExactMatch)
+	case *routev3.HeaderMatcher_PrefixMatch:
+		h.Prefix = m.PrefixMatch
+	case *routev3.HeaderMatcher_PresentMatch:
+		// present_match: false matches a request without the field.
+		h.Present = true
+		if !m.PresentMatch {
+			h.Invert = !h.Invert
+		}
+	case *routev3.HeaderMatcher_StringMatch:
+		sm := m.StringMatch
+		h.IgnoreCase = sm.GetIgnoreCase()
+		switch p := sm.GetMatchPattern().(type) {
+		case *matcherv3.StringMatcher_Exact:
+			h.Exact = new(p.Exact)
+		case *matcherv3.StringMatcher_Prefix:
+			h.Prefix = p.Prefix
+		default:
+			return h, &routeError{".string_match", "give exact or prefix (other string matches are not supported by hotproxy)"}
+		}
+	case nil:
+		// Envoy: no specifier matches a field that is there.
+		h.Present = true
+	default:
+		return h, &routeError{"", "give exact_match, prefix_match, present_match or string_match (other header matches are not supported by hotproxy)"}
+	}
+	return h, nil
 }
 
 // maxRoutes bounds the routes a route configuration becomes (its routes
@@ -140,6 +205,14 @@ func route(r *routev3.Route) (config.Route, string, *routeError) {
 	default:
 		return bad(".match", "give prefix or path (other matches are not supported by hotproxy)")
 	}
+	for i, hm := range r.GetMatch().GetHeaders() {
+		h, err := headerMatch(hm)
+		if err != nil {
+			err.field = fmt.Sprintf(".match.headers[%d]%s", i, err.field)
+			return config.Route{}, "", err
+		}
+		out.Headers = append(out.Headers, h)
+	}
 	var hashOn string
 	switch a := r.GetAction().(type) {
 	case *routev3.Route_Route:
@@ -148,18 +221,17 @@ func route(r *routev3.Route) (config.Route, string, *routeError) {
 		case *routev3.RouteAction_Cluster:
 			out.Cluster = c.Cluster
 		case *routev3.RouteAction_WeightedClusters:
-			// One cluster with all the weight is a plain cluster;
-			// splitting traffic is not implemented.
-			var with []string
-			for _, cw := range c.WeightedClusters.GetClusters() {
-				if cw.GetWeight().GetValue() > 0 {
-					with = append(with, cw.GetName())
-				}
+			ws, err := weightedClusters(c.WeightedClusters)
+			if err != nil {
+				err.field = ".route.weighted_clusters" + err.field
+				return config.Route{}, "", err
 			}
-			if len(with) != 1 {
-				return bad(".route.weighted_clusters", "splitting traffic between %d clusters is not supported by hotproxy (one cluster with all the weight is)", len(with))
+			// One cluster with all the weight is a plain cluster.
+			if len(ws) == 1 {
+				out.Cluster = ws[0].Cluster
+			} else {
+				out.WeightedClusters = ws
 			}
-			out.Cluster = with[0]
 		default:
 			return bad(".route", "give cluster or weighted_clusters")
 		}

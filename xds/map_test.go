@@ -219,12 +219,43 @@ func TestMapRouteConfiguration(t *testing.T) {
 			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":100},{"name":"b","weight":0}]},
 			 "hash_policy":[{"header":{"header_name":"X-User"}}]}}]}]}`,
 			want: []config.Route{{Prefix: "/", Cluster: "a"}}, hash: map[string]string{"a": "header:x-user"}},
-		{name: "traffic split", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
-			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":50},{"name":"b","weight":50}]}}}]}]}`,
-			err: `route_configuration "r": field "virtual_hosts[0].routes[0].route.weighted_clusters": splitting traffic between 2 clusters is not supported by hotproxy`},
-		{name: "header match", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
-			{"match":{"prefix":"/","headers":[{"name":"x-canary","exact_match":"1"}]},"route":{"cluster":"a"}}]}]}`,
-			err: `route_configuration "r": field "virtual_hosts[0].routes[0].match.headers" is not supported by hotproxy`},
+		{name: "traffic split, a cluster with weight 0 left out, hash policy on both", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":75},{"name":"c","weight":0},{"name":"b","weight":25}],"total_weight":100},
+			 "hash_policy":[{"header":{"header_name":"X-User"}}]}}]}]}`,
+			want: []config.Route{{Prefix: "/", WeightedClusters: []config.WeightedCluster{{Cluster: "a", Weight: 75}, {Cluster: "b", Weight: 25}}}},
+			hash: map[string]string{"a": "header:x-user", "b": "header:x-user"}},
+		{name: "header matches", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/","headers":[{"name":"X-Canary","exact_match":"1"},{"name":":method","string_match":{"exact":"POST"}},
+			  {"name":"x-env","prefix_match":"prod","invert_match":true},{"name":"x-a","string_match":{"prefix":"Ab","ignore_case":true}},
+			  {"name":"x-user","present_match":true},{"name":"x-debug","present_match":false},{"name":"x-e","exact_match":""}]},"route":{"cluster":"a"}}]}]}`,
+			want: []config.Route{{Prefix: "/", Cluster: "a", Headers: []config.HeaderMatch{
+				{Name: "x-canary", Exact: new("1")}, {Name: ":method", Exact: new("POST")},
+				{Name: "x-env", Prefix: "prod", Invert: true}, {Name: "x-a", Prefix: "Ab", IgnoreCase: true},
+				{Name: "x-user", Present: true}, {Name: "x-debug", Present: true, Invert: true}, {Name: "x-e", Exact: new("")}}}}},
+		{name: "header match by regex", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/","headers":[{"name":"x-canary","safe_regex_match":{"regex":"1|yes"}}]},"route":{"cluster":"a"}}]}]}`,
+			err: `route_configuration "r": field "virtual_hosts[0].routes[0].match.headers[0].safe_regex_match" is not supported by hotproxy`},
+		{name: "header match by suffix", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/","headers":[{"name":"x-a","exact_match":"1"},{"name":"x-b","string_match":{"suffix":"z"}}]},"route":{"cluster":"a"}}]}]}`,
+			err: `route_configuration "r": field "virtual_hosts[0].routes[0].match.headers[1].string_match.suffix" is not supported by hotproxy`},
+		{name: "header match by range", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/","headers":[{"name":"x-a","range_match":{"start":1,"end":5}}]},"route":{"cluster":"a"}}]}]}`,
+			err: `field "virtual_hosts[0].routes[0].match.headers[0].range_match" is not supported by hotproxy`},
+		{name: "header match of :path", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/","headers":[{"name":":path","exact_match":"/"}]},"route":{"cluster":"a"}}]}]}`,
+			err: `field "virtual_hosts[0].routes[0].match.headers[0].name": ":path": of the pseudo-headers hotproxy matches only ":method"`},
+		{name: "split total_weight not the sum", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":50},{"name":"b","weight":40}],"total_weight":100}}}]}]}`,
+			err: `field "virtual_hosts[0].routes[0].route.weighted_clusters.total_weight": 100: not the sum of the clusters' weights (90)`},
+		{name: "split weight too high", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":1},{"name":"b","weight":2000000}]}}}]}]}`,
+			err: `field "virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].weight": 2000000: hotproxy takes weights up to 1000000`},
+		{name: "split without weight", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":0},{"name":"b","weight":0}]}}}]}]}`,
+			err: `field "virtual_hosts[0].routes[0].route.weighted_clusters.clusters": no cluster has a weight above 0`},
+		{name: "split by a header", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
+			{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":1},{"name":"b","weight":1}],"header_name":"x-w"}}}]}]}`,
+			err: `field "virtual_hosts[0].routes[0].route.weighted_clusters.header_name" is not supported by hotproxy`},
 		{name: "prefix rewrite", js: `{"name":"r","virtual_hosts":[{"name":"a","domains":["*"],"routes":[
 			{"match":{"prefix":"/v1/"},"route":{"cluster":"a","prefix_rewrite":"/"}}]}]}`,
 			err: `field "virtual_hosts[0].routes[0].route.prefix_rewrite" is not supported by hotproxy`},

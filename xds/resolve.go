@@ -193,15 +193,7 @@ func sortedNames(m map[string]*resource) []string {
 func cloneRoutes(rs []config.Route) []config.Route {
 	out := slices.Clone(rs)
 	for i := range out {
-		r := &out[i]
-		r.RetryOn = slices.Clone(r.RetryOn)
-		if r.NumRetries != nil {
-			r.NumRetries = new(*r.NumRetries)
-		}
-		if r.DirectResponse != nil {
-			d := *r.DirectResponse
-			r.DirectResponse = &d
-		}
+		out[i] = out[i].Clone()
 	}
 	return out
 }

@@ -41,13 +41,13 @@ var layers = map[string][]string{
 	"internal/conventions": nil,
 
 	"tlsconf":  {"config", "stats"},
-	"upstream": {"config", "stats"},
+	"upstream": {"config", "stats", "workers/h2"},
 	// The exchange core: one proxied request, whatever the protocols;
 	// below the front ends and workers that run it, above the transports.
-	"exchange": {"upstream", "workers/http1"},
+	"exchange": {"upstream", "workers/h2", "workers/http1"},
 	// The compiled routing data every front end reads: below them and
 	// the snapshot builder that fills it.
-	"route": {"exchange"},
+	"route": {"exchange", "workers/http1"},
 	// The front ends, each its own package, below the workers that run
 	// them: the TCP proxy and TLS passthrough.
 	"downstream/tcp": {"route", "stats", "upstream"},

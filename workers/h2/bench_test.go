@@ -169,3 +169,22 @@ func runBenchClientBody(b *testing.B, addr string, inflight int, body []byte) {
 		b.Fatalf("reading responses: %v", err)
 	}
 }
+
+// benchLastHandler is benchHandler ending the response in the DATA frame
+// that carries its body (Stream.WriteLast), as a proxy does for a body of
+// known length.
+var benchLastHandler = HandlerFunc(func(st *Stream) {
+	if _, complete := st.Body(); !complete {
+		st.Reset(http2.ErrCodeInternal)
+		return
+	}
+	st.WriteHeaders(200, benchFields, false)
+	st.WriteLast(benchBody)
+})
+
+// BenchmarkServerGETWriteLast: BenchmarkServerGET answered with WriteLast
+// (one DATA frame per response instead of a DATA and an empty one).
+func BenchmarkServerGETWriteLast(b *testing.B) {
+	ts := startServer(b, &ServerConfig{}, benchLastHandler, nil)
+	runBenchClient(b, ts.addr(), 32)
+}

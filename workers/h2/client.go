@@ -209,7 +209,8 @@ type ClientConn struct {
 	wtmp     []byte
 	hbuf     clientBuf
 	henc     *hpack.Encoder
-	encTable uint32 // the peer's HEADER_TABLE_SIZE applied to henc
+	encTable uint32        // the peer's HEADER_TABLE_SIZE applied to henc
+	interned fieldInterner // the strings henc may keep (writeField)
 
 	mu       sync.Mutex // guards everything below
 	sendCond sync.Cond  // L = &mu: a send window grew, or a stream/the conn ended
@@ -1175,6 +1176,7 @@ func (cc *ClientConn) headerBlockDone() *ClientConnError {
 	s.fields = append(s.fields[:0], h.fields...)
 	s.gotHead = true
 	if h.endStream {
+		s.headEnded = true
 		s.recvClosed = true
 		if s.sendClosed {
 			cc.forgetLocked(s)

@@ -12,7 +12,10 @@ import (
 
 // RequestHead is what OpenStream sends: the pseudo-headers, the regular
 // fields (lower-case names, no connection-specific field; the caller
-// strips hop-by-hop fields), and optionally a buffered body.
+// strips hop-by-hop fields), and optionally a buffered body. The strings
+// may be over the caller's buffers: OpenStream copies what it keeps. A
+// field Sensitive is never indexed (a per-request value such as a
+// request id gains nothing from the table).
 type RequestHead struct {
 	Method, Scheme, Authority, Path string // CONNECT sends only Method and Authority
 	Fields                          []hpack.HeaderField
@@ -48,6 +51,7 @@ type ClientStream struct {
 	discarded       bool  // reset by us: buffered data dropped
 	err             error // why the stream died
 	gotHead         bool
+	headEnded       bool // the final head carried END_STREAM (trailers-only)
 	status          int
 	fields          []hpack.HeaderField
 	trailers        []hpack.HeaderField
@@ -172,18 +176,18 @@ func (cc *ClientConn) OpenStream(h *RequestHead) (*ClientStream, error) {
 		cc.encTable = tableSize
 	}
 	cc.hbuf.b = cc.hbuf.b[:0]
-	cc.henc.WriteField(hpack.HeaderField{Name: ":method", Value: h.Method})
+	cc.writeField(hpack.HeaderField{Name: ":method", Value: h.Method})
 	if h.Method != "CONNECT" {
-		cc.henc.WriteField(hpack.HeaderField{Name: ":scheme", Value: h.Scheme})
+		cc.writeField(hpack.HeaderField{Name: ":scheme", Value: h.Scheme})
 	}
 	if h.Authority != "" {
-		cc.henc.WriteField(hpack.HeaderField{Name: ":authority", Value: h.Authority})
+		cc.writeField(hpack.HeaderField{Name: ":authority", Value: h.Authority})
 	}
 	if h.Method != "CONNECT" {
-		cc.henc.WriteField(hpack.HeaderField{Name: ":path", Value: h.Path})
+		cc.writeField(hpack.HeaderField{Name: ":path", Value: h.Path})
 	}
 	for _, f := range h.Fields {
-		cc.henc.WriteField(f)
+		cc.writeField(f)
 	}
 	cc.wbuf.b = clientAppendHeaders(cc.wbuf.b, s.id, h.EndStream && len(body) == 0, cc.hbuf.b, maxFrame)
 	cc.wbuf.b = clientAppendDataFrames(cc.wbuf.b, s.id, endAll && len(body) > 0, body[:taken], maxFrame)
@@ -203,6 +207,12 @@ func (cc *ClientConn) OpenStream(h *RequestHead) (*ClientStream, error) {
 		}
 	}
 	return s, nil
+}
+
+// writeField encodes f (wmu held) with strings the encoder may keep
+// (fieldInterner): a request head's may be over the caller's buffers.
+func (cc *ClientConn) writeField(f hpack.HeaderField) {
+	cc.henc.WriteField(cc.interned.field(f))
 }
 
 // clientAppendDataFrames appends p as DATA frames of at most maxFrame.
@@ -304,7 +314,7 @@ func (s *ClientStream) endSend(trailers []hpack.HeaderField) error {
 	} else {
 		cc.hbuf.b = cc.hbuf.b[:0]
 		for _, f := range trailers {
-			cc.henc.WriteField(f)
+			cc.writeField(f)
 		}
 		cc.wbuf.b = clientAppendHeaders(cc.wbuf.b, s.id, true, cc.hbuf.b, maxFrame)
 	}
@@ -343,6 +353,24 @@ func (s *ClientStream) ResponseHead() (status int, fields []hpack.HeaderField, e
 		return 0, nil, s.err
 	}
 	return s.status, s.fields[1:], nil // :status is first (validated)
+}
+
+// HeadEndedStream reports whether the final response head carried
+// END_STREAM: a response without body or trailers, which a proxy
+// forwards as one HEADERS frame (gRPC's trailers-only form). Valid once
+// ResponseHead returned.
+func (s *ClientStream) HeadEndedStream() bool {
+	s.cc.mu.Lock()
+	defer s.cc.mu.Unlock()
+	return s.headEnded
+}
+
+// ContentLength is the response's content-length (-1: none), once
+// ResponseHead returned.
+func (s *ClientStream) ContentLength() int64 {
+	s.cc.mu.Lock()
+	defer s.cc.mu.Unlock()
+	return s.contentLength
 }
 
 // Read reads the response body; it returns io.EOF after the last byte

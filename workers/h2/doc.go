@@ -10,7 +10,7 @@
 // pool is warm). A request whose whole body arrives within
 // MaxRequestBodyBuffer is handed over buffered (Stream.Body); a larger one
 // streams through Stream.Read. Responses go out through
-// Stream.WriteHeaders, Write, WriteTrailers and CloseWrite; frames of every
+// Stream.WriteHeaders, Write, WriteLast, WriteTrailers and CloseWrite; frames of every
 // stream are coalesced into one write system call by a single writer
 // goroutine per connection.
 //
@@ -27,8 +27,9 @@
 // it read, so a bidirectional gRPC stream is never held back.
 //
 // Writing: WriteHeaders (1xx heads may come first), Write (flow-controlled,
-// blocks while the window is closed), WriteTrailers or CloseWrite to end
-// the stream; returning from ServeH2 ends it too. Frames are queued, not
+// blocks while the window is closed), WriteLast (the last bytes, in the
+// frame that ends the stream), WriteTrailers or CloseWrite to end the
+// stream; returning from ServeH2 ends it too. Frames are queued, not
 // written, until the stream ends, Flush is called, 16 KiB are queued or a
 // writer must wait: a proxy streaming a response calls Flush after each
 // upstream read. Stream objects are pooled: nothing of a Stream (its

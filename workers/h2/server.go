@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -243,6 +244,7 @@ type ServerConn struct {
 	wb           writeBuf
 	enc          *hpack.Encoder
 	encBuf       bytes.Buffer
+	encStrings   fieldInterner // the strings enc may keep (guarded by mu, as enc)
 	queuedCtl    int
 	resets       tokenBucket
 	empties      tokenBucket
@@ -511,9 +513,23 @@ func (sc *ServerConn) wakeWriter() {
 
 // writeLoop is the connection's one writer: it takes every queued frame
 // and writes them in one system call.
+//
+// A wake puts the writer first in line (Go's scheduler runs the goroutine
+// a channel send readied next), so, left alone, it would write each
+// stream's response on its own as soon as that stream's handler parks:
+// a TLS record and a write(2) per response. It yields once instead, so
+// that the handlers runnable now (responses the poller reported together)
+// queue their frames first, and their responses share one record and one
+// write. The wake they send meanwhile is consumed here: this turn takes
+// their frames.
 func (sc *ServerConn) writeLoop() {
 	defer close(sc.writerDone)
 	for range sc.flushWake {
+		runtime.Gosched()
+		select {
+		case <-sc.flushWake:
+		default:
+		}
 		sc.mu.Lock()
 		buf := sc.wb.take()
 		sc.queuedCtl = 0

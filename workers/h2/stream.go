@@ -244,7 +244,9 @@ func (sc *ServerConn) writeHeadersLocked(st *Stream, status int, fields []hpack.
 		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
 			continue // forbidden in HTTP/2 (§8.2.2)
 		}
-		sc.enc.WriteField(f)
+		// A handler's fields may be over its buffers (a proxy's
+		// upstream response head, read in place).
+		sc.enc.WriteField(sc.encStrings.field(f))
 	}
 	block := sc.encBuf.Bytes()
 	maxFrame := int(sc.peer.maxFrameSize)
@@ -473,6 +475,18 @@ func (st *Stream) Write(p []byte) (int, error) {
 		return 0, errors.New("h2: Write before WriteHeaders")
 	}
 	return st.sc.writeDataLocked(st, p, false)
+}
+
+// WriteLast sends p as the last bytes of the response: the DATA frame
+// that carries them ends the stream (a Write then a CloseWrite would
+// take a frame more). Flow-controlled like Write.
+func (st *Stream) WriteLast(p []byte) (int, error) {
+	st.sc.mu.Lock()
+	defer st.sc.mu.Unlock()
+	if !st.headersSent {
+		return 0, errors.New("h2: WriteLast before WriteHeaders")
+	}
+	return st.sc.writeDataLocked(st, p, true)
 }
 
 // Flush asks the connection's writer to send what is queued now.

@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/integration/harness"
+	"golang.org/x/net/http2"
+)
+
+// TestHTTP2UpstreamNoReadThatFindsNothing is
+// TestKeepAliveNoReadThatFindsNothing for an HTTP/2 stream proxied to an
+// HTTP/1.1 upstream: under strace, the proxy's read(2) calls on its
+// upstream connection that return EAGAIN. Writing the upstream request
+// and then reading the response head cost one on nearly every request
+// (the backend, answering after 2 ms, cannot have answered yet); the
+// stream front end now sends a buffered request from inside the wait
+// (upstream.Conn.SendThenRead), so the read comes only once the answer
+// is there (issue 21).
+func TestHTTP2UpstreamNoReadThatFindsNothing(t *testing.T) {
+	t.Parallel()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("strace is not installed (apt-get install strace): it counts the proxy's system calls")
+	}
+	b := harness.StartHTTPBackend(t, "b1")
+	cfg := httpProxyConfig(b.Addr)
+	cfg.Concurrency = 1
+	cfg.Listeners[0].HTTP2Cleartext = true
+	p := harness.Start(t, cfg)
+
+	// h2c with prior knowledge: one connection, one stream at a time.
+	tr := &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	url := "http://" + p.Addr("web") + "/slow?ms=2"
+	ask := func() {
+		t.Helper()
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || resp.ProtoMajor != 2 || string(body) != "b1\n" {
+			t.Fatalf("response: %s %s %q %v", resp.Proto, resp.Status, body, err)
+		}
+	}
+	ask() // the upstream connection is dialed and pooled before tracing
+
+	out := t.TempDir() + "/trace"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// -yy names each fd's endpoints, so that the upstream connection's
+	// reads can be told from the client connection's.
+	st := exec.CommandContext(ctx, strace, "-f", "-yy", "-e", "trace=read", "-o", out, "-p", strconv.Itoa(p.PID()))
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Stderr = pw
+	if err := st.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	defer func() {
+		st.Process.Signal(syscall.SIGINT)
+		st.Wait()
+	}()
+	var attached bytes.Buffer
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		attached.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "attached") {
+			break
+		}
+	}
+	if !strings.Contains(attached.String(), "attached") {
+		t.Fatalf("strace did not attach to pid %d: %s", p.PID(), attached.String())
+	}
+	go io.Copy(io.Discard, pr)
+
+	const requests = 50
+	for range requests {
+		ask()
+	}
+	st.Process.Signal(syscall.SIGINT)
+	st.Wait()
+	trace, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An upstream fd prints as 9<TCP:[127.0.0.1:40000->127.0.0.1:PORT]>.
+	upstreamFD := "->" + b.Addr + "]>"
+	reads, eagain := 0, 0
+	for line := range strings.Lines(string(trace)) {
+		if !strings.Contains(line, upstreamFD) || strings.Contains(line, "<unfinished ...>") {
+			continue
+		}
+		if !strings.Contains(line, "read(") {
+			continue
+		}
+		reads++
+		if strings.Contains(line, "= -1 EAGAIN") {
+			eagain++
+		}
+	}
+	if reads < requests {
+		t.Fatalf("strace saw %d reads on the upstream connection (%s) for %d requests: not tracing the proxy?\n%s", reads, b.Addr, requests, trace)
+	}
+	// Before the change: one per request (50 of ~100).
+	if eagain > requests/10 {
+		t.Errorf("%d of %d upstream reads returned EAGAIN over %d HTTP/2 requests (want at most %d): a read that finds nothing is back on the HTTP/2 to HTTP/1.1 path",
+			eagain, reads, requests, requests/10)
+	}
+	t.Logf("%d HTTP/2 requests: %d upstream reads, %d of them EAGAIN", requests, reads, eagain)
+}

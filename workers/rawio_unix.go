@@ -1,0 +1,35 @@
+//go:build unix
+
+package workers
+
+import "syscall"
+
+// rawIO: the client socket's reads and writes can be made inside
+// RawConn callbacks (h1conn.go: rawStep), which lets a deadline be armed
+// only when a call would block.
+const rawIO = true
+
+// writeFD writes b to the non-blocking socket fd: n bytes written, or
+// the error (syscall.EAGAIN: the socket's buffer is full).
+func writeFD(fd uintptr, b []byte) (int, error) {
+	for {
+		n, err := syscall.Write(int(fd), b)
+		if err == syscall.EINTR {
+			continue
+		}
+		return max(n, 0), err
+	}
+}
+
+// readFD reads into b from the non-blocking socket fd, as writeFD.
+func readFD(fd uintptr, b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(fd), b)
+		if err == syscall.EINTR {
+			continue
+		}
+		return max(n, 0), err
+	}
+}
+
+func wouldBlock(err error) bool { return err == syscall.EAGAIN }
