@@ -17,7 +17,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /integration)
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" at the deadline on a loaded machine (golang/go#75804).
 FUZZTIME ?= 20000x
-FUZZ_TARGETS = ./config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest ./workers/http1:FuzzRequestVsNetHTTP ./workers/http1:FuzzResponseVsNetHTTP ./workers/http1:FuzzChunkedVsNetHTTP ./workers/h2:FuzzRequestVsXNet
+FUZZ_TARGETS = ./config:FuzzParse ./hotrestart:FuzzDecodeMessage ./shm:FuzzReader ./shm:FuzzReaderMutateSeed ./shm:FuzzAttach ./hotrestart/supervisor:FuzzControlRequest ./http1:FuzzRequestVsNetHTTP ./http1:FuzzResponseVsNetHTTP ./http1:FuzzChunkedVsNetHTTP ./h2:FuzzRequestVsXNet
 
 .PHONY: all build run test check unit allocs integration fuzz bench clean image
 
@@ -55,7 +55,7 @@ unit:
 # The zero-allocation assertions skip under -race (the detector allocates
 # on its own account), so they run once more without it.
 allocs:
-	$(GO) test -count=1 -run 'Alloc' ./workers/... ./exchange/... ./upstream/... ./internal/accesslog/
+	$(GO) test -count=1 -run 'Alloc' ./workers/... ./h2/ ./http1/ ./route/ ./downstream/... ./exchange/... ./upstream/... ./internal/accesslog/
 
 integration:
 	$(GO) test -count=1 -timeout 10m ./integration/...

@@ -3,7 +3,7 @@ package exchange
 import (
 	"io"
 
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // BodySink is a front end as the core moves an HTTP/1.1 upstream's

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // pieceSink feeds the read buffer from pieces, one per ReadUpstream (EOF

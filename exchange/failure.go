@@ -5,8 +5,8 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // FailureStatus is what the client is told when the upstream failed its

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 func TestFailureStatus(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // ReadBuffer is an HTTP/1.1 upstream connection's read buffer: B[R:W]

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // hooks records what ReadHTTP1Head and ReadMore asked of the front end.

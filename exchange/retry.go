@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hotproxy/hotproxy/h2"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/h2"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // ErrClientBody marks an exchange cut because the client's request body

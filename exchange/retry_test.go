@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotproxy/hotproxy/h2"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/h2"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // fakeAccounting records what a run of tries reported.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // SNITable is a passthrough listener's sni_routes, in the config's order.

@@ -13,11 +13,11 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/hotproxy/hotproxy/config"
-	"github.com/hotproxy/hotproxy/workers/h2"
+	"github.com/hotproxy/hotproxy/h2"
 )
 
 // H2Pool is the HTTP/2 multiplexed pool: the HTTP/2 client connections
-// (workers/h2's ClientConn) of one worker's view of a cluster
+// (h2's ClientConn) of one worker's view of a cluster
 // (clusters.http2 = true), by endpoint. Each try of a request asks Open
 // for a stream: the cluster's balancer picks the endpoint for it (health,
 // ejection, hash_on keys, avoiding the previous try's endpoint), and the

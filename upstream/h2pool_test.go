@@ -16,7 +16,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/config"
-	"github.com/hotproxy/hotproxy/workers/h2"
+	"github.com/hotproxy/hotproxy/h2"
 )
 
 // TestH2PoolRefusesTLSPeerWithoutH2: a TLS endpoint of an http2 cluster

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/route"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // Access logging on the request path: a connection of a listener with

@@ -4,7 +4,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // inlineBodyMax: a Content-Length body up to this size that is already

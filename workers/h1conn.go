@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // The HTTP/1.1 data path: one goroutine per client connection, the request
-// head parsed in place in the connection's read buffer (workers/http1), one
+// head parsed in place in the connection's read buffer (http1), one
 // write per upstream request and per response head, upstream connections
 // from the worker's pool (upstream.Conn). net/http stays off this path: it
 // costs three goroutines, ~90 allocations and five reads per exchange.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // handle serves the request whose head is parsed at rbuf[r:]. It consumes

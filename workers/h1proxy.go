@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // errClientBody marks an exchange cut because the client's request body

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // appendResponseHead writes the upstream's response head as the client gets

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // tryUntilResponse sends the request (head b, then bodyRef) and, when its

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/hotproxy/hotproxy/exchange"
-	"github.com/hotproxy/hotproxy/workers/http1"
+	"github.com/hotproxy/hotproxy/http1"
 )
 
 // Read buffers come in two sizes, each in its own pool. A request starts

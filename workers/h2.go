@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hotproxy/hotproxy/workers/h2"
+	"github.com/hotproxy/hotproxy/h2"
 )
 
-// HTTP/2 downstream, on our own engine (workers/h2's ServerConn; the
+// HTTP/2 downstream, on our own engine (h2's ServerConn; the
 // stream front end is h2front.go). A connection gets here two ways: a TLS
 // handshake that negotiated ALPN h2 (the TLS path calls serveHTTP2), or,
 // on a cleartext listener with http2_cleartext = true, a client that opens

@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/h2"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/h2"
-	"github.com/hotproxy/hotproxy/workers/http1"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
 // The HTTP/2 front end: each client connection that speaks HTTP/2 is
-// served by our own engine (workers/h2's ServerConn: the frame loop, flow
+// served by our own engine (h2's ServerConn: the frame loop, flow
 // control, the flood limits, the graceful GOAWAY), and each of its
 // request streams is handed to h2Front.ServeH2, which routes it and
 // answers it the way the HTTP/1.1 connection loop answers a request:

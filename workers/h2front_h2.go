@@ -10,12 +10,12 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/h2"
 	"github.com/hotproxy/hotproxy/route"
-	"github.com/hotproxy/hotproxy/workers/h2"
 )
 
 // An HTTP/2 stream proxied to an HTTP/2 cluster, through the cluster's
-// multiplexed pool (upstream.H2Pool, on workers/h2's ClientConn) and the
+// multiplexed pool (upstream.H2Pool, on h2's ClientConn) and the
 // exchange core's HTTP/2 transport: the request head is built as header
 // fields straight from the stream's (exchange.ForwardedFields decides
 // what passes), a body the engine buffered whole goes with the HEADERS of

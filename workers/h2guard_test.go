@@ -18,7 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/config"
-	"github.com/hotproxy/hotproxy/workers/h2"
+	"github.com/hotproxy/hotproxy/h2"
 )
 
 // countingBackend is an HTTP/1.1 backend that answers every request with

@@ -134,7 +134,7 @@ func BenchmarkH1ToH2(b *testing.B) {
 
 // TestH2UpstreamAllocs: a request proxied to an HTTP/2 upstream
 // allocates (almost) nothing in the steady state now that the pool runs
-// on workers/h2's ClientConn: x/net's Transport and the net/http Request
+// on h2's ClientConn: x/net's Transport and the net/http Request
 // and Response it needed took ~60-90 per request. The bound leaves room
 // for the goroutine that watches an HTTP/2 client's stream for a reset.
 func TestH2UpstreamAllocs(t *testing.T) {

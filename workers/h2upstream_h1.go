@@ -10,8 +10,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // An HTTP/1.1 client's request to a cluster with http2 = true: the parsed

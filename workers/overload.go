@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/h2"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/stats"
-	"github.com/hotproxy/hotproxy/workers/h2"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // The workers' side of the overload manager (server/overload.go, DESIGN

@@ -1,9 +1,9 @@
 package workers
 
 import (
+	"github.com/hotproxy/hotproxy/h2"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
-	"github.com/hotproxy/hotproxy/workers/h2"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // The two front ends' route.RequestFields: what a route's header

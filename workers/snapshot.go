@@ -12,9 +12,9 @@ import (
 
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/exchange"
+	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
 	"github.com/hotproxy/hotproxy/upstream"
-	"github.com/hotproxy/hotproxy/workers/http1"
 )
 
 // Concurrency resolves the number of workers for cfg: server.concurrency

@@ -41,21 +41,21 @@ var layers = map[string][]string{
 	"internal/conventions": nil,
 
 	"tlsconf":  {"config", "stats"},
-	"upstream": {"config", "stats", "workers/h2"},
+	"upstream": {"config", "stats", "h2"},
 	// The exchange core: one proxied request, whatever the protocols;
 	// below the front ends and workers that run it, above the transports.
-	"exchange": {"upstream", "workers/h2", "workers/http1"},
+	"exchange": {"upstream", "h2", "http1"},
 	// The compiled routing data every front end reads: below them and
 	// the snapshot builder that fills it.
-	"route": {"exchange", "workers/http1"},
+	"route": {"exchange", "http1"},
 	// The front ends, each its own package, below the workers that run
 	// them: the TCP proxy and TLS passthrough.
 	"downstream/tcp": {"route", "stats", "upstream"},
-	"workers": {"config", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
-		"workers/http1", "workers/steering"},
+	"workers": {"config", "h2", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+		"http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
-	"workers/http1":    nil,
-	"workers/h2":       nil, // our HTTP/2 engine: x/net's Framer and hpack only
+	"http1":            nil,
+	"h2":               nil, // our HTTP/2 engine: x/net's Framer and hpack only
 	"workers/steering": nil,
 
 	"hotrestart":                           {"internal/ratelog", "internal/safefile", "internal/unixsock"},
@@ -90,7 +90,7 @@ var layers = map[string][]string{
 // read a raw config.Config (DESIGN §2: "nothing below the snapshot builder
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
-var configFree = []string{"shm", "stats", "route", "downstream/tcp", "workers/http1", "workers/h2", "workers/steering",
+var configFree = []string{"shm", "stats", "route", "downstream/tcp", "http1", "h2", "workers/steering",
 	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw

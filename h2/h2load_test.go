@@ -21,7 +21,7 @@ import (
 // or TLS with ALPN h2 when H2LOAD_TLS=1. A measurement, not a gate: it
 // runs only with H2LOAD_COMPARE=1 (H2LOAD_REQUESTS sets the load).
 //
-//	H2LOAD_COMPARE=1 [H2LOAD_TLS=1] go test -count=1 -v -run TestH2loadCPUVsXNet ./workers/h2/
+//	H2LOAD_COMPARE=1 [H2LOAD_TLS=1] go test -count=1 -v -run TestH2loadCPUVsXNet ./h2/
 func TestH2loadCPUVsXNet(t *testing.T) {
 	if os.Getenv("H2LOAD_COMPARE") == "" {
 		t.Skip("a measurement: set H2LOAD_COMPARE=1 to run it")

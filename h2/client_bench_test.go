@@ -163,7 +163,7 @@ func BenchmarkClientXNetServer(b *testing.B) {
 // budget per request against the allocation-free peer.
 func TestClientSteadyStateAllocations(t *testing.T) {
 	if clientRaceEnabled {
-		t.Skip("allocation counts are meaningless under -race (run without -race: go test -run TestClientSteadyStateAllocations ./workers/h2)")
+		t.Skip("allocation counts are meaningless under -race (run without -race: go test -run TestClientSteadyStateAllocations ./h2)")
 	}
 	cc := clientDial(t, clientBenchPeer(t), nil)
 	buf := make([]byte, 4096)
