@@ -274,3 +274,15 @@ func IsTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
 		(errors.As(err, &ne) && ne.Timeout())
 }
+
+// Idempotent reports whether a request of method may be sent twice (RFC
+// 9110 §9.2.2: the safe methods, PUT and DELETE), whatever the protocols:
+// Tries.Start asks it of every request, and a retry of a try the upstream
+// may have seen needs it (or retry_non_idempotent).
+func Idempotent(method string) bool {
+	switch method {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}

@@ -235,3 +235,12 @@ func TestTriesRefusedStreamRetriedOnceFree(t *testing.T) {
 		t.Errorf("refused streamed body: %v, want Fail (it cannot be sent again)", v)
 	}
 }
+
+func TestIdempotent(t *testing.T) {
+	for m, want := range map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true,
+		"POST": false, "PATCH": false, "CONNECT": false, "get": false, "": false} {
+		if got := Idempotent(m); got != want {
+			t.Errorf("Idempotent(%q) = %v, want %v", m, got, want)
+		}
+	}
+}

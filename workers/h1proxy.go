@@ -79,11 +79,10 @@ func (cc *clientConn) proxy(lv *listenerView, rt *route.Route, start time.Time, 
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
 	x.method = methodOther
 	x.upgrade = forwardsUpgrade(req.Upgrade.Bytes(x.head))
-	switch string(req.Method.Bytes(x.head)) {
-	case "HEAD":
-		x.method, x.idempotent = methodHEAD, true
-	case "GET", "OPTIONS", "TRACE", "PUT", "DELETE":
-		x.idempotent = true
+	method := bytesString(req.Method.Bytes(x.head))
+	x.idempotent = exchange.Idempotent(method)
+	if method == "HEAD" {
+		x.method = methodHEAD
 	}
 
 	// The request head for the upstream, and as much of the body as is

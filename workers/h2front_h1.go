@@ -75,11 +75,9 @@ func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView
 			"listener", lv.name, "cluster", wc.Name(), "path", st.Path())
 	}
 	method := st.Method()
-	switch method {
-	case "HEAD":
-		x.method, x.idempotent = methodHEAD, true
-	case "GET", "OPTIONS", "TRACE", "PUT", "DELETE":
-		x.idempotent = true
+	x.idempotent = exchange.Idempotent(method)
+	if method == "HEAD" {
+		x.method = methodHEAD
 	}
 	body, complete := st.Body()
 	x.streaming = !complete

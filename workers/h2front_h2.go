@@ -64,7 +64,7 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 	defer watch.stop()
 
 	t := &s.tries
-	t.Start(&rt.Retry, u.wc, start, rt.Timeout, replayable, idempotentMethod(x.Head.Method))
+	t.Start(&rt.Retry, u.wc, start, rt.Timeout, replayable, exchange.Idempotent(x.Head.Method))
 	err := x.Run(t, u.wc)
 	out.retries = t.Retries
 	out.upAddr = x.Up.Addr

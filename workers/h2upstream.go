@@ -47,13 +47,3 @@ type h2Upstream struct {
 	pool *upstream.H2Pool
 	wc   *upstream.WorkerCluster
 }
-
-// idempotentMethod: a request of this method may be sent twice (RFC 9110
-// §9.2.2), as the HTTP/1.1 paths decide.
-func idempotentMethod(m string) bool {
-	switch m {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
-}

@@ -113,7 +113,7 @@ func (cc *clientConn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time
 		x.AddOwnFields(fwd, -1)
 	}
 	t := &h.tries
-	t.Start(&rt.Retry, u.wc, start, rt.Timeout, replayable, idempotentMethod(method))
+	t.Start(&rt.Retry, u.wc, start, rt.Timeout, replayable, exchange.Idempotent(method))
 	err := x.Run(t, u.wc)
 	if err != nil {
 		// The body may be half read by the pump: stop it, and close
