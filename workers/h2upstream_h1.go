@@ -3,6 +3,7 @@ package workers
 import (
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ func (cc *clientConn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time
 		if f.Hop || !fwd.Take(name, value) {
 			continue
 		}
-		if expect && len(name) == 6 && equalFoldASCII(name, "expect") {
+		if expect && len(name) == 6 && http1.EqualFold(name, "expect") {
 			// The upstream's 100 is not awaited; the client gets
 			// ours below.
 			continue
@@ -204,7 +205,7 @@ func (h *h1ToH2) originPath(target []byte) ([]byte, bool) {
 	if len(target) > 0 && (target[0] == '/' || string(target) == "*") {
 		return target, true
 	}
-	i := indexOf(target, "://")
+	i := strings.Index(bytesString(target), "://")
 	if i <= 0 {
 		return nil, false
 	}
@@ -221,31 +222,6 @@ func (h *h1ToH2) originPath(target []byte) ([]byte, bool) {
 		h.path = append(h.path, rest[j:]...)
 	}
 	return h.path, true
-}
-
-func indexOf(b []byte, sep string) int {
-	for i := 0; i+len(sep) <= len(b); i++ {
-		if string(b[i:i+len(sep)]) == sep {
-			return i
-		}
-	}
-	return -1
-}
-
-// equalFoldASCII: name is lower (lower case) in any case.
-func equalFoldASCII(name []byte, lower string) bool {
-	if len(name) != len(lower) {
-		return false
-	}
-	for i, c := range name {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // h2ResponseFieldDropped: response fields an HTTP/2 upstream's response
