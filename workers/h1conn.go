@@ -462,7 +462,12 @@ func (cc *clientConn) flushPending() bool {
 	}
 	cc.pending = nil
 	cc.sentBytes -= int64(len(b)) // counted by writeLast; write counts it again
-	return cc.write(b) == nil
+	op := cc.rawOp
+	err := cc.write(b)
+	// The idle wait's RawConn.Read calls rawStep again when it wakes: it
+	// must find its own step there, not the write's.
+	cc.rawOp = op
+	return err == nil
 }
 
 // deadlineSlackFor is how far a deadline for timeout d may be earlier

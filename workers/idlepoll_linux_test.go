@@ -3,6 +3,7 @@ package workers
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -261,31 +262,44 @@ func TestDrainClosesParked(t *testing.T) {
 	waitFor(t, 10*time.Second, "the pollers' and resumers' goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
-// The point of parking: an idle keep-alive connection costs no goroutine
-// stack. Measured in this process (clients here too, their goroutines
-// are not started: raw conns), StackInuse per idle connection: 8 KiB
-// and more while each waits in its goroutine, ~0 once parked.
+// The point of parking: an idle keep-alive connection holds no
+// goroutine, so it costs no goroutine stack. Judged by the goroutines
+// alive once every connection is parked (clients here too, their
+// goroutines are not started: raw conns): StackInuse alone cannot tell,
+// since the stacks the accept path's goroutines freed stay in the
+// runtime's stack pool (a test run alone saw 2-3 KiB "per connection"
+// of them; in the suite the pool was grown already).
 func TestParkedIdleConnHasNoStack(t *testing.T) {
 	const n = 300
 	m := startManager(t, &config.Config{Listeners: []config.Listener{parkingListener()}}, 1)
 	before := heapAfterGC()
+	goroutinesBefore := runtime.NumGoroutine()
 	cs := dialKeepAliveClients(t, addr(t, m, "web"), n)
 	for i, k := range cs {
 		if err := k.exchange("/x"); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 	}
-	waitFor(t, 5*time.Second, "every connection to be idle", func() bool { return idleConns(m) == n })
+	// Parked, not only idle: an idle connection whose goroutine has not
+	// yet handed its socket to the poller still holds its stack.
+	waitFor(t, 5*time.Second, "every connection to park", func() bool { return parkedConns(m) == n })
 	// The serve pool's goroutines (servepool.go, bounded per worker) are
 	// no connection's: let go, as the reclaimer would within reclaimPoll.
 	waitFor(t, 5*time.Second, "the serve pool to empty", func() bool { return retireServePools(m) == 0 })
+	// A goroutine may still be on its way out of a connection it parked.
+	// What may stay is per worker, not per connection: the poller and
+	// up to maxIdleResumers resumers waiting for a wake.
+	bound := maxIdleResumers + 8
+	extra := 0
+	waitFor(t, 5*time.Second, fmt.Sprintf("at most %d more goroutines than before %d parked connections", bound, n), func() bool {
+		extra = runtime.NumGoroutine() - goroutinesBefore
+		return extra <= bound
+	})
 	after := heapAfterGC()
 	stack := (float64(after.StackInuse) - float64(before.StackInuse)) / n
 	heap := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
-	t.Logf("idle plaintext keep-alive connection: %.2f KiB of stack, %.2f KiB of heap (both sides of the socket)", stack/1024, heap/1024)
-	if stack > 1024 {
-		t.Fatalf("an idle connection costs %.1f KiB of goroutine stack, want under 1 KiB (parked, no goroutine)", stack/1024)
-	}
+	t.Logf("%d idle plaintext keep-alive connections parked: %d more goroutines; %.2f KiB of stack (pooled stacks included), %.2f KiB of heap per connection (both sides of the socket)",
+		n, extra, stack/1024, heap/1024)
 }
 
 func nofileLimit() (uint64, error) {
