@@ -3,9 +3,11 @@ package exchange
 import (
 	"bytes"
 	"io"
+	"net"
 	"time"
 
 	"github.com/hotproxy/hotproxy/http1"
+	"github.com/hotproxy/hotproxy/upstream"
 )
 
 // ReadBuffer is an HTTP/1.1 upstream connection's read buffer: B[R:W]
@@ -131,4 +133,32 @@ func ReadMore(up UpstreamReader, rb *ReadBuffer, maxBuf int, fe HeadReadHooks, d
 // message, and passes; a 204's never does (RFC 9110 §8.6).
 func PassesRepresentationLength(name []byte, status int, bodyless bool) bool {
 	return bodyless && status >= 200 && status != 204 && http1.EqualFold(name, "content-length")
+}
+
+// SendThenRead sends a request whose bytes are all in head and body
+// (body may be empty) over up and reads what has come of the response
+// into in.B[in.W:], without the read(2) that would return EAGAIN right
+// after the write (upstream.Conn.SendThenRead). With in full it only
+// sends, for the head reader to make room. A read that got nothing ends
+// as fe.ReadFailed says, as the head reader's own read would. Both
+// front ends' buffered requests go out through it.
+func SendThenRead(up *upstream.Conn, head, body []byte, in *ReadBuffer, fe interface{ ReadFailed(error) error }) error {
+	if in.W == len(in.B) {
+		if len(body) == 0 {
+			_, err := up.Write(head)
+			return err
+		}
+		bufs := net.Buffers{head, body}
+		_, err := up.WriteBuffers(&bufs)
+		return err
+	}
+	n, werr, rerr := up.SendThenRead(head, body, in.B[in.W:])
+	if werr != nil {
+		return werr
+	}
+	in.W += n
+	if n == 0 {
+		return fe.ReadFailed(rerr)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/http1"
 )
 
@@ -86,19 +87,8 @@ func (x *h1Exchange) sendThenReadHead(b, bodyRef []byte) error {
 	if x.in.B == nil {
 		x.in.B = x.cc.takeBuf(smallBufSize)
 	}
-	if x.in.W == len(x.in.B) {
-		if err := x.sendHead(b, bodyRef); err != nil {
-			return err
-		}
-		return x.readResponseHead()
-	}
-	n, werr, rerr := x.up.SendThenRead(b, bodyRef, x.in.B[x.in.W:])
-	if werr != nil {
-		return werr
-	}
-	x.in.W += n
-	if n == 0 {
-		return x.ReadFailed(rerr) // as readResponseHead's own read would
+	if err := exchange.SendThenRead(x.up, b, bodyRef, &x.in, x); err != nil {
+		return err
 	}
 	return x.readResponseHead()
 }

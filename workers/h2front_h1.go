@@ -92,7 +92,7 @@ func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView
 			s.head = http1.AppendChunkHeader(s.head, len(body))
 			s.head = append(append(s.head, body...), crlf...)
 		}
-		s.pumpBuf = appendH2Trailers(s.pumpBuf[:0], st.Trailers())
+		s.pumpBuf = exchange.AppendHTTP1Trailers(s.pumpBuf[:0], st.Trailers(), appendName)
 		s.head = http1.AppendLastChunk(s.head, s.pumpBuf)
 	case complete:
 		s.head = append(s.head, body...)
@@ -241,19 +241,8 @@ func (x *h2StreamExchange) sendThenReadHead() error {
 	if x.in.B == nil {
 		x.in.B = getBuf()
 	}
-	if x.in.W == len(x.in.B) {
-		if _, err := x.up.Write(x.s.head); err != nil {
-			return err
-		}
-		return x.readResponseHead()
-	}
-	n, werr, rerr := x.up.SendThenRead(x.s.head, nil, x.in.B[x.in.W:])
-	if werr != nil {
-		return werr
-	}
-	x.in.W += n
-	if n == 0 {
-		return x.ReadFailed(rerr) // as readResponseHead's own read would
+	if err := exchange.SendThenRead(x.up, x.s.head, nil, &x.in, x); err != nil {
+		return err
 	}
 	return x.readResponseHead()
 }
@@ -349,7 +338,7 @@ func pumpStreamBody(up *upstream.Conn, st *h2.Stream, chunked bool, idle time.Du
 		if rerr == io.EOF {
 			if chunked {
 				// Request trailers are known once the body has ended.
-				*trailerBuf = appendH2Trailers((*trailerBuf)[:0], st.Trailers())
+				*trailerBuf = exchange.AppendHTTP1Trailers((*trailerBuf)[:0], st.Trailers(), appendName)
 				_, err = up.Write(http1.AppendLastChunk(hdr[:0], *trailerBuf))
 			}
 			return err
@@ -358,23 +347,6 @@ func pumpStreamBody(up *upstream.Conn, st *h2.Stream, chunked bool, idle time.Du
 			return errClientBody
 		}
 	}
-}
-
-// appendH2Trailers writes HTTP/2 trailer fields as HTTP/1.1 field lines,
-// leaving out those a trailer may not carry (framing, routing,
-// hop-by-hop).
-func appendH2Trailers(b []byte, fields []hpack.HeaderField) []byte {
-	for _, hf := range fields {
-		switch hf.Name {
-		case "content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer", "upgrade":
-			continue
-		}
-		b = append(b, hf.Name...)
-		b = append(b, ": "...)
-		b = append(b, hf.Value...)
-		b = append(b, "\r\n"...)
-	}
-	return b
 }
 
 // fail answers an exchange that failed before a response head went to
@@ -593,3 +565,7 @@ func (x *h2StreamExchange) copyUntilClose() error {
 	x.flushed = true
 	return exchange.CopyUntilClose(&x.in, x)
 }
+
+// appendName writes a field name as HTTP/2 carried it (lower case): to
+// an HTTP/1.1 upstream, which matches names without case.
+func appendName(b []byte, name string) []byte { return append(b, name...) }

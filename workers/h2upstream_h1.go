@@ -277,7 +277,7 @@ func (cc *clientConn) copyHTTP2Body(up io.Reader, chunked bool) error {
 				if s, ok := up.(interface{ Trailers() []hpack.HeaderField }); ok {
 					tr = s.Trailers()
 				}
-				b := http1.AppendLastChunk(cc.ex.wbuf[:0], appendTrailer(nil, tr))
+				b := http1.AppendLastChunk(cc.ex.wbuf[:0], exchange.AppendHTTP1Trailers(nil, tr, appendCanonicalName))
 				cc.ex.wbuf = b
 				return cc.write(b)
 			}
@@ -389,20 +389,4 @@ func (b *h1RequestBody) stop() bool {
 	// The read deadline is spoiled: the next read sets its own.
 	b.cc.readDeadline = aLongTimeAgo
 	return ok
-}
-
-// appendTrailer writes trailer fields as HTTP/1.1 field lines, leaving
-// out those a trailer may not carry (framing, routing, hop-by-hop).
-func appendTrailer(b []byte, trailer []hpack.HeaderField) []byte {
-	for _, f := range trailer {
-		switch f.Name {
-		case "content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer", "upgrade":
-			continue
-		}
-		b = appendCanonicalName(b, f.Name)
-		b = append(b, ": "...)
-		b = append(b, f.Value...)
-		b = append(b, "\r\n"...)
-	}
-	return b
 }
