@@ -317,17 +317,11 @@ func TestHotRestartSocketRefusesStrangers(t *testing.T) {
 			t.Fatal(err)
 		}
 		bin, cfgPath := filepath.Join(dir, "hotproxy"), filepath.Join(dir, "hotproxy.toml")
-		for _, cp := range []struct {
-			from, to string
-			mode     os.FileMode
-		}{{harness.Binary(t), bin, 0o755}, {c.cfgPath, cfgPath, 0o644}} {
-			b, err := os.ReadFile(cp.from)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(cp.to, b, cp.mode); err != nil {
-				t.Fatal(err)
-			}
+		harness.CopyExecutable(t, harness.Binary(t), bin)
+		if b, err := os.ReadFile(c.cfgPath); err != nil {
+			t.Fatal(err)
+		} else if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+			t.Fatal(err)
 		}
 		stranger := harness.StartGeneration(t, cfgPath, c.baseID, 1, harness.LaunchOptions{
 			Binary:     bin,

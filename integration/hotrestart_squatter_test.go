@@ -149,14 +149,7 @@ func squatterBinary(t *testing.T) string {
 
 func installFile(t *testing.T, src, dst string) string {
 	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dst
+	return harness.CopyExecutable(t, src, dst)
 }
 
 // startSquatter runs a squatter as nobody on the restart socket addr,

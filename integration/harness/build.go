@@ -102,3 +102,20 @@ func Main(m *testing.M) int {
 	}
 	return code
 }
+
+// CopyExecutable copies the program src to dst, mode 0755, and returns
+// dst. The copy is made by a cp(1) child, not by this process: a file
+// this process had open for writing could be inherited, for the moment
+// between fork and exec, by a child another test starts meanwhile, and
+// exec'ing dst while any such child holds it fails with ETXTBSY ("text
+// file busy", golang.org/issue/22315). cp's descriptor ends with cp.
+func CopyExecutable(tb testing.TB, src, dst string) string {
+	tb.Helper()
+	if out, err := exec.Command("cp", "--", src, dst).CombinedOutput(); err != nil {
+		tb.Fatalf("cp %s %s: %v\n%s", src, dst, err, out)
+	}
+	if err := os.Chmod(dst, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return dst
+}
