@@ -1,18 +1,13 @@
 package integration
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,52 +61,18 @@ func TestHTTP2UpstreamNoReadThatFindsNothing(t *testing.T) {
 	}
 	ask() // the upstream connection is dialed and pooled before tracing
 
-	out := t.TempDir() + "/trace"
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	const requests = 50
 	// -yy names each fd's endpoints, so that the upstream connection's
 	// reads can be told from the client connection's.
-	st := exec.CommandContext(ctx, strace, "-f", "-yy", "-e", "trace=read", "-o", out, "-p", strconv.Itoa(p.PID()))
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Stderr = pw
-	if err := st.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	defer func() {
-		st.Process.Signal(syscall.SIGINT)
-		st.Wait()
-	}()
-	var attached bytes.Buffer
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		attached.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), "attached") {
-			break
+	trace := straceDuring(t, strace, p.PID(), []string{"-yy", "-e", "trace=read"}, func() {
+		for range requests {
+			ask()
 		}
-	}
-	if !strings.Contains(attached.String(), "attached") {
-		t.Fatalf("strace did not attach to pid %d: %s", p.PID(), attached.String())
-	}
-	go io.Copy(io.Discard, pr)
-
-	const requests = 50
-	for range requests {
-		ask()
-	}
-	st.Process.Signal(syscall.SIGINT)
-	st.Wait()
-	trace, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	// An upstream fd prints as 9<TCP:[127.0.0.1:40000->127.0.0.1:PORT]>.
 	upstreamFD := "->" + b.Addr + "]>"
 	reads, eagain := 0, 0
-	for line := range strings.Lines(string(trace)) {
+	for line := range strings.Lines(trace) {
 		if !strings.Contains(line, upstreamFD) || strings.Contains(line, "<unfinished ...>") {
 			continue
 		}

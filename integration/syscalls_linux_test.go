@@ -62,49 +62,14 @@ func TestKeepAliveNoReadThatFindsNothing(t *testing.T) {
 	}
 	ask() // the upstream connection is dialed and pooled before tracing
 
-	out := t.TempDir() + "/trace"
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var attached bytes.Buffer
-	st := exec.CommandContext(ctx, strace, "-f", "-e", "trace=read,recvfrom", "-o", out, "-p", strconv.Itoa(p.PID()))
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Stderr = pw
-	if err := st.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	defer func() {
-		st.Process.Signal(syscall.SIGINT)
-		st.Wait()
-	}()
-	// strace says "Process N attached with M threads" once it traces them all.
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		attached.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), "attached") {
-			break
-		}
-	}
-	if !strings.Contains(attached.String(), "attached") {
-		t.Fatalf("strace did not attach to pid %d: %s", p.PID(), attached.String())
-	}
-	go io.Copy(io.Discard, pr)
-
 	const requests = 50
-	for range requests {
-		ask()
-	}
-	st.Process.Signal(syscall.SIGINT)
-	st.Wait()
-	trace, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	trace := straceDuring(t, strace, p.PID(), []string{"-e", "trace=read,recvfrom"}, func() {
+		for range requests {
+			ask()
+		}
+	})
 	reads, eagain, peeks := 0, 0, 0
-	for line := range strings.Lines(string(trace)) {
+	for line := range strings.Lines(trace) {
 		if strings.Contains(line, "MSG_PEEK") {
 			peeks++
 			continue
@@ -134,4 +99,53 @@ func TestKeepAliveNoReadThatFindsNothing(t *testing.T) {
 			peeks, requests, requests/10)
 	}
 	t.Logf("%d requests: %d reads, %d of them EAGAIN; %d peeks", requests, reads, eagain, peeks)
+}
+
+// straceDuring runs do with strace attached to the process pid and all
+// its threads (tracing what args say, e.g. "-e", "trace=read") and
+// returns the trace: strace has attached before do starts (it says
+// "Process N attached"), and has written everything once it returns.
+func straceDuring(t *testing.T, strace string, pid int, args []string, do func()) string {
+	t.Helper()
+	out := t.TempDir() + "/trace"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st := exec.CommandContext(ctx, strace, append(append([]string{"-f"}, args...), "-o", out, "-p", strconv.Itoa(pid))...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Stderr = pw
+	if err := st.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			st.Process.Signal(syscall.SIGINT)
+			st.Wait()
+		}
+	}
+	defer stop()
+	var attached bytes.Buffer
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		attached.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "attached") {
+			break
+		}
+	}
+	if !strings.Contains(attached.String(), "attached") {
+		t.Fatalf("strace did not attach to pid %d: %s", pid, attached.String())
+	}
+	go io.Copy(io.Discard, pr)
+	do()
+	stop()
+	trace, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(trace)
 }
