@@ -21,9 +21,7 @@ func TestServesTheFileAndFollowsItsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "snapshot.json")
-	if err := os.WriteFile(file, example, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, file, example)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,9 +41,7 @@ func TestServesTheFileAndFollowsItsChanges(t *testing.T) {
 
 	for _, p := range []xds.Protocol{xds.ProtocolSotW, xds.ProtocolDelta} {
 		t.Run(string(p), func(t *testing.T) {
-			if err := os.WriteFile(file, example, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			replaceFile(t, file, example)
 			c, err := xds.New(xds.Config{Dial: xds.DialTarget(addr, nil), NodeID: "demo", Protocol: p,
 				BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, SecretDir: filepath.Join(t.TempDir(), "s")})
 			if err != nil {
@@ -88,15 +84,29 @@ func TestServesTheFileAndFollowsItsChanges(t *testing.T) {
 			u.Done(nil)
 
 			changed := strings.Replace(strings.Replace(string(example), `"port_value": 9000`, `"port_value": 9001`, 1), `"version": "1"`, `"version": "2-`+string(p)+`"`, 1)
-			if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			replaceFile(t, file, []byte(changed))
 			u = next()
 			if eps := u.State.Clusters[0].Endpoints; !slices.Equal(eps, []string{"127.0.0.1:9001"}) {
 				t.Fatalf("after the file changed: endpoints %v", eps)
 			}
 			u.Done(nil)
 		})
+	}
+}
+
+// replaceFile gives file its new content in one rename, as an operator's
+// editor or deploy tool should: the control plane loads the file when it
+// starts and whenever it changes, and a file rewritten in place can be
+// read half-written (CI once saw the start read it empty and stop, "EOF",
+// while a subtest was rewriting it).
+func replaceFile(t *testing.T, file string, data []byte) {
+	t.Helper()
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
 	}
 }
 
