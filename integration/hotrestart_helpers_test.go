@@ -17,6 +17,7 @@ import (
 
 	"github.com/hotproxy/hotproxy/integration/harness"
 	"github.com/hotproxy/hotproxy/integration/loadgen"
+	"github.com/hotproxy/hotproxy/shm"
 )
 
 // Bounds of the hot-restart tests' waits. None is a synchronisation by
@@ -123,12 +124,39 @@ func (c *chain) launch(epoch int, opts harness.LaunchOptions) *harness.Generatio
 func (c *chain) restart() (child, parent *harness.Generation) {
 	c.t.Helper()
 	parent = c.serving
+	c.waitRoomToStart()
 	child = c.launch(parent.Epoch+1, harness.LaunchOptions{})
 	if err := child.WaitReadyFD(readyFDTimeout); err != nil {
 		c.t.Fatalf("restart to epoch %d: %v\n%s", child.Epoch, err, child.Output())
 	}
 	c.serving = child
 	return child, parent
+}
+
+// waitRoomToStart waits, as the supervisor does (machine.roomToStart),
+// until starting one more generation leaves it an owner slot in the stats
+// region: a chain restarted every 100 ms on a loaded machine can have
+// more generations still draining than the region has slots, and the
+// next one then refuses to start ("no free owner slot", seen once in
+// TestTLSReloadStorm). Each draining generation exits within its
+// parent_shutdown_time, so the wait is bounded by exitTimeout.
+func (c *chain) waitRoomToStart() {
+	c.t.Helper()
+	for {
+		var live []*harness.Generation
+		for _, g := range c.gens {
+			if !g.Exited() {
+				live = append(live, g)
+			}
+		}
+		if len(live) < shm.DefaultMaxOwners {
+			return
+		}
+		if _, err := live[0].Wait(exitTimeout); err != nil {
+			c.t.Fatalf("%d generations alive, the stats region has %d owner slots, and the oldest (epoch %d) did not exit: %v\n%s",
+				len(live), shm.DefaultMaxOwners, live[0].Epoch, err, live[0].Output())
+		}
+	}
 }
 
 // waitExit0 waits for g to exit by itself and fails unless it exits 0.
