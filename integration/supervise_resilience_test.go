@@ -160,8 +160,16 @@ func killServingUnderLoad(t *testing.T, keep bool) killOutcome {
 		}
 	}
 	s.waitGenerations(1, 30*time.Second)
-	if after := fdCount(t, s.cmd.Process.Pid); after != fds {
-		t.Errorf("keep_listeners = %v: supervisor fds %d after a kill, %d after three more", keep, fds, after)
+	// Piled up means more, and for good: the supervisor may hold a
+	// descriptor for a moment (a status connection, a socket being
+	// replaced), so the count is given 10s to come back down (it was one
+	// over once on a loaded machine, read at such a moment).
+	after := fdCount(t, s.cmd.Process.Pid)
+	for wait := time.Now().Add(10 * time.Second); after > fds && time.Now().Before(wait); after = fdCount(t, s.cmd.Process.Pid) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after > fds {
+		t.Errorf("keep_listeners = %v: supervisor fds %d after a kill, %d after three more (and 10s later)", keep, fds, after)
 	}
 	return killOutcome{result: res, failedAfterKill: n, byClass: byClass, gap: gap}
 }
