@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,6 +95,11 @@ type generation struct {
 	// line was still awaited.
 	exited     bool
 	exitStatus string
+	// held are the signals forwarded while it was starting, sent once it
+	// is ready (each at most once): before its handlers are installed,
+	// SIGUSR1's default action would kill it, and the reload that started
+	// it would fail because a log was rotated.
+	held []Signal
 }
 
 // parentKind is what the supervisor tells a new generation of the one it
@@ -450,12 +456,31 @@ func (m *machine) beginStop(why string) {
 	}
 }
 
-// forward sends sig to every generation.
+// forward sends sig to every generation; one still starting gets it once
+// it is ready (releaseHeld).
 func (m *machine) forward(sig Signal) {
+	held := 0
 	for _, g := range m.gens {
+		if g.state == StateStarting {
+			if !slices.Contains(g.held, sig) {
+				g.held = append(g.held, sig)
+			}
+			held++
+			continue
+		}
 		m.procs.signal(g, sig)
 	}
-	m.log.Info("forwarded signal", "signal", sig.String(), "generations", len(m.gens))
+	m.log.Info("forwarded signal", "signal", sig.String(), "generations", len(m.gens)-held, "held_until_ready", held)
+}
+
+// releaseHeld sends a generation that has just become ready the signals
+// forwarded while it started.
+func (m *machine) releaseHeld(g *generation) {
+	for _, sig := range g.held {
+		m.procs.signal(g, sig)
+		m.log.Info("forwarded a signal held until the generation was ready", "signal", sig.String(), "epoch", g.epoch, "pid", g.pid)
+	}
+	g.held = nil
 }
 
 // statusLine makes a STATUS= line of s, on one line.

@@ -33,6 +33,7 @@ func (m *machine) onReady(msg readyMsg) {
 			}
 		}
 		m.log.Info("generation serves", "epoch", g.epoch, "pid", g.pid)
+		m.releaseHeld(g)
 		m.killWedged(g)
 		m.hurryOldestDraining()
 		m.finishOp(g, "")

@@ -537,3 +537,51 @@ func TestReadyTimeoutCoversXDSInitialFetch(t *testing.T) {
 		t.Fatalf("with [xds] and a 1s initial fetch: ready timeout %v, want %v (the hand-over's bound)", got, want)
 	}
 }
+
+// TestMachineHoldsSignalsForAStartingGeneration: a SIGUSR1 (a rotated log)
+// that arrives while a reload's generation starts goes to the serving one
+// at once and to the starting one only once it is ready, and only once:
+// before the new process has its handlers, SIGUSR1's default action kills
+// it (the integration SIGHUP/SIGUSR1 flood saw "exited before it was
+// ready (killed by SIGUSR1)").
+func TestMachineHoldsSignalsForAStartingGeneration(t *testing.T) {
+	h := newMachineHarness(t, time.Second)
+	serving := h.newest()
+	res := make(chan ReloadResult, 1)
+	h.m.requestReload(res, false)
+	h.tick()
+	starting := h.newest()
+	if starting == serving || starting.state != StateStarting {
+		t.Fatalf("no generation is starting: %s", h.states())
+	}
+	h.m.forward(SignalUser1)
+	h.m.forward(SignalUser1)
+	h.m.forward(SignalUser2)
+	if !h.signalled(serving, SignalUser1) || !h.signalled(serving, SignalUser2) {
+		t.Fatalf("the serving generation did not get the signals at once: %v", h.table.signals)
+	}
+	if h.signalled(starting, SignalUser1) || h.signalled(starting, SignalUser2) {
+		t.Fatalf("a starting generation was signalled before it was ready: %v", h.table.signals)
+	}
+	h.ready(starting)
+	if r := <-res; !r.OK {
+		t.Fatalf("reload: %+v", r)
+	}
+	count := func(sig Signal) int {
+		n := 0
+		for _, s := range h.table.signals {
+			if s == fmt.Sprintf("%s %d", sig, starting.pid) {
+				n++
+			}
+		}
+		return n
+	}
+	if count(SignalUser1) != 1 || count(SignalUser2) != 1 {
+		t.Fatalf("once ready, the new generation got SIGUSR1 %d times and SIGUSR2 %d times, want once each: %v",
+			count(SignalUser1), count(SignalUser2), h.table.signals)
+	}
+	h.m.forward(SignalUser1)
+	if count(SignalUser1) != 2 {
+		t.Fatalf("a ready generation's signal was held: %v", h.table.signals)
+	}
+}

@@ -125,8 +125,13 @@ func (s *Supervisor) reexec() {
 	// that arrived before. The new image listens again from its package
 	// init (earlySignals); one that arrives in between, during the execve
 	// itself, is ignored: never fatal.
-	signal.Ignore(handedOverSignals...)
+	unignore, err := ignoreForExec(handedOverSignals)
+	if err != nil {
+		fail(err)
+		return
+	}
 	restore := func() {
+		unignore()
 		signal.Notify(s.sigs, supervisedSignals...)
 	}
 	var pending []os.Signal
