@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/route"
@@ -19,7 +20,7 @@ import (
 
 // sent counts a response status and keeps it for the access log.
 func (cc *clientConn) sent(status int) {
-	cc.st.status(status)
+	cc.st.Status(status)
 	cc.status = status
 }
 
@@ -54,18 +55,7 @@ func (cc *clientConn) finishRecord(rt *route.Route, start time.Time) {
 	if rt != nil {
 		r.Cluster = rt.Cluster
 	}
-	enqueueRecord(cc.logs, r, cc.st)
-}
-
-// enqueueRecord hands a finished record to every log of the listener,
-// whichever front end filled it; a full queue drops it, counted in the
-// listener's access_log.dropped, without waiting.
-func enqueueRecord(logs []*accesslog.Logger, r *accesslog.Record, st *listenerStats) {
-	for _, l := range logs {
-		if !l.Enqueue(r) {
-			st.logDropped.Inc()
-		}
-	}
+	httpfront.EnqueueRecord(cc.logs, r, &cc.st.Stats)
 }
 
 // openAccessLogs opens listener l's access logs (each with its writer

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 )
@@ -20,19 +21,6 @@ import (
 // write per upstream request and per response head, upstream connections
 // from the worker's pool (upstream.Conn). net/http stays off this path: it
 // costs three goroutines, ~90 allocations and five reads per exchange.
-
-// h1Settings are an HTTP listener's connection settings, compiled with
-// the snapshot (listenerSnap.h1) and fixed when the Manager is built (the
-// socket outlives snapshots; routes do not).
-type h1Settings struct {
-	limits        http1.Limits
-	headerTimeout time.Duration
-	idleTimeout   time.Duration
-	writeTimeout  time.Duration // 0: none
-	trustXFF      bool
-	parkIdle      bool        // park_idle_connections, where the platform can (idlepoll_linux.go)
-	shrunkFrom    *h1Settings // overload.go: the listener's own, when these are shrunk
-}
 
 // Buffers. A connection holds a read buffer only while a request is in
 // progress or pipelined bytes wait in it; an idle plaintext keep-alive
@@ -69,7 +57,7 @@ type clientConn struct {
 	li       int
 	st       *listenerStats
 	set      *connSet
-	settings *h1Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
+	settings *httpfront.Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
 	// slots is the connection slot accept took (connlimit.go); Close
 	// gives it back, once.
 	slots *connSlots
@@ -272,7 +260,7 @@ func (cc *clientConn) serveRequests() bool {
 // worker's idle poller (parked: another goroutine owns the connection
 // now), or in its own goroutine. ok false: the connection is over.
 func (cc *clientConn) idleWait() (ok, parked bool) {
-	if cc.tls == nil && cc.settings.parkIdle {
+	if cc.tls == nil && cc.settings.ParkIdle {
 		// The poller's arm checks readiness itself (no peek needed), so
 		// a deferred response is written first.
 		if !cc.flushPending() {
@@ -348,7 +336,7 @@ func (cc *clientConn) park() parkResult {
 		pk.idleTimer.Stop()
 		cc.parking.Store(pk)
 	}
-	pk.idleTimeout.Store(int64(cc.settings.idleTimeout))
+	pk.idleTimeout.Store(int64(cc.settings.IdleTimeout))
 	// The socket's read deadline may pass while parked; the next
 	// setReadDeadline sets one afresh.
 	cc.readDeadline = time.Time{}
@@ -397,7 +385,7 @@ func (cc *clientConn) waitReadable() bool {
 		cc.idleSince.Store(max(monotime(), 1))
 	}
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.setReadDeadline(cc.settings.IdleTimeout)
 	cc.waited = false
 	cc.pendingFailed = false
 	cc.rawOp = rawReadable
@@ -501,7 +489,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 // moves only when it is more than deadlineSlackFor(write_timeout) earlier
 // than that.
 func (cc *clientConn) setWriteDeadline() {
-	d := cc.settings.writeTimeout
+	d := cc.settings.WriteTimeout
 	if d <= 0 {
 		return
 	}
@@ -518,7 +506,7 @@ func (cc *clientConn) read() error {
 	n, err := cc.c.Read(cc.rbuf[cc.w:])
 	if n > 0 {
 		cc.w += n
-		cc.st.rxBytes.Add(uint64(n))
+		cc.st.RxBytes.Add(uint64(n))
 		return nil
 	}
 	if err == nil {
@@ -535,7 +523,7 @@ func (cc *clientConn) read() error {
 // armed first, then read.
 func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
 	if !rawIO || cc.tls != nil {
-		cc.setReadDeadline(cc.settings.headerTimeout)
+		cc.setReadDeadline(cc.settings.HeaderTimeout)
 		*armed = true
 		return cc.read()
 	}
@@ -545,7 +533,7 @@ func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
 	n := cc.rawN
 	if n > 0 {
 		cc.w += n
-		cc.st.rxBytes.Add(uint64(n))
+		cc.st.RxBytes.Add(uint64(n))
 		return nil
 	}
 	if err == nil {
@@ -564,7 +552,7 @@ func (cc *clientConn) headReadStep(fd uintptr) bool {
 	n, err := readFD(fd, cc.rbuf[cc.w:])
 	if wouldBlock(err) {
 		if !cc.headArmed {
-			cc.setReadDeadline(cc.settings.headerTimeout)
+			cc.setReadDeadline(cc.settings.HeaderTimeout)
 			cc.headArmed = true
 		}
 		return false
@@ -588,7 +576,7 @@ func (cc *clientConn) compact() {
 // deadline is kept current before each write (setWriteDeadline), as a
 // deadline left in the past would fail a write that could go through.
 func (cc *clientConn) write(b []byte) error {
-	if !rawIO || cc.tls != nil || cc.settings.writeTimeout <= 0 {
+	if !rawIO || cc.tls != nil || cc.settings.WriteTimeout <= 0 {
 		return cc.writeConn(b)
 	}
 	if !cc.writeDeadline.IsZero() {
@@ -602,7 +590,7 @@ func (cc *clientConn) write(b []byte) error {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("write", cc.rawErr)}
 	}
 	if n > 0 {
-		cc.st.txBytes.Add(uint64(n))
+		cc.st.TxBytes.Add(uint64(n))
 		cc.sentBytes += int64(n)
 	}
 	return err
@@ -641,7 +629,7 @@ func (cc *clientConn) writeConn(b []byte) error {
 	cc.setWriteDeadline()
 	n, err := cc.c.Write(b)
 	if n > 0 {
-		cc.st.txBytes.Add(uint64(n))
+		cc.st.TxBytes.Add(uint64(n))
 		cc.sentBytes += int64(n)
 	}
 	return err
@@ -652,7 +640,7 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 	cc.setWriteDeadline()
 	n, err := bufs.WriteTo(cc.c)
 	if n > 0 {
-		cc.st.txBytes.Add(uint64(n))
+		cc.st.TxBytes.Add(uint64(n))
 		cc.sentBytes += n
 	}
 	return err
@@ -671,7 +659,7 @@ func (cc *clientConn) readHead(woke bool) bool {
 	for {
 		err := http1.ErrIncomplete
 		if parse {
-			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.limits)
+			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.Limits)
 		}
 		if err == nil {
 			cc.fillAfterHead()
@@ -681,7 +669,7 @@ func (cc *clientConn) readHead(woke bool) bool {
 			if cc.servedAsHTTP2() {
 				return false // an HTTP/2 connection preface: served as HTTP/2 (h2.go)
 			}
-			cc.st.rqTotal.Inc()
+			cc.st.RqTotal.Inc()
 			cc.refuse(perr.Status, perr.Reason)
 			return false
 		}
@@ -713,7 +701,7 @@ func (cc *clientConn) readHead(woke bool) bool {
 		}
 		if err != nil {
 			if cc.r < cc.w && isTimeout(err) {
-				cc.st.rqTotal.Inc()
+				cc.st.RqTotal.Inc()
 				cc.refuse(408, "request head not received in time")
 			}
 			return false
@@ -742,7 +730,7 @@ func (cc *clientConn) fillAfterHead() {
 		return
 	}
 	cc.growRead(ioBufSize)
-	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.setReadDeadline(cc.settings.IdleTimeout)
 	cc.read()
 }
 
@@ -750,14 +738,14 @@ func (cc *clientConn) fillAfterHead() {
 func crosses(a, b, limit int) bool { return a < limit && b >= limit }
 
 func (cc *clientConn) maxRequestLine() int {
-	if n := cc.settings.limits.MaxRequestLine; n > 0 {
+	if n := cc.settings.Limits.MaxRequestLine; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxRequestLine
 }
 
 func (cc *clientConn) maxHeadBytes() int {
-	if n := cc.settings.limits.MaxHeadBytes; n > 0 {
+	if n := cc.settings.Limits.MaxHeadBytes; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxHeadBytes

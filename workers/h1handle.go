@@ -23,8 +23,8 @@ func (cc *clientConn) handle() bool {
 	buf := cc.rbuf[cc.r:cc.w]
 	start := time.Now()
 	st := cc.st
-	st.rqTotal.Inc()
-	st.rqActive.Inc()
+	st.RqTotal.Inc()
+	st.RqActive.Inc()
 
 	if cc.logs != nil {
 		cc.beginRecord(buf, start)
@@ -60,8 +60,8 @@ func (cc *clientConn) handle() bool {
 			keep = cc.proxy(lv, rt, start, keep)
 		}
 	}
-	st.requestDone(start)
-	st.rqActive.Dec()
+	st.RequestDone(start)
+	st.RqActive.Dec()
 	if cc.logs != nil {
 		cc.finishRecord(rt, start)
 	}
@@ -141,7 +141,7 @@ func (cc *clientConn) connectTunnel(lv *listenerView, rt *route.Route) bool {
 	}
 	b := append(cc.ex.wbuf[:0], "HTTP/1.1 200 Connection Established\r\n\r\n"...)
 	cc.ex.wbuf = b
-	cc.st.status(http.StatusOK)
+	cc.st.Status(http.StatusOK)
 	if cc.write(b) != nil {
 		return false
 	}

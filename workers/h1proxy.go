@@ -149,7 +149,7 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 
 // client is what the upstream head says of the client connection.
 func (cc *clientConn) client() exchange.Client {
-	return exchange.Client{IP: cc.clientIP, TLS: cc.tls != nil, TrustForwardedFor: cc.settings.trustXFF}
+	return exchange.Client{IP: cc.clientIP, TLS: cc.tls != nil, TrustForwardedFor: cc.settings.TrustXFF}
 }
 
 // appendUpgrade appends "Connection: upgrade" and the Upgrade field for

@@ -173,7 +173,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 // small one the head was read into is swapped for it at the first
 // refill.
 func (x *h1Exchange) ReadUpstream() error {
-	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, &x.bodyDeadline, x.cc.settings.idleTimeout)
+	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, &x.bodyDeadline, x.cc.settings.IdleTimeout)
 }
 
 // GrowReadBuffer moves the unread bytes to the front of a large buffer and
@@ -368,11 +368,11 @@ func (cc *clientConn) relay(up upstream.Stream) {
 	go func() {
 		defer wg.Done()
 		n, _ := io.Copy(up, cc.c)
-		cc.st.rxBytes.Add(uint64(n))
+		cc.st.RxBytes.Add(uint64(n))
 		up.CloseWrite()
 	}()
 	n, _ := io.Copy(cc.c, up)
-	cc.st.txBytes.Add(uint64(n))
+	cc.st.TxBytes.Add(uint64(n))
 	cc.closeWrite()
 	wg.Wait()
 }

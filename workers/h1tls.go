@@ -45,11 +45,11 @@ func (cc *clientConn) waitForRequest() bool {
 func (cc *clientConn) waitTLSRecord() bool {
 	cc.idleSince.Store(max(monotime(), 1))
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.setReadDeadline(cc.settings.IdleTimeout)
 	if n, _ := cc.tls.Read(cc.idleByte[:]); n == 0 {
 		return false // EOF, the idle timeout or a drain's close
 	}
-	cc.st.rxBytes.Add(1)
+	cc.st.RxBytes.Add(1)
 	cc.takeState()
 	cc.rbuf[cc.w] = cc.idleByte[0]
 	cc.w++

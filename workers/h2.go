@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/h2"
 )
 
@@ -50,7 +51,7 @@ func (h *h2State) build(m *Manager) {
 		if ml.h1 == nil {
 			continue
 		}
-		cfg := h2ServerConfig(ml.h2)
+		cfg := httpfront.H2ServerConfig(ml.h2)
 		h.configs[i] = &cfg
 	}
 }
@@ -80,7 +81,7 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 
 	cfg := *base
-	calm := cc.st.h2Calm
+	calm := cc.st.H2Calm
 	cfg.Events.FloodDetected = func(kind string) {
 		if kind != "header-block" { // that one is a PROTOCOL_ERROR
 			calm.Inc()

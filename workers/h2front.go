@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/h2"
 	"github.com/hotproxy/hotproxy/http1"
@@ -27,53 +28,10 @@ import (
 // (h2front_h1.go) or an HTTP/2 one (h2front_h2.go). No net/http type is
 // on this path.
 
-// Limits the engine is given beyond what the listener configures. The
-// reset budget is the one the x/net-era guard had: a client may cancel
-// every stream it has open at once (a browser leaving a page), twice over;
-// past it resets are Rapid Reset (CVE-2023-44487).
-const (
-	h2MaxConcurrentStreams = 250
-	h2ResetBurst           = 500
-	h2ResetPerSecond       = 50
-)
-
 // statH2Calm counts the HTTP/2 connections cut with a GOAWAY
 // ENHANCE_YOUR_CALM (a flood of resets, of frames that carry no request,
 // of empty frames, of unread control replies).
 const statH2Calm = "downstream_cx_http2_calm_total"
-
-// h2ServerConfig is the engine's configuration for an http listener.
-func h2ServerConfig(p h2ServerParams) h2.ServerConfig {
-	cfg := h2.ServerConfig{
-		MaxConcurrentStreams: h2MaxConcurrentStreams,
-		ResetBurst:           h2ResetBurst,
-		ResetPerSecond:       h2ResetPerSecond,
-		// idle_timeout closes a connection without a stream (GOAWAY
-		// NO_ERROR), as an idle HTTP/1.1 one closes.
-		IdleTimeout: p.idleTimeout,
-		// write_timeout: a stream whose window the client keeps closed
-		// is reset, a socket write blocked that long ends the
-		// connection, as an HTTP/1.1 write times out.
-		WriteStallTimeout: p.writeTimeout,
-	}
-	if p.maxHeaderBytes > 0 {
-		// SETTINGS_MAX_HEADER_LIST_SIZE, the bound on a request's
-		// decoded header list (beyond: 431), with HTTP/2's overhead of
-		// 32 bytes per field for up to 10 fields (as x/net's server
-		// counted it); the encoded block may be twice that before the
-		// connection is cut (CONTINUATION flood), so that a list a
-		// little over the bound gets its 431.
-		cfg.MaxHeaderListSize = uint32(p.maxHeaderBytes) + 320
-		cfg.MaxHeaderBlockBytes = 2 * int(cfg.MaxHeaderListSize)
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = -1
-	}
-	if cfg.WriteStallTimeout <= 0 {
-		cfg.WriteStallTimeout = -1
-	}
-	return cfg
-}
 
 // h2Front is one client connection's HTTP/2 front end.
 type h2Front struct {
@@ -100,7 +58,7 @@ type h2Conn struct {
 func (c *h2Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.cc.st.rxBytes.Add(uint64(n))
+		c.cc.st.RxBytes.Add(uint64(n))
 	}
 	return n, err
 }
@@ -108,7 +66,7 @@ func (c *h2Conn) Read(p []byte) (int, error) {
 func (c *h2Conn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if n > 0 {
-		c.cc.st.txBytes.Add(uint64(n))
+		c.cc.st.TxBytes.Add(uint64(n))
 	}
 	return n, err
 }
@@ -199,15 +157,15 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}()
 	start := time.Now()
 	ls := cc.st
-	ls.rqTotal.Inc()
-	ls.rqHTTP2.Inc()
-	ls.rqActive.Inc()
+	ls.RqTotal.Inc()
+	ls.RqHTTP2.Inc()
+	ls.RqActive.Inc()
 	s := h2StreamStates.Get().(*h2StreamState)
 	var out streamOutcome
 	var rt *route.Route
 	defer func() {
-		ls.requestDone(start)
-		ls.rqActive.Dec()
+		ls.RequestDone(start)
+		ls.RqActive.Dec()
 		if cc.logs != nil {
 			f.log(s, st, rt, &out, start)
 		}
@@ -234,7 +192,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	// '\', '#' or non-ASCII byte in :path, "*" for a method other than
 	// OPTIONS, an :authority that is not host[:port], no authority at
 	// all, a :method and :path longer than a request line may be (414).
-	if err := http1.CheckRequestParts(stringBytes(method), stringBytes(st.Path()), stringBytes(host), cc.settings.limits); err != nil {
+	if err := http1.CheckRequestParts(stringBytes(method), stringBytes(st.Path()), stringBytes(host), cc.settings.Limits); err != nil {
 		e := err.(*http1.Error)
 		out.status = streamReply(st, s, ls, e.Status, e.Reason)
 		out.sent = int64(len(e.Reason) + 1)
@@ -286,7 +244,7 @@ func streamReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, status int,
 		hpack.HeaderField{Name: "content-type", Value: plainTextValue},
 		hpack.HeaderField{Name: "x-content-type-options", Value: "nosniff"},
 		hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch)})
-	ls.status(status)
+	ls.Status(status)
 	if st.WriteHeaders(status, s.fields, false) == nil {
 		st.Write(stringBytes(body))
 		st.Write(newline)
@@ -303,7 +261,7 @@ func h2RefusalReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, retryAft
 		hpack.HeaderField{Name: "x-content-type-options", Value: "nosniff"},
 		hpack.HeaderField{Name: "retry-after", Value: retryAfter},
 		hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch)})
-	ls.status(503)
+	ls.Status(503)
 	if st.WriteHeaders(503, s.fields, false) == nil {
 		st.Write(stringBytes(body))
 		st.Write(newline)
@@ -323,7 +281,7 @@ func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *route.
 	if len(d.ContentLength) > 0 {
 		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: d.ContentLength[0]})
 	}
-	ls.status(d.Status)
+	ls.Status(d.Status)
 	body := !head && len(d.Body) > 0
 	if st.WriteHeaders(d.Status, s.fields, !body) == nil && body {
 		st.Write(d.Body)
@@ -349,7 +307,7 @@ func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *str
 		rec.Cluster = rt.Cluster
 	}
 	rec.BytesSent = out.sent
-	enqueueRecord(cc.logs, rec, cc.st)
+	httpfront.EnqueueRecord(cc.logs, rec, &cc.st.Stats)
 }
 
 // lowerName appends name lowercased to *scratch and returns it as a

@@ -278,7 +278,7 @@ func (x *h2StreamExchange) startPump() {
 	x.pump = pump
 	up := x.up
 	chunked := st.ContentLength() < 0
-	idle := x.f.cc.settings.idleTimeout
+	idle := x.f.cc.settings.IdleTimeout
 	go func() { pump <- pumpStreamBody(up, st, chunked, idle, &x.s.pumpBuf) }()
 }
 
@@ -415,7 +415,7 @@ func (x *h2StreamExchange) forwardResponse() bool {
 		s.scratch = appendInt(s.scratch, resp.ContentLength)
 		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch[n:])})
 	}
-	x.f.cc.st.status(resp.Status)
+	x.f.cc.st.Status(resp.Status)
 	empty := bodyless || (resp.Framing == http1.FramingLength && resp.ContentLength == 0)
 	x.headSent = true
 	if err := x.st.WriteHeaders(resp.Status, s.fields, empty); err != nil {
@@ -475,7 +475,7 @@ func (x *h2StreamExchange) ReadUpstream() error {
 		x.st.Flush()
 		x.flushed = true
 	}
-	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, &x.bodyDeadline, x.f.cc.settings.idleTimeout)
+	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, &x.bodyDeadline, x.f.cc.settings.IdleTimeout)
 }
 
 func (x *h2StreamExchange) write(p []byte) error {

@@ -93,7 +93,7 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 		}
 		s.fields = append(s.fields, hf)
 	}
-	cc.st.status(x.Status)
+	cc.st.Status(x.Status)
 	out.status = x.Status
 	if body != nil {
 		body.headSent = true

@@ -362,7 +362,7 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 		}
 		// Deadline first, then the flag: stop sets the flag and then a
 		// deadline in the past (as waitPump does for the pump).
-		cc.setReadDeadline(cc.settings.idleTimeout)
+		cc.setReadDeadline(cc.settings.IdleTimeout)
 		if b.halt.Load() {
 			return 0, errBodyStopped
 		}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/h2"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/stats"
@@ -50,9 +51,9 @@ func (st OverloadState) active() bool {
 // HTTP listener.
 type overloadView struct {
 	OverloadState
-	refusal    []byte        // the whole HTTP/1.1 503 response
-	retryAfter []string      // the Retry-After header's value, for HTTP/2
-	h1         []*h1Settings // by listener index; nil: timeouts as configured
+	refusal    []byte                // the whole HTTP/1.1 503 response
+	retryAfter []string              // the Retry-After header's value, for HTTP/2
+	h1         []*httpfront.Settings // by listener index; nil: timeouts as configured
 }
 
 // overloadStats are the workers' shed counts, one lane per worker (w+1).
@@ -117,15 +118,15 @@ func (m *Manager) SetOverload(st OverloadState) {
 		b = append(b, "\r\nConnection: close\r\n\r\n"+overloadRefusalBody+"\n"...)
 		v.refusal = b
 		if p := st.TimeoutPercent; p > 0 && p < 100 {
-			v.h1 = make([]*h1Settings, len(m.listeners))
+			v.h1 = make([]*httpfront.Settings, len(m.listeners))
 			for i, ml := range m.listeners {
 				if ml.h1 == nil {
 					continue
 				}
 				s := *ml.h1
-				s.headerTimeout = max(s.headerTimeout*time.Duration(p)/100, time.Millisecond)
-				s.idleTimeout = max(s.idleTimeout*time.Duration(p)/100, time.Millisecond)
-				s.shrunkFrom = ml.h1
+				s.HeaderTimeout = max(s.HeaderTimeout*time.Duration(p)/100, time.Millisecond)
+				s.IdleTimeout = max(s.IdleTimeout*time.Duration(p)/100, time.Millisecond)
+				s.ShrunkFrom = ml.h1
 				v.h1[i] = &s
 			}
 		}
@@ -222,7 +223,7 @@ func (a *acceptor) overloadClosesAccepted(c *net.TCPConn) bool {
 
 // overloadSettings is the settings a new HTTP connection starts with:
 // the listener's own, or their shrunk copy while shrink_timeouts acts.
-func (w *worker) overloadSettings(s *h1Settings, li int) *h1Settings {
+func (w *worker) overloadSettings(s *httpfront.Settings, li int) *httpfront.Settings {
 	if v := w.overload.Load(); v != nil && v.h1 != nil && v.h1[li] != nil {
 		return v.h1[li]
 	}
@@ -237,7 +238,7 @@ func (w *worker) overloadSettings(s *h1Settings, li int) *h1Settings {
 func (cc *clientConn) overloaded(keep *bool) bool {
 	v := cc.wk.overload.Load()
 	if v == nil {
-		if s := cc.settings.shrunkFrom; s != nil {
+		if s := cc.settings.ShrunkFrom; s != nil {
 			cc.settings = s
 		}
 		return false
@@ -249,8 +250,8 @@ func (cc *clientConn) overloadedSlow(v *overloadView, keep *bool) bool {
 	switch {
 	case v.h1 != nil && v.h1[cc.li] != nil:
 		cc.settings = v.h1[cc.li]
-	case cc.settings.shrunkFrom != nil:
-		cc.settings = cc.settings.shrunkFrom
+	case cc.settings.ShrunkFrom != nil:
+		cc.settings = cc.settings.ShrunkFrom
 	}
 	if v.DisableKeepAlive {
 		*keep = false
@@ -392,7 +393,7 @@ func (m *Manager) CloseIdleShrunk(percent int) int {
 				continue
 			}
 			base := m.listeners[cc.li].h1
-			if base != nil && cc.idleFor(now) > base.idleTimeout*time.Duration(percent)/100 && cc.idleFor(now) > 0 {
+			if base != nil && cc.idleFor(now) > base.IdleTimeout*time.Duration(percent)/100 && cc.idleFor(now) > 0 {
 				idle = append(idle, cc)
 			}
 		}

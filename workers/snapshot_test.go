@@ -269,9 +269,9 @@ func TestSnapshotIsTheOnlyDoor(t *testing.T) {
 	}
 	defer m.Close()
 	m.Start()
-	if !m.listeners[0].http2Cleartext || m.listeners[0].h1.limits.MaxHeadBytes != config.DefaultMaxHeaderBytes {
+	if !m.listeners[0].http2Cleartext || m.listeners[0].h1.Limits.MaxHeadBytes != config.DefaultMaxHeaderBytes {
 		t.Fatalf("the manager took http2_cleartext %v, max_header_bytes %d from the changed config",
-			m.listeners[0].http2Cleartext, m.listeners[0].h1.limits.MaxHeadBytes)
+			m.listeners[0].http2Cleartext, m.listeners[0].h1.Limits.MaxHeadBytes)
 	}
 	// Served for real: h2c with prior knowledge still works.
 	resp, body := get(t, h2cClient(t), "http://"+addr(t, m, "web")+"/")

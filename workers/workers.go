@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
@@ -147,8 +148,8 @@ type mlistener struct {
 	addr     string
 	protocol string
 	sockets  []*socket
-	h1       *h1Settings    // http
-	h2       h2ServerParams // http
+	h1       *httpfront.Settings // http
+	h2       httpfront.H2Params  // http
 	// http2Cleartext: a connection that opens with the HTTP/2 preface
 	// is served as HTTP/2 (h2c with prior knowledge).
 	http2Cleartext bool
