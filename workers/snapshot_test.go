@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/route"
 )
 
@@ -184,7 +185,7 @@ func TestDirectResponse(t *testing.T) {
 		t.Fatalf("got %d %q %q", resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	}
 	resp, body = get(t, c, base+"/nothing")
-	if resp.StatusCode != http.StatusNotFound || body != noRouteBody+"\n" {
+	if resp.StatusCode != http.StatusNotFound || body != httpfront.NoRouteBody+"\n" {
 		t.Fatalf("no route: got %d %q", resp.StatusCode, body)
 	}
 	rq, r2, r4, r5 := lstat(m, statRqTotal), lstat(m, "downstream_rq_2xx"), lstat(m, "downstream_rq_4xx"), lstat(m, "downstream_rq_5xx")

@@ -81,8 +81,8 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 	ls.LogDropped = st.Counter(p + statAccessLogDropped).Lane(lane)
 	// Declared with the others, not at the first HTTP/2 request: a stat
 	// no live generation declares is shown as retired.
-	ls.RqHTTP2 = st.Counter(p + statRqHTTP2).Lane(lane)
-	ls.H2Calm = st.Counter(p + statH2Calm).Lane(lane)
+	ls.RqHTTP2 = st.Counter(p + httpfront.StatRqHTTP2).Lane(lane)
+	ls.H2Calm = st.Counter(p + httpfront.StatH2Calm).Lane(lane)
 	for i, n := range statRq {
 		ls.Rq[i] = st.Counter(p + n).Lane(lane)
 	}

@@ -16,8 +16,8 @@ type Settings struct {
 	IdleTimeout   time.Duration
 	WriteTimeout  time.Duration // 0: none
 	TrustXFF      bool
-	ParkIdle      bool      // park_idle_connections, where the platform can (workers/idlepoll_linux.go)
-	ShrunkFrom    *Settings // the listener's own, when these are shrunk (workers/overload.go)
+	ParkIdle      bool      // park_idle_connections, where the platform can (idlepoll_linux.go)
+	ShrunkFrom    *Settings // the listener's own, when these are shrunk (ShrunkSettings)
 }
 
 // H2Params are an http listener's HTTP/2 server settings.

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"net"
@@ -85,7 +85,7 @@ func (x *h1Exchange) sendHead(b, bodyRef []byte) error {
 // would return EAGAIN right after the write (upstream.Conn.SendThenRead).
 func (x *h1Exchange) sendThenReadHead(b, bodyRef []byte) error {
 	if x.in.B == nil {
-		x.in.B = x.cc.takeBuf(smallBufSize)
+		x.in.B = x.cc.takeBuf(SmallBufSize)
 	}
 	if err := exchange.SendThenRead(x.up, b, bodyRef, &x.in, x); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
-	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 )
@@ -26,10 +25,10 @@ import (
 // progress or pipelined bytes wait in it; an idle plaintext keep-alive
 // connection holds none (it waits for readability first). An idle TLS one
 // holds what crypto/tls keeps between records (see waitTLSRecord). The
-// buffer starts small (smallBufSize) and grows to ioBufSize for a large
+// buffer starts small (smallBufSize) and grows to IOBufSize for a large
 // head or a body (h1state.go).
 const (
-	ioBufSize = 32 << 10
+	IOBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
 	// where it should be, so that a busy keep-alive connection resets its
 	// timers about once a second rather than on every request; an eighth
@@ -37,9 +36,9 @@ const (
 	deadlineSlack = time.Second
 )
 
-// clientConn is one HTTP client connection. Its goroutine owns every
+// Conn is one HTTP client connection. Its goroutine owns every
 // field but the atomics, which the drain reads.
-type clientConn struct {
+type Conn struct {
 	// c is what requests are read from and responses written to: the
 	// socket itself, or a tls.Conn over it.
 	c   net.Conn
@@ -52,15 +51,11 @@ type clientConn struct {
 	sni       string
 	handshook bool // the TLS handshake completed
 
-	m        *Manager
-	wk       *worker
-	li       int
-	st       *listenerStats
-	set      *connSet
-	settings *httpfront.Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
-	// slots is the connection slot accept took (connlimit.go); Close
-	// gives it back, once.
-	slots *connSlots
+	// l is the listener as the connection's worker serves it; st its
+	// stats (l.Stats).
+	l        *Listener
+	st       *Stats
+	settings *Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
 
 	clientIP []byte // for X-Forwarded-For, formatted once
 
@@ -81,7 +76,7 @@ type clientConn struct {
 	// heldSince and heldBytes: since which overload pass (plus one; 0:
 	// none) the connection holds buffers, and how many bytes of them;
 	// requestsStarted: how many requests it has begun. For
-	// reset_connections (overload.go).
+	// reset_connections (the worker's ResetBiggest, through HeldBuffers).
 	heldSince, heldBytes, requestsStarted atomic.Int64
 
 	// rawFn is the socket's RawConn callback (a method value, made once
@@ -126,12 +121,15 @@ type clientConn struct {
 	readDeadlineMoves, writeDeadlineMoves int
 }
 
-var _ io.Closer = (*clientConn)(nil)
+var _ io.Closer = (*Conn)(nil)
 
-func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
-	cc := &clientConn{c: c, tcp: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, settings: m.listeners[a.li].h1, slots: a.slots}
-	if lt := m.listeners[a.li].tls; lt != nil {
-		cc.tls = tls.Server(c, lt.config)
+// NewConn is the connection c, accepted on l's socket, ready to be
+// served (Serve); it starts with the listener's settings, or their shrunk
+// copy while the overload manager asks for it.
+func NewConn(l *Listener, c *net.TCPConn) *Conn {
+	cc := &Conn{c: c, tcp: c, l: l, st: l.Stats, settings: l.Worker.overloadSettings(l.Settings, l.Index)}
+	if l.TLS != nil {
+		cc.tls = tls.Server(c, l.TLS)
 		cc.c = cc.tls
 	}
 	cc.raw, _ = c.SyscallConn()
@@ -139,7 +137,7 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
 	}
-	if logs := m.listeners[a.li].accessLogs; len(logs) > 0 {
+	if logs := l.AccessLogs; len(logs) > 0 {
 		cc.logs, cc.rec = logs, new(accesslog.Record)
 	}
 	return cc
@@ -150,22 +148,20 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 // itself, never blocking: a TLS close_notify is sent only by the
 // connection's own goroutine (closeAtEnd), as tls.Conn.Close may wait up to
 // 5s to write it.
-func (cc *clientConn) Close() error {
+func (cc *Conn) Close() error {
 	if cc.closed.CompareAndSwap(false, true) {
-		cc.st.closed()
-		cc.set.remove(cc)
-		cc.slots.release() // connection slot (connlimit.go): once, here
+		cc.l.Host.Closed(cc) // its set, its connection slot, its gauges: once, here
 	}
 	err := cc.tcp.Close()
 	// A parked connection has no goroutine to see the close: it gets one,
 	// whose read fails, and ends as any connection does.
-	cc.set.idle.unpark(cc)
+	cc.l.Worker.idle.unpark(cc)
 	return err
 }
 
-// idleFor reports how long the connection has been idle between
+// IdleFor reports how long the connection has been idle between
 // requests, or 0.
-func (cc *clientConn) idleFor(now int64) time.Duration {
+func (cc *Conn) IdleFor(now int64) time.Duration {
 	since := cc.idleSince.Load()
 	if since == 0 {
 		return 0
@@ -173,12 +169,12 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 	return time.Duration(now - since)
 }
 
-// serve runs the connection until it closes or parks. The goroutine of
+// Serve runs the connection until it closes or parks. The goroutine of
 // a connection that parks becomes a resumer of the worker's idle poller,
 // or ends.
-func (cc *clientConn) serve() {
+func (cc *Conn) Serve() {
 	if cc.start() && cc.serveRequests() {
-		cc.set.idle.joinResumers()
+		cc.l.Worker.idle.joinResumers()
 		return
 	}
 	cc.finish()
@@ -186,7 +182,7 @@ func (cc *clientConn) serve() {
 
 // resume runs a parked connection again, on a resumer goroutine: its
 // socket is readable, or it was closed (Close, the idle timer).
-func (cc *clientConn) resume() {
+func (cc *Conn) resume() {
 	cc.idleSince.Store(0)
 	if !cc.closed.Load() && cc.serveRequests() {
 		return
@@ -195,26 +191,26 @@ func (cc *clientConn) resume() {
 }
 
 // finish ends the connection, on its goroutine.
-func (cc *clientConn) finish() {
+func (cc *Conn) finish() {
 	cc.flushPending()
 	cc.endState()
 	if pk := cc.parking.Load(); pk != nil {
 		pk.idleTimer.Stop()
-		cc.set.idle.release(pk)
+		cc.l.Worker.idle.release(pk)
 	}
 	cc.closeAtEnd()
-	cc.m.httpWG.Done()
+	cc.l.Env.ConnWG.Done()
 }
 
 // start does what comes before the first request: the TLS handshake, and
 // HTTP/2 when ALPN chose it. false: the connection is over.
-func (cc *clientConn) start() bool {
+func (cc *Conn) start() bool {
 	if cc.tls != nil {
 		if !cc.handshake() {
 			return false
 		}
 		if cc.tls.ConnectionState().NegotiatedProtocol == config.ALPNHTTP2 {
-			cc.m.serveHTTP2(cc)
+			serveHTTP2(cc)
 			return false
 		}
 	}
@@ -223,7 +219,7 @@ func (cc *clientConn) start() bool {
 
 // serveRequests serves HTTP/1.1 requests until the connection is over
 // (false) or parks (true: another goroutine owns it now).
-func (cc *clientConn) serveRequests() bool {
+func (cc *Conn) serveRequests() bool {
 	// A new connection reads its first request straight away: its client
 	// has just connected to send it, and is most often sent already, so
 	// a peek first would be one more syscall per connection. Until then
@@ -259,7 +255,7 @@ func (cc *clientConn) serveRequests() bool {
 // idleWait waits, holding no buffer, for the next request: parked in the
 // worker's idle poller (parked: another goroutine owns the connection
 // now), or in its own goroutine. ok false: the connection is over.
-func (cc *clientConn) idleWait() (ok, parked bool) {
+func (cc *Conn) idleWait() (ok, parked bool) {
 	if cc.tls == nil && cc.settings.ParkIdle {
 		// The poller's arm checks readiness itself (no peek needed), so
 		// a deferred response is written first.
@@ -307,7 +303,7 @@ const (
 // callbacks (method values made once: a closure per park would be an
 // allocation per keep-alive request).
 type parking struct {
-	cc                     *clientConn
+	cc                     *Conn
 	state                  atomic.Int32
 	token                  uint64
 	slot                   uint32
@@ -328,7 +324,7 @@ type parking struct {
 
 // park gives the idle connection, which holds no buffer, to the worker's
 // idle poller (idlePoller.park says what the result means).
-func (cc *clientConn) park() parkResult {
+func (cc *Conn) park() parkResult {
 	pk := cc.parking.Load()
 	if pk == nil {
 		pk = &parking{cc: cc}
@@ -340,8 +336,8 @@ func (cc *clientConn) park() parkResult {
 	// The socket's read deadline may pass while parked; the next
 	// setReadDeadline sets one afresh.
 	cc.readDeadline = time.Time{}
-	cc.idleSince.Store(max(monotime(), 1))
-	r := cc.set.idle.park(pk)
+	cc.idleSince.Store(max(Monotime(), 1))
+	r := cc.l.Worker.idle.park(pk)
 	if r == parkParked {
 		pk.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
 	}
@@ -356,7 +352,7 @@ func (pk *parking) armIdleTimer() {
 	if d <= 0 || !pk.timerArmed.CompareAndSwap(false, true) {
 		return
 	}
-	pk.idleTimer.Reset(max(d-pk.cc.idleFor(monotime()), 0))
+	pk.idleTimer.Reset(max(d-pk.cc.IdleFor(Monotime()), 0))
 }
 
 // idleTimerFired closes the connection if it is still parked and has
@@ -369,7 +365,7 @@ func (pk *parking) idleTimerFired() {
 	if pk.state.Load() != stateParked {
 		return
 	}
-	if pk.cc.idleFor(monotime()) >= time.Duration(pk.idleTimeout.Load()) {
+	if pk.cc.IdleFor(Monotime()) >= time.Duration(pk.idleTimeout.Load()) {
 		pk.cc.Close()
 		return
 	}
@@ -378,11 +374,11 @@ func (pk *parking) idleTimerFired() {
 
 // waitReadable waits, holding no buffer, until the client sends something
 // or the idle timeout passes. false: the connection is over.
-func (cc *clientConn) waitReadable() bool {
+func (cc *Conn) waitReadable() bool {
 	if cc.pending == nil {
 		// Else idle once the response is out (readable): a drain
 		// closes idle connections.
-		cc.idleSince.Store(max(monotime(), 1))
+		cc.idleSince.Store(max(Monotime(), 1))
 	}
 	defer cc.idleSince.Store(0)
 	cc.setReadDeadline(cc.settings.IdleTimeout)
@@ -405,7 +401,7 @@ const (
 
 // rawStep is the socket's RawConn callback: true when done, false to
 // wait until the socket is ready (or its deadline passes).
-func (cc *clientConn) rawStep(fd uintptr) bool {
+func (cc *Conn) rawStep(fd uintptr) bool {
 	switch cc.rawOp {
 	case rawWrite:
 		return cc.writeStep(fd)
@@ -424,7 +420,7 @@ func (cc *clientConn) rawStep(fd uintptr) bool {
 // of peeking: RawConn.Read has reset the readiness already, so the next
 // request, which the client sends only after this response, wakes the
 // wait. Then the state goes back, and the connection is idle.
-func (cc *clientConn) readable(fd uintptr) bool {
+func (cc *Conn) readable(fd uintptr) bool {
 	if cc.waited {
 		return true
 	}
@@ -435,7 +431,7 @@ func (cc *clientConn) readable(fd uintptr) bool {
 			return true
 		}
 		cc.releaseState()
-		cc.idleSince.Store(max(monotime(), 1))
+		cc.idleSince.Store(max(Monotime(), 1))
 		return false
 	}
 	return peekFD(fd)
@@ -443,7 +439,7 @@ func (cc *clientConn) readable(fd uintptr) bool {
 
 // flushPending writes what writeLast left, if anything; false: the write
 // failed and the connection is over.
-func (cc *clientConn) flushPending() bool {
+func (cc *Conn) flushPending() bool {
 	b := cc.pending
 	if b == nil {
 		return true
@@ -458,18 +454,18 @@ func (cc *clientConn) flushPending() bool {
 	return err == nil
 }
 
-// deadlineSlackFor is how far a deadline for timeout d may be earlier
+// DeadlineSlackFor is how far a deadline for timeout d may be earlier
 // than now+d before it is moved: deadlineSlack, or d/8 for a short d. So
 // a timeout fires at most that much early (a 10s header_timeout between
 // 9s and 10s after its start, a 200ms one between 175 and 200ms), and a
 // deadline left in the past by an earlier exchange is always moved (it
 // is more than d/8 behind).
-func deadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack, d/8) }
+func DeadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack, d/8) }
 
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if
 // the current one is later than that (too lax) or more than
 // deadlineSlackFor(d) earlier (too soon).
-func (cc *clientConn) setReadDeadline(d time.Duration) {
+func (cc *Conn) setReadDeadline(d time.Duration) {
 	if d <= 0 {
 		if !cc.readDeadline.IsZero() {
 			cc.readDeadline = time.Time{}
@@ -478,7 +474,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlackFor(d) {
+	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > DeadlineSlackFor(d) {
 		cc.readDeadline = want
 		cc.readDeadlineMoves++
 		cc.c.SetReadDeadline(want)
@@ -488,13 +484,13 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 // setWriteDeadline makes the write deadline now+write_timeout, lazily: it
 // moves only when it is more than deadlineSlackFor(write_timeout) earlier
 // than that.
-func (cc *clientConn) setWriteDeadline() {
+func (cc *Conn) setWriteDeadline() {
 	d := cc.settings.WriteTimeout
 	if d <= 0 {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlackFor(d) {
+	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > DeadlineSlackFor(d) {
 		cc.writeDeadline = want
 		cc.writeDeadlineMoves++
 		cc.c.SetWriteDeadline(want)
@@ -502,7 +498,7 @@ func (cc *clientConn) setWriteDeadline() {
 }
 
 // read reads more from the client into rbuf[w:]; rbuf must have room.
-func (cc *clientConn) read() error {
+func (cc *Conn) read() error {
 	n, err := cc.c.Read(cc.rbuf[cc.w:])
 	if n > 0 {
 		cc.w += n
@@ -521,8 +517,8 @@ func (cc *clientConn) read() error {
 // costs no clock read and no timer. *armed says whether it is armed for
 // this head (set when this read arms it). TLS, or no raw socket I/O:
 // armed first, then read.
-func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
-	if !rawIO || cc.tls != nil {
+func (cc *Conn) readArmingHeaderTimeout(armed *bool) error {
+	if !RawIO || cc.tls != nil {
 		cc.setReadDeadline(cc.settings.HeaderTimeout)
 		*armed = true
 		return cc.read()
@@ -548,7 +544,7 @@ func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
 
 // headReadStep is readArmingHeaderTimeout's callback (rawStep): a read,
 // or on EAGAIN the header timeout armed and a wait.
-func (cc *clientConn) headReadStep(fd uintptr) bool {
+func (cc *Conn) headReadStep(fd uintptr) bool {
 	n, err := readFD(fd, cc.rbuf[cc.w:])
 	if wouldBlock(err) {
 		if !cc.headArmed {
@@ -562,7 +558,7 @@ func (cc *clientConn) headReadStep(fd uintptr) bool {
 }
 
 // compact moves the unconsumed bytes to the front of rbuf.
-func (cc *clientConn) compact() {
+func (cc *Conn) compact() {
 	if cc.r > 0 {
 		cc.w = copy(cc.rbuf, cc.rbuf[cc.r:cc.w])
 		cc.r = 0
@@ -575,8 +571,8 @@ func (cc *clientConn) compact() {
 // nearly all do, costs no clock read and no timer. Once armed, the
 // deadline is kept current before each write (setWriteDeadline), as a
 // deadline left in the past would fail a write that could go through.
-func (cc *clientConn) write(b []byte) error {
-	if !rawIO || cc.tls != nil || cc.settings.WriteTimeout <= 0 {
+func (cc *Conn) write(b []byte) error {
+	if !RawIO || cc.tls != nil || cc.settings.WriteTimeout <= 0 {
 		return cc.writeConn(b)
 	}
 	if !cc.writeDeadline.IsZero() {
@@ -601,7 +597,7 @@ func (cc *clientConn) write(b []byte) error {
 // is armed: the write must then complete within write_timeout of the
 // moment it first had to wait, which is the write's start to within the
 // few microseconds of the non-blocking writes before.
-func (cc *clientConn) writeStep(fd uintptr) bool {
+func (cc *Conn) writeStep(fd uintptr) bool {
 	for cc.rawN < len(cc.rawBuf) {
 		n, err := writeFD(fd, cc.rawBuf[cc.rawN:])
 		cc.rawN += n
@@ -625,7 +621,7 @@ func (cc *clientConn) writeStep(fd uintptr) bool {
 
 // writeConn writes b through cc.c (TLS, or no raw socket I/O), with the
 // write deadline armed first.
-func (cc *clientConn) writeConn(b []byte) error {
+func (cc *Conn) writeConn(b []byte) error {
 	cc.setWriteDeadline()
 	n, err := cc.c.Write(b)
 	if n > 0 {
@@ -636,7 +632,7 @@ func (cc *clientConn) writeConn(b []byte) error {
 }
 
 // writev writes several buffers in one syscall where it can.
-func (cc *clientConn) writev(bufs *net.Buffers) error {
+func (cc *Conn) writev(bufs *net.Buffers) error {
 	cc.setWriteDeadline()
 	n, err := bufs.WriteTo(cc.c)
 	if n > 0 {
@@ -649,7 +645,7 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 // readHead reads until cc.ex.req holds a whole request head at rbuf[r:].
 // A malformed or oversized head is answered (400, 414, 431, 505) and the
 // connection ends: false. woke: the idle wait has just seen bytes come.
-func (cc *clientConn) readHead(woke bool) bool {
+func (cc *Conn) readHead(woke bool) bool {
 	req := &cc.ex.req
 	first := true
 	// Parse reads the head from its start each time: it runs again only
@@ -721,15 +717,15 @@ func (cc *clientConn) readHead(woke bool) bool {
 // that will not come; an error shows itself to the body pump's read.
 // The head's spans stay valid: growRead keeps rbuf[r:] at the same
 // offsets from r.
-func (cc *clientConn) fillAfterHead() {
+func (cc *Conn) fillAfterHead() {
 	req := &cc.ex.req
-	if req.Framing != http1.FramingLength || cc.w < len(cc.rbuf) || len(cc.rbuf) >= ioBufSize {
+	if req.Framing != http1.FramingLength || cc.w < len(cc.rbuf) || len(cc.rbuf) >= IOBufSize {
 		return
 	}
 	if buffered := int64(cc.w - cc.r - req.HeadLen); buffered <= 0 || buffered >= req.ContentLength {
 		return
 	}
-	cc.growRead(ioBufSize)
+	cc.growRead(IOBufSize)
 	cc.setReadDeadline(cc.settings.IdleTimeout)
 	cc.read()
 }
@@ -737,14 +733,14 @@ func (cc *clientConn) fillAfterHead() {
 // crosses reports whether a count that went from a to b reached limit.
 func crosses(a, b, limit int) bool { return a < limit && b >= limit }
 
-func (cc *clientConn) maxRequestLine() int {
+func (cc *Conn) maxRequestLine() int {
 	if n := cc.settings.Limits.MaxRequestLine; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxRequestLine
 }
 
-func (cc *clientConn) maxHeadBytes() int {
+func (cc *Conn) maxHeadBytes() int {
 	if n := cc.settings.Limits.MaxHeadBytes; n > 0 {
 		return n
 	}
@@ -755,15 +751,20 @@ func (cc *clientConn) maxHeadBytes() int {
 // the large pooled one, and that for one big enough for the largest
 // allowed head (the rare head larger than ioBufSize pays for its own
 // buffer; it is not pooled). readHead parses again after it.
-func (cc *clientConn) growForHead() bool {
+func (cc *Conn) growForHead() bool {
 	limit := cc.maxHeadBytes()
 	switch {
 	case len(cc.rbuf) >= limit+1:
 		return false
-	case len(cc.rbuf) < ioBufSize:
-		cc.growRead(ioBufSize)
+	case len(cc.rbuf) < IOBufSize:
+		cc.growRead(IOBufSize)
 	default:
 		cc.growRead(limit + 1)
 	}
 	return true
 }
+
+// ListenerSettings are the settings of the connection's listener, not
+// shrunk (the overload manager's close_idle compares with their idle
+// timeout).
+func (cc *Conn) ListenerSettings() *Settings { return cc.l.Settings }

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"net"
@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/h2"
 	"github.com/hotproxy/hotproxy/http1"
@@ -28,14 +27,14 @@ import (
 // (h2front_h1.go) or an HTTP/2 one (h2front_h2.go). No net/http type is
 // on this path.
 
-// statH2Calm counts the HTTP/2 connections cut with a GOAWAY
+// StatH2Calm counts the HTTP/2 connections cut with a GOAWAY
 // ENHANCE_YOUR_CALM (a flood of resets, of frames that carry no request,
 // of empty frames, of unread control replies).
-const statH2Calm = "downstream_cx_http2_calm_total"
+const StatH2Calm = "downstream_cx_http2_calm_total"
 
 // h2Front is one client connection's HTTP/2 front end.
 type h2Front struct {
-	cc *clientConn
+	cc *Conn
 	sc *h2.ServerConn
 	// active is how many of its streams' handlers run: the connection is
 	// idle for the drain (cc.idleSince) when none does.
@@ -48,11 +47,11 @@ var _ h2.Handler = (*h2Front)(nil)
 
 // h2Conn is the client connection as the engine sees it: what goes
 // through is counted in the listener's byte counters, and Close is the
-// clientConn's (which takes it out of the worker's connection set and
+// Conn's (which takes it out of the worker's connection set and
 // counts it).
 type h2Conn struct {
 	net.Conn
-	cc *clientConn
+	cc *Conn
 }
 
 func (c *h2Conn) Read(p []byte) (int, error) {
@@ -141,7 +140,7 @@ type streamOutcome struct {
 }
 
 // ServeH2 serves one request stream, on a goroutine of the engine's.
-// It may run many times at once, so it touches none of the clientConn's
+// It may run many times at once, so it touches none of the Conn's
 // per-request fields (those belong to the HTTP/1.1 path's goroutine),
 // only what is safe to share: the stats lanes (atomic), the worker's view
 // (an atomic pointer), the upstream pools (locked).
@@ -152,7 +151,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	defer func() {
 		if f.active.Add(-1) == 0 {
-			cc.idleSince.Store(max(monotime(), 1))
+			cc.idleSince.Store(max(Monotime(), 1))
 		}
 	}()
 	start := time.Now()
@@ -172,13 +171,12 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 		s.head, s.fields, s.scratch = s.head[:0], s.fields[:0], s.scratch[:0]
 		h2StreamStates.Put(s)
 	}()
-	if f.overloaded(st, s, &out) { // overload.go: 503, GOAWAY
+	if f.overloaded(st, s, &out) { // overload.go here: 503, GOAWAY
 		return
 	}
-	// One load: the listener and the snapshot of its clusters must be
-	// of the same publication.
-	view := cc.wk.view.Load()
-	lv := view.listeners[cc.li]
+	// One load: the listener's routes, its clusters and their HTTP/2
+	// options are of the same publication.
+	lv := cc.l.Host.View()
 	method, host := st.Method(), h2Host(st)
 	if method == "CONNECT" {
 		out.status = streamReply(st, s, ls, 405, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
@@ -200,22 +198,22 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	if lv != nil {
 		s.path = http1.CleanPath(s.path[:0], stringBytes(st.Path()))
-		rt = lv.routes.Match(host, bytesString(s.path), cc.sni, (*h2RequestFields)(st))
+		rt = lv.Routes.Match(host, bytesString(s.path), cc.sni, (*h2RequestFields)(st))
 	}
 	switch {
 	case rt == nil:
-		out.status = streamReply(st, s, ls, 404, noRouteBody)
-		out.sent = int64(len(noRouteBody) + 1)
+		out.status = streamReply(st, s, ls, 404, NoRouteBody)
+		out.sent = int64(len(NoRouteBody) + 1)
 	case rt.Direct != nil:
 		out.status = h2DirectReply(st, s, ls, rt.Direct, method == "HEAD")
 		if method != "HEAD" {
 			out.sent = int64(len(rt.Direct.Body))
 		}
 	case rt.HTTP2:
-		wc := lv.clusters[rt.Index]
-		f.proxyToHTTP2(st, s, lv, rt, cc.m.http2UpstreamOf(view.snap, wc), start, &out)
+		wc := lv.Clusters[rt.Index]
+		f.proxyToHTTP2(st, s, lv, rt, cc.l.Env.http2UpstreamOf(lv, wc), start, &out)
 	default:
-		f.proxyToHTTP1(st, s, lv, rt, lv.clusters[rt.Index], start, &out)
+		f.proxyToHTTP1(st, s, lv, rt, lv.Clusters[rt.Index], start, &out)
 	}
 }
 
@@ -238,7 +236,7 @@ func h2Host(st *h2.Stream) string {
 func streamEnded(st *h2.Stream) bool { return st.Err() != nil }
 
 // streamReply sends one of the proxy's own plain-text responses.
-func streamReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, status int, body string) int {
+func streamReply(st *h2.Stream, s *h2StreamState, ls *Stats, status int, body string) int {
 	s.scratch = appendInt(s.scratch[:0], int64(len(body)+1))
 	s.fields = append(s.fields[:0],
 		hpack.HeaderField{Name: "content-type", Value: plainTextValue},
@@ -253,8 +251,8 @@ func streamReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, status int,
 }
 
 // h2RefusalReply is the overload refusal: streamReply with Retry-After.
-func h2RefusalReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, retryAfter string) int {
-	body := overloadRefusalBody
+func h2RefusalReply(st *h2.Stream, s *h2StreamState, ls *Stats, retryAfter string) int {
+	body := OverloadRefusalBody
 	s.scratch = appendInt(s.scratch[:0], int64(len(body)+1))
 	s.fields = append(s.fields[:0],
 		hpack.HeaderField{Name: "content-type", Value: plainTextValue},
@@ -273,7 +271,7 @@ const plainTextValue = "text/plain; charset=utf-8"
 
 var newline = []byte("\n")
 
-func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *route.DirectResponse, head bool) int {
+func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *Stats, d *route.DirectResponse, head bool) int {
 	s.fields = s.fields[:0]
 	if len(d.ContentType) > 0 {
 		s.fields = append(s.fields, hpack.HeaderField{Name: "content-type", Value: d.ContentType[0]})
@@ -307,7 +305,7 @@ func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *str
 		rec.Cluster = rt.Cluster
 	}
 	rec.BytesSent = out.sent
-	httpfront.EnqueueRecord(cc.logs, rec, &cc.st.Stats)
+	EnqueueRecord(cc.logs, rec, cc.st)
 }
 
 // lowerName appends name lowercased to *scratch and returns it as a
