@@ -14,6 +14,30 @@ import (
 // each log's queue when it is done. Formatting and writing happen on the
 // log's writer goroutine (internal/accesslog).
 
+// outcome is what a request's handling leaves for its stats and its
+// access-log line, whichever the client protocol: the HTTP/1.1
+// connection's (Conn.outcome), an HTTP/2 stream's (ServeH2's).
+type outcome struct {
+	status  int    // the final status sent; 0: none (an HTTP/2 stream reset)
+	upAddr  string // the endpoint of the request's last try
+	retries int
+	sent    int64 // bytes sent to the client for the request
+}
+
+// finishRecord completes r, whose request part its front end filled,
+// with the request's outcome, and hands it to the listener's logs.
+func finishRecord(r *accesslog.Record, o *outcome, rt *route.Route, start time.Time, logs []*accesslog.Logger, st *Stats) {
+	r.Duration = time.Since(start)
+	r.Status = uint16(o.status)
+	r.Retries = uint8(min(o.retries, 255))
+	r.Upstream = o.upAddr
+	if rt != nil {
+		r.Cluster = rt.Cluster
+	}
+	r.BytesSent = o.sent
+	EnqueueRecord(logs, r, st)
+}
+
 // sent counts a response status and keeps it for the access log.
 func (cc *Conn) sent(status int) {
 	cc.st.Status(status)
@@ -36,22 +60,14 @@ func (cc *Conn) beginRecord(head []byte, start time.Time) {
 		r.BytesReceived = -1
 	}
 	r.BytesSent = cc.sentBytes // subtracted at the end
-	cc.status, cc.upAddr, cc.retries = 0, "", 0
+	cc.outcome = outcome{}
 }
 
-// finishRecord completes the record and hands it to every log of the
+// logRequest completes the record and hands it to every log of the
 // listener; a full queue drops it, counted, without waiting.
-func (cc *Conn) finishRecord(rt *route.Route, start time.Time) {
-	r := cc.rec
-	r.Duration = time.Since(start)
-	r.Status = uint16(cc.status)
-	r.BytesSent = cc.sentBytes - r.BytesSent
-	r.Retries = uint8(min(cc.retries, 255))
-	r.Upstream = cc.upAddr
-	if rt != nil {
-		r.Cluster = rt.Cluster
-	}
-	EnqueueRecord(cc.logs, r, cc.st)
+func (cc *Conn) logRequest(rt *route.Route, start time.Time) {
+	cc.outcome.sent = cc.sentBytes - cc.rec.BytesSent
+	finishRecord(cc.rec, &cc.outcome, rt, start, cc.logs, cc.st)
 }
 
 // EnqueueRecord hands a finished record to every log of the listener,

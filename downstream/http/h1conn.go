@@ -64,10 +64,8 @@ type Conn struct {
 	// for it.
 	logs      []*accesslog.Logger
 	rec       *accesslog.Record
-	status    int    // the last status sent
-	sentBytes int64  // bytes written to the client, all requests
-	upAddr    string // the endpoint of the request's last try
-	retries   int
+	sentBytes int64 // bytes written to the client, all requests
+	outcome         // the request's: status, last endpoint, retries
 
 	closed atomic.Bool
 	// idleSince is when the connection last became idle between requests

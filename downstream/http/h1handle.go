@@ -23,8 +23,7 @@ func (cc *Conn) handle() bool {
 	buf := cc.rbuf[cc.r:cc.w]
 	start := time.Now()
 	st := cc.st
-	st.RqTotal.Inc()
-	st.RqActive.Inc()
+	st.RequestStarted()
 
 	if cc.logs != nil {
 		cc.beginRecord(buf, start)
@@ -60,10 +59,9 @@ func (cc *Conn) handle() bool {
 			keep = cc.proxy(lv, rt, start, keep)
 		}
 	}
-	st.RequestDone(start)
-	st.RqActive.Dec()
+	st.RequestEnded(start)
 	if cc.logs != nil {
-		cc.finishRecord(rt, start)
+		cc.logRequest(rt, start)
 	}
 	return keep
 }

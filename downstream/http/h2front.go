@@ -130,15 +130,6 @@ var h2StreamStates = sync.Pool{New: func() any {
 	}
 }}
 
-// streamOutcome is what a request's handling leaves for its stats and access
-// log.
-type streamOutcome struct {
-	status  int // the status sent; 0: none (the stream was reset)
-	upAddr  string
-	retries int
-	sent    int64 // body bytes sent, for the access log
-}
-
 // ServeH2 serves one request stream, on a goroutine of the engine's.
 // It may run many times at once, so it touches none of the Conn's
 // per-request fields (those belong to the HTTP/1.1 path's goroutine),
@@ -156,15 +147,13 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}()
 	start := time.Now()
 	ls := cc.st
-	ls.RqTotal.Inc()
+	ls.RequestStarted()
 	ls.RqHTTP2.Inc()
-	ls.RqActive.Inc()
 	s := h2StreamStates.Get().(*h2StreamState)
-	var out streamOutcome
+	var out outcome
 	var rt *route.Route
 	defer func() {
-		ls.RequestDone(start)
-		ls.RqActive.Dec()
+		ls.RequestEnded(start)
 		if cc.logs != nil {
 			f.log(s, st, rt, &out, start)
 		}
@@ -289,7 +278,7 @@ func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *Stats, d *route.DirectRe
 
 // log queues the request's access-log line, from the stream's own
 // record (the connection's is the HTTP/1.1 path's).
-func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *streamOutcome, start time.Time) {
+func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *outcome, start time.Time) {
 	cc := f.cc
 	rec := &s.rec
 	*rec = accesslog.Record{Start: start, HTTP2: true}
@@ -297,15 +286,7 @@ func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *str
 	rec.SetPath(stringBytes(st.Path()))
 	rec.SetClientIP(cc.clientIP)
 	rec.BytesReceived = st.ContentLength()
-	rec.Duration = time.Since(start)
-	rec.Status = uint16(out.status)
-	rec.Retries = uint8(min(out.retries, 255))
-	rec.Upstream = out.upAddr
-	if rt != nil {
-		rec.Cluster = rt.Cluster
-	}
-	rec.BytesSent = out.sent
-	EnqueueRecord(cc.logs, rec, cc.st)
+	finishRecord(rec, out, rt, start, cc.logs, cc.st)
 }
 
 // lowerName appends name lowercased to *scratch and returns it as a

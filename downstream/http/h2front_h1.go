@@ -56,7 +56,7 @@ type h2StreamExchange struct {
 	headSent bool // a response head went to the client
 }
 
-func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *View, rt *route.Route, wc *upstream.WorkerCluster, start time.Time, out *streamOutcome) {
+func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *View, rt *route.Route, wc *upstream.WorkerCluster, start time.Time, out *outcome) {
 	cc := f.cc
 	x := &s.xchg
 	*x = h2StreamExchange{f: f, st: st, s: s, wc: wc, method: methodOther}

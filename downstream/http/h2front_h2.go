@@ -23,7 +23,7 @@ import (
 // response head, body and trailers are copied back as they come. A
 // client that resets its stream resets the upstream one (CANCEL).
 
-func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *View, rt *route.Route, u *h2Upstream, start time.Time, out *streamOutcome) {
+func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *View, rt *route.Route, u *h2Upstream, start time.Time, out *outcome) {
 	cc := f.cc
 	x := &s.up
 	x.Reset(u.pool, cc.l.Env.Ctx, h2HashKeyOf(&rt.HashOn, st, cc.clientIP))

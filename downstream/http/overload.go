@@ -94,7 +94,7 @@ func (cc *Conn) overloadedSlow(v *Overload, keep *bool) bool {
 // overloaded is the HTTP/2 request-start check: keep-alive off sends the
 // connection the graceful GOAWAY (HTTP/2's "Connection: close"); refused,
 // the stream is answered 503 with Retry-After (true).
-func (f *h2Front) overloaded(st *h2.Stream, s *h2StreamState, out *streamOutcome) bool {
+func (f *h2Front) overloaded(st *h2.Stream, s *h2StreamState, out *outcome) bool {
 	cc := f.cc
 	v := cc.l.Worker.Overload.Load()
 	if v == nil {

@@ -35,6 +35,19 @@ func (s *Stats) Status(code int) {
 	}
 }
 
+// RequestStarted counts a request begun: in the total and in flight.
+func (s *Stats) RequestStarted() {
+	s.RqTotal.Inc()
+	s.RqActive.Inc()
+}
+
+// RequestEnded counts its end: its time (RequestDone), and no longer in
+// flight.
+func (s *Stats) RequestEnded(start time.Time) {
+	s.RequestDone(start)
+	s.RqActive.Dec()
+}
+
 // RequestDone records a request's time, from start, in milliseconds.
 func (s *Stats) RequestDone(start time.Time) {
 	s.RqTime.Record(float64(time.Since(start)) / float64(time.Millisecond))
