@@ -7,13 +7,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hotproxy/hotproxy/downstream/http"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/stats"
 )
 
 // The workers' side of the overload manager (server/overload.go, DESIGN
 // §3d). The manager decides on the main goroutine; what it asks of the
-// workers reaches each one as an immutable overloadView behind an atomic
+// workers reaches each one as an immutable httpfront.Overload behind an atomic
 // pointer of the worker's own, loaded once at accept and once at request
 // start. nil, the common case, costs that one load and nothing else: no
 // lock, no lookup by name.

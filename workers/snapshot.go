@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
-	"github.com/hotproxy/hotproxy/downstream/http"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"

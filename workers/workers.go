@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
-	"github.com/hotproxy/hotproxy/downstream/http"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
@@ -325,7 +325,6 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
 		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners)), pool: newServePool()}
-		wk.front.ID = w
 		wk.conns.idle = &wk.front
 		for i, ml := range m.listeners {
 			wk.stats[i] = newListenerStats(st, ml.name, w)

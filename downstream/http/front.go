@@ -49,7 +49,6 @@ type Env struct {
 // embeds it): its connections' buffers, its idle poller, what the
 // overload manager asks of it now.
 type Worker struct {
-	ID int
 	// Bufs counts the buffers its HTTP/1.1 connections hold, for the
 	// worker's reclaimer.
 	Bufs BufHolding

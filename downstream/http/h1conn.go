@@ -25,14 +25,14 @@ import (
 // progress or pipelined bytes wait in it; an idle plaintext keep-alive
 // connection holds none (it waits for readability first). An idle TLS one
 // holds what crypto/tls keeps between records (see waitTLSRecord). The
-// buffer starts small (smallBufSize) and grows to IOBufSize for a large
+// buffer starts small (SmallBufSize) and grows to IOBufSize for a large
 // head or a body (h1state.go).
 const (
 	IOBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
 	// where it should be, so that a busy keep-alive connection resets its
 	// timers about once a second rather than on every request; an eighth
-	// of a timeout shorter than 8s (deadlineSlackFor).
+	// of a timeout shorter than 8s (DeadlineSlackFor).
 	deadlineSlack = time.Second
 )
 
@@ -106,7 +106,7 @@ type Conn struct {
 	// without park_idle_connections, which pays one pointer for it.
 	parking atomic.Pointer[parking]
 
-	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
+	rbuf []byte // nil while idle; SmallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
 	ex   *h1State
 	held atomic.Int64 // bytes of buffers and state held now (BufferBytes)
@@ -462,7 +462,7 @@ func DeadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack,
 
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if
 // the current one is later than that (too lax) or more than
-// deadlineSlackFor(d) earlier (too soon).
+// DeadlineSlackFor(d) earlier (too soon).
 func (cc *Conn) setReadDeadline(d time.Duration) {
 	if d <= 0 {
 		if !cc.readDeadline.IsZero() {
@@ -480,7 +480,7 @@ func (cc *Conn) setReadDeadline(d time.Duration) {
 }
 
 // setWriteDeadline makes the write deadline now+write_timeout, lazily: it
-// moves only when it is more than deadlineSlackFor(write_timeout) earlier
+// moves only when it is more than DeadlineSlackFor(write_timeout) earlier
 // than that.
 func (cc *Conn) setWriteDeadline() {
 	d := cc.settings.WriteTimeout
@@ -747,7 +747,7 @@ func (cc *Conn) maxHeadBytes() int {
 
 // growForHead swaps a full rbuf for a larger one: the small buffer for
 // the large pooled one, and that for one big enough for the largest
-// allowed head (the rare head larger than ioBufSize pays for its own
+// allowed head (the rare head larger than IOBufSize pays for its own
 // buffer; it is not pooled). readHead parses again after it.
 func (cc *Conn) growForHead() bool {
 	limit := cc.maxHeadBytes()

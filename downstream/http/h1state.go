@@ -11,7 +11,7 @@ import (
 
 // Read buffers come in two sizes, each in its own pool. A request starts
 // with a small one (SmallBufSize: most request heads, and most response
-// heads, fit); it grows to the large one (ioBufSize) only for a head that
+// heads, fit); it grows to the large one (IOBufSize) only for a head that
 // does not fit or a body that streams through it, and whichever it holds
 // goes back to its pool when the request is done. So a burst of small
 // requests takes small buffers, and what it leaves in the pools goes at
@@ -31,7 +31,7 @@ func getBuf() []byte { return ioBufs.Get().(*[IOBufSize]byte)[:] }
 func getSmallBuf() []byte { return smallBufs.Get().(*[SmallBufSize]byte)[:] }
 
 // putBuf gives b back to the pool of its size; a buffer of another size
-// (a head larger than ioBufSize, growForHead) is left to the GC.
+// (a head larger than IOBufSize, growForHead) is left to the GC.
 func putBuf(b []byte) {
 	switch cap(b) {
 	case IOBufSize:
@@ -93,7 +93,7 @@ var h1States = sync.Pool{New: func() any {
 	return &h1State{wbuf: make([]byte, 0, 4<<10), path: make([]byte, 0, 256)}
 }}
 
-// takeBuf takes a pooled read buffer of size (smallBufSize or ioBufSize)
+// takeBuf takes a pooled read buffer of size (SmallBufSize or IOBufSize)
 // and counts it as held by the connection.
 func (cc *Conn) takeBuf(size int) []byte {
 	var b []byte
@@ -163,7 +163,7 @@ func (cc *Conn) endState() {
 }
 
 // growRead moves the unconsumed bytes rbuf[r:w] to the front of a buffer
-// of size bytes (ioBufSize from its pool, anything larger made for the
+// of size bytes (IOBufSize from its pool, anything larger made for the
 // rare head that needs it) and gives the old one back. Every span into
 // rbuf is stale after it: the callers parse again (readHead) or hold no
 // span (a body refill, with everything before r consumed).
