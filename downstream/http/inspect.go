@@ -17,3 +17,10 @@ func (cc *Conn) DeadlineMoves() (read, write int) {
 
 // Held is how many bytes of buffers the worker's connections hold now.
 func (h *BufHolding) Held() int64 { return h.held.Load() }
+
+// Parked reports whether the connection is parked in its worker's idle
+// poller now (no goroutine runs it).
+func (cc *Conn) Parked() bool {
+	pk := cc.parking.Load()
+	return pk != nil && pk.state.Load() == stateParked
+}

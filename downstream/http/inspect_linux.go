@@ -9,10 +9,3 @@ func (w *Worker) IdlePollerSlots() (slots, free int, started bool) {
 	defer p.mu.Unlock()
 	return int(p.nslots), len(p.free), p.started
 }
-
-// Parked reports whether the connection is parked in its worker's idle
-// poller now (no goroutine runs it).
-func (cc *Conn) Parked() bool {
-	pk := cc.parking.Load()
-	return pk != nil && pk.state.Load() == stateParked
-}
