@@ -139,7 +139,6 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 			return
 		}
 		cc := m.newClientConn(a, c)
-		cc.settings = a.wk.overloadSettings(cc.settings, a.li)
 		if !a.wk.conns.add(cc) {
 			cc.Close() // gives the slot back and counts the close
 			continue

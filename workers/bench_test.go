@@ -115,14 +115,14 @@ func BenchmarkRequestStats(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		start := time.Now()
-		ls.rqTotal.Inc()
-		ls.rqActive.Inc()
+		ls.RqTotal.Inc()
+		ls.RqActive.Inc()
 		us.RqTotal.Inc()
 		upStart := time.Now()
 		us.RqTime.Record(float64(time.Since(upStart)) / float64(time.Millisecond))
-		ls.status(200)
-		ls.requestDone(start)
-		ls.rqActive.Dec()
+		ls.Status(200)
+		ls.RequestDone(start)
+		ls.RqActive.Dec()
 	}
 }
 

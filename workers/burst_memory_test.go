@@ -98,7 +98,7 @@ func TestBurstMemoryGivenBack(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "every connection to be idle", func() bool { return idleConns(m) == n })
 	// Every buffer and state is given back: what the reclaimer watches.
-	waitFor(t, 5*time.Second, "the workers to hold no buffer", func() bool { return m.workers[0].bufs.held.Load() == 0 })
+	waitFor(t, 5*time.Second, "the workers to hold no buffer", func() bool { return m.workers[0].front.Bufs.Held() == 0 })
 	if raceEnabled {
 		t.Log("-race: its shadow memory swamps RSS; the budget is checked without it (and in integration's TestBurstMemoryGivenBack)")
 		return

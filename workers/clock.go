@@ -1,10 +1,8 @@
 package workers
 
-import "time"
+import httpfront "github.com/hotproxy/hotproxy/downstream/http"
 
-// procStart anchors monotonic timestamps.
-var procStart = time.Now()
-
-// monotime is nanoseconds since procStart, on the monotonic clock: what
-// idle clocks, heartbeats and drains compare.
-func monotime() int64 { return int64(time.Since(procStart)) }
+// monotime is nanoseconds since the process started, on the monotonic
+// clock: what idle clocks, heartbeats and drains compare. One clock with
+// the HTTP front end's, which stamps a connection's idle start.
+func monotime() int64 { return httpfront.Monotime() }

@@ -4,6 +4,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 )
 
 // connSet is a worker's client connections (HTTP, upgraded HTTP, TCP
@@ -14,9 +16,10 @@ type connSet struct {
 	mu     sync.Mutex // guards m and killed
 	m      map[io.Closer]struct{}
 	killed bool
-	// idle is where the worker's idle HTTP/1.1 connections park
-	// (idlepoll_linux.go); they stay in m while parked.
-	idle idlePoller
+	// idle is the front end's state of the set's worker, whose idle
+	// poller parks idle HTTP/1.1 connections (they stay in m while
+	// parked): killAll stops it, after closing them.
+	idle interface{ CloseIdlePoller() }
 }
 
 // add registers c; false means the set was killed and c must be closed.
@@ -48,10 +51,10 @@ func (s *connSet) len() int {
 // closeIdle closes the HTTP connections idle between requests for at least
 // grace and returns how many connections remain.
 func (s *connSet) closeIdle(now int64, grace time.Duration) int {
-	var idle []*clientConn
+	var idle []*httpfront.Conn
 	s.mu.Lock()
 	for c := range s.m {
-		if tc, ok := c.(*clientConn); ok && tc.idleFor(now) >= grace {
+		if tc, ok := c.(*httpfront.Conn); ok && tc.IdleFor(now) >= grace {
 			idle = append(idle, tc)
 		}
 	}
@@ -66,10 +69,10 @@ func (s *connSet) closeIdle(now int64, grace time.Duration) int {
 // closeHTTP closes every HTTP connection in the set, busy or not, and
 // returns how many.
 func (s *connSet) closeHTTP() int {
-	var cs []*clientConn
+	var cs []*httpfront.Conn
 	s.mu.Lock()
 	for c := range s.m {
-		if tc, ok := c.(*clientConn); ok {
+		if tc, ok := c.(*httpfront.Conn); ok {
 			cs = append(cs, tc)
 		}
 	}
@@ -93,6 +96,8 @@ func (s *connSet) killAll() int {
 		c.Close()
 	}
 	// Every parked connection has been handed to a resumer by its Close.
-	s.idle.close()
+	if s.idle != nil {
+		s.idle.CloseIdlePoller()
+	}
 	return len(cs)
 }

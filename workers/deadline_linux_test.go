@@ -2,6 +2,7 @@ package workers
 
 import (
 	"bufio"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"net"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // is cut by header_timeout (TestSlowlorisCutByHeaderTimeout,
 // TestSlowlorisOnKeepAliveCutByHeaderTimeout).
 func TestHeadInTheSocketArmsNoHeaderTimeout(t *testing.T) {
-	if !rawIO {
+	if !httpfront.RawIO {
 		t.Skip("no raw socket I/O on this platform: every head read arms header_timeout")
 	}
 	be := rawKeepAliveBackend(t, benchResponse)
@@ -49,7 +50,7 @@ func TestHeadInTheSocketArmsNoHeaderTimeout(t *testing.T) {
 		settledAfterClose(t, m, c, cc)
 		set := &m.workers[0].conns
 		set.mu.Lock()
-		moves := cc.readDeadlineMoves
+		moves, _ := cc.DeadlineMoves()
 		set.mu.Unlock()
 		if moves != 1 {
 			t.Fatalf("connection %d: the read deadline moved %d times for one request whose head was in the socket, want 1 (the idle wait's)", i, moves)

@@ -11,19 +11,20 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 )
 
 // onlyClientConn returns the one HTTP connection of the manager's first
 // worker.
-func onlyClientConn(t *testing.T, m *Manager) *clientConn {
+func onlyClientConn(t *testing.T, m *Manager) *httpfront.Conn {
 	t.Helper()
 	set := &m.workers[0].conns
-	var cc *clientConn
+	var cc *httpfront.Conn
 	waitFor(t, 5*time.Second, "the connection in its worker's set", func() bool {
 		set.mu.Lock()
 		defer set.mu.Unlock()
 		for k := range set.m {
-			cc, _ = k.(*clientConn)
+			cc, _ = k.(*httpfront.Conn)
 		}
 		return cc != nil
 	})
@@ -32,7 +33,7 @@ func onlyClientConn(t *testing.T, m *Manager) *clientConn {
 
 // settledAfterClose closes c and waits for cc's goroutine to end (it
 // removes cc from the set), after which cc's counters are settled.
-func settledAfterClose(t *testing.T, m *Manager, c net.Conn, cc *clientConn) {
+func settledAfterClose(t *testing.T, m *Manager, c net.Conn, cc *httpfront.Conn) {
 	t.Helper()
 	c.Close()
 	set := &m.workers[0].conns
@@ -68,7 +69,7 @@ func keepAliveRequests(t *testing.T, c net.Conn, br *bufio.Reader, n int) {
 // once never arm the write deadline (a timer and a clock read per
 // response, before).
 func TestKeepAliveArmsNoWriteDeadline(t *testing.T) {
-	if !rawIO {
+	if !httpfront.RawIO {
 		t.Skip("no raw socket I/O on this platform: every write arms its deadline")
 	}
 	be := rawKeepAliveBackend(t, benchResponse)
@@ -84,7 +85,7 @@ func TestKeepAliveArmsNoWriteDeadline(t *testing.T) {
 	settledAfterClose(t, m, c, cc)
 	set := &m.workers[0].conns
 	set.mu.Lock()
-	moves := cc.writeDeadlineMoves
+	_, moves := cc.DeadlineMoves()
 	set.mu.Unlock()
 	if moves != 0 {
 		t.Fatalf("the write deadline moved %d times for 50 small keep-alive responses, want 0 (armed only when a write waits)", moves)
@@ -125,12 +126,12 @@ func TestWriteDeadlineAfterABlockedWrite(t *testing.T) {
 	set := &m.workers[0].conns
 	waitFor(t, 10*time.Second, "the slow reader cut", func() bool { return set.len() == 0 })
 	// A deadline moves only when it is more than its slack behind
-	// (deadlineSlackFor): it may fire that much early, never later.
-	if d, early := time.Since(start), deadlineSlackFor(writeTimeout); d < writeTimeout-early {
+	// (httpfront.DeadlineSlackFor): it may fire that much early, never later.
+	if d, early := time.Since(start), httpfront.DeadlineSlackFor(writeTimeout); d < writeTimeout-early {
 		t.Fatalf("the slow reader was cut after %v, before write_timeout %v less its slack %v", d, writeTimeout, early)
 	}
 	set.mu.Lock()
-	moves := cc.writeDeadlineMoves
+	_, moves := cc.DeadlineMoves()
 	set.mu.Unlock()
 	if moves == 0 {
 		t.Fatal("8 MiB responses to a client reading slowly never armed the write deadline")

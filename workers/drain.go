@@ -118,7 +118,7 @@ func (m *Manager) Drain(ctx context.Context, opts DrainOptions) error {
 func (m *Manager) drain(opts DrainOptions) {
 	defer close(m.drainDone)
 	m.draining.Store(true)
-	m.goAwayHTTP2() // HTTP/2's "Connection: close" (h2.go)
+	m.http.GoAwayHTTP2() // HTTP/2's "Connection: close" (downstream/http)
 	m.stopAccepting(m.queueEmptying)
 
 	var httpDeadline <-chan time.Time

@@ -75,17 +75,3 @@ func TestGRPCToHTTP1ClusterIsLogged(t *testing.T) {
 		t.Errorf("the warning does not name the listener and the cluster:\n%s", log)
 	}
 }
-
-func TestIsGRPC(t *testing.T) {
-	for ct, want := range map[string]bool{
-		"application/grpc": true, "application/grpc+proto": true, "application/grpc;charset=utf-8": true,
-		"application/grpc-web": false, "application/grpc-web+proto": false, "application/grpcx": false, "text/plain": false,
-	} {
-		if got := isGRPC(ct); got != want {
-			t.Errorf("isGRPC(%q) = %v, want %v", ct, got, want)
-		}
-	}
-	if isGRPC("") {
-		t.Error("isGRPC(no content type) = true")
-	}
-}

@@ -3,6 +3,7 @@ package workers
 import (
 	"bufio"
 	"fmt"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -67,20 +68,20 @@ func TestHeadsAcrossTheSmallBuffer(t *testing.T) {
 		name string
 		raw  string
 	}{
-		{"head exactly the small buffer", headOfLen(t, "/at", smallBufSize)},
-		{"head one byte over", headOfLen(t, "/over", smallBufSize+1)},
-		{"head one byte under", headOfLen(t, "/under", smallBufSize-1)},
-		{"head one byte over the large buffer", headOfLen(t, "/huge", ioBufSize+1)},
+		{"head exactly the small buffer", headOfLen(t, "/at", httpfront.SmallBufSize)},
+		{"head one byte over", headOfLen(t, "/over", httpfront.SmallBufSize+1)},
+		{"head one byte under", headOfLen(t, "/under", httpfront.SmallBufSize-1)},
+		{"head one byte over the large buffer", headOfLen(t, "/huge", httpfront.IOBufSize+1)},
 		{"the second pipelined head crosses the boundary",
 			headOfLen(t, "/p1", 1500) + headOfLen(t, "/p2", 1000) + headOfLen(t, "/p3", 100)},
 		{"many pipelined, crossing it again and again",
-			strings.Repeat(headOfLen(t, "/many", 700), 12) + headOfLen(t, "/last", smallBufSize+5)},
+			strings.Repeat(headOfLen(t, "/many", 700), 12) + headOfLen(t, "/last", httpfront.SmallBufSize+5)},
 		{"a body behind its head in the same read",
 			"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n" + body},
 		{"a small body that ends exactly at the buffer's end",
 			func() string {
 				h := "POST /edge HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
-				return headOfLen(t, "/before", smallBufSize-len(h)-100) + h + strings.Repeat("e", 100)
+				return headOfLen(t, "/before", httpfront.SmallBufSize-len(h)-100) + h + strings.Repeat("e", 100)
 			}()},
 		{"a chunked body with a trailer larger than the small buffer",
 			"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
@@ -128,7 +129,7 @@ func TestResponsesAcrossTheSmallBuffer(t *testing.T) {
 		{"small", 10, 100},
 		{"head over the small buffer", 3000, 100},
 		{"body over the small buffer", 10, 100_000},
-		{"head ending at the small buffer's end", smallBufSize - 80, 0},
+		{"head ending at the small buffer's end", httpfront.SmallBufSize - 80, 0},
 		{"both", 20_000, 300_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,12 +180,12 @@ func TestBuffersGivenBackAfterEachRequest(t *testing.T) {
 	}
 	readResponses(t, bufio.NewReader(c), 2)
 	waitFor(t, 5*time.Second, "the connection to be idle holding nothing", func() bool {
-		return idleConns(m) == 1 && m.workers[0].bufs.held.Load() == 0
+		return idleConns(m) == 1 && m.workers[0].front.Bufs.Held() == 0
 	})
 	m.workers[0].conns.mu.Lock()
 	defer m.workers[0].conns.mu.Unlock()
 	for conn := range m.workers[0].conns.m {
-		if cc, ok := conn.(*clientConn); ok && cc.BufferBytes() != 0 {
+		if cc, ok := conn.(*httpfront.Conn); ok && cc.BufferBytes() != 0 {
 			t.Fatalf("an idle connection holds %d bytes", cc.BufferBytes())
 		}
 	}
@@ -209,7 +210,7 @@ func TestBuffersGivenBackWhenAConnectionEndsMidBuffer(t *testing.T) {
 	readResponses(t, bufio.NewReader(c), 1)
 	c.Close() // the second head never ends
 	waitFor(t, 5*time.Second, "every connection to end holding nothing", func() bool {
-		return m.workers[0].conns.len() == 0 && m.workers[0].bufs.held.Load() == 0
+		return m.workers[0].conns.len() == 0 && m.workers[0].front.Bufs.Held() == 0
 	})
 }
 
@@ -226,13 +227,13 @@ func TestRandomPipelinesAcrossTheSmallBuffer(t *testing.T) {
 		n := 1 + rng.IntN(6)
 		for i := range n {
 			path := fmt.Sprintf("/r%d-%d", iter, i)
-			size := smallBufSize - 300 + rng.IntN(600)
+			size := httpfront.SmallBufSize - 300 + rng.IntN(600)
 			if rng.IntN(4) == 0 {
-				size = 64 + rng.IntN(smallBufSize*3)
+				size = 64 + rng.IntN(httpfront.SmallBufSize*3)
 			}
 			if rng.IntN(3) == 0 {
-				body := strings.Repeat("b", rng.IntN(3*smallBufSize))
-				h := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nX-Pad: %s\r\n\r\n", path, len(body), strings.Repeat("q", rng.IntN(smallBufSize)))
+				body := strings.Repeat("b", rng.IntN(3*httpfront.SmallBufSize))
+				h := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nX-Pad: %s\r\n\r\n", path, len(body), strings.Repeat("q", rng.IntN(httpfront.SmallBufSize)))
 				raw.WriteString(h + body)
 				continue
 			}
@@ -247,7 +248,7 @@ func TestRandomPipelinesAcrossTheSmallBuffer(t *testing.T) {
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		var pieces []string // random pieces, cut here: rng is not the writer's
 		for s := raw.String(); len(s) > 0; {
-			k := min(len(s), 1+rng.IntN(3*smallBufSize))
+			k := min(len(s), 1+rng.IntN(3*httpfront.SmallBufSize))
 			pieces, s = append(pieces, s[:k]), s[k:]
 		}
 		go func() { // while the responses are read

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 )
 
 // h2cListener makes a test listener accept HTTP/2 with prior knowledge.
@@ -186,8 +187,8 @@ func TestH2CProxyToHTTP1(t *testing.T) {
 		t.Errorf("request trailer X-Sum %q, want 42", s.trailer.Get("X-Sum"))
 	}
 
-	if got := lstat(m, statRqHTTP2); got != 3 {
-		t.Errorf("%s = %d, want 3", statRqHTTP2, got)
+	if got := lstat(m, httpfront.StatRqHTTP2); got != 3 {
+		t.Errorf("%s = %d, want 3", httpfront.StatRqHTTP2, got)
 	}
 	if got := lstat(m, statRqTotal); got != 3 {
 		t.Errorf("%s = %d, want 3", statRqTotal, got)
@@ -250,8 +251,8 @@ func TestH2CConcurrentStreams(t *testing.T) {
 	if got := lstat(m, statCxTotal); got != 1 {
 		t.Errorf("%s = %d, want 1: the streams shared one connection", statCxTotal, got)
 	}
-	if got := lstat(m, statRqHTTP2); got != n+1 {
-		t.Errorf("%s = %d, want %d", statRqHTTP2, got, n+1)
+	if got := lstat(m, httpfront.StatRqHTTP2); got != n+1 {
+		t.Errorf("%s = %d, want %d", httpfront.StatRqHTTP2, got, n+1)
 	}
 }
 
@@ -269,7 +270,7 @@ func TestH2CDirectAndNoRoute(t *testing.T) {
 		t.Errorf("direct: %d %q %v", resp.StatusCode, body, resp.Header)
 	}
 	resp, body = h2Do(t, c, newReq(t, "GET", base+"/other", nil))
-	if resp.StatusCode != 404 || body != noRouteBody+"\n" {
+	if resp.StatusCode != 404 || body != httpfront.NoRouteBody+"\n" {
 		t.Errorf("no route: %d %q", resp.StatusCode, body)
 	}
 	if a, b := lstat(m, "downstream_rq_2xx"), lstat(m, "downstream_rq_4xx"); a != 1 || b != 1 {
@@ -285,8 +286,8 @@ func TestH2CPrefaceWithoutCleartext(t *testing.T) {
 	if resp.StatusCode != 505 {
 		t.Fatalf("preface on an HTTP/1.1-only listener: %d, want 505", resp.StatusCode)
 	}
-	if got := lstat(m, statRqHTTP2); got != 0 {
-		t.Fatalf("%s = %d, want 0", statRqHTTP2, got)
+	if got := lstat(m, httpfront.StatRqHTTP2); got != 0 {
+		t.Fatalf("%s = %d, want 0", httpfront.StatRqHTTP2, got)
 	}
 }
 
@@ -791,8 +792,8 @@ func TestHTTP1ToH2Upstream(t *testing.T) {
 	if got := counter(m, "cluster.backend.upstream_rq_total"); got != 3 {
 		t.Errorf("upstream_rq_total = %d, want 3", got)
 	}
-	if got := lstat(m, statRqHTTP2); got != 0 {
-		t.Errorf("%s = %d for HTTP/1.1 clients", statRqHTTP2, got)
+	if got := lstat(m, httpfront.StatRqHTTP2); got != 0 {
+		t.Errorf("%s = %d for HTTP/1.1 clients", httpfront.StatRqHTTP2, got)
 	}
 
 	// Expect: 100-continue: the client gets its 100 before it sends.

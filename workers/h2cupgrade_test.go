@@ -171,26 +171,6 @@ func TestH2CUpgradeCurl(t *testing.T) {
 	}
 }
 
-func TestAppendUpgrade(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"h2c", ""},
-		{"H2C", ""},
-		{"h2", ""},
-		{"h2c/1", ""},
-		{"websocket", "Connection: upgrade\r\nUpgrade: websocket\r\n"},
-		{"websocket, h2c", "Connection: upgrade\r\nUpgrade: websocket\r\n"},
-		{"h2c,  websocket/13 ,echo", "Connection: upgrade\r\nUpgrade: websocket/13, echo\r\n"},
-		{"", ""},
-	} {
-		if got := string(appendUpgrade(nil, []byte(tc.in))); got != tc.want {
-			t.Errorf("appendUpgrade(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		if got := forwardsUpgrade([]byte(tc.in)); got != (tc.want != "") {
-			t.Errorf("forwardsUpgrade(%q) = %v", tc.in, got)
-		}
-	}
-}
-
 // TestUpgradeTo101H2CRefused: an upstream offered WebSocket (the h2c of
 // "websocket, h2c" taken out) that switches to h2c anyway gets a 502,
 // never a tunnel.

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/h2"
 )
 
@@ -302,8 +303,8 @@ flood:
 	if _, body := h2Do(t, good, newReq(t, "GET", "http://"+a+"/after", nil)); len(body) != 16 {
 		t.Errorf("after the flood: body %q", body)
 	}
-	if n := lstat(m, statH2Calm); n != 1 {
-		t.Errorf("%s = %d, want 1", statH2Calm, n)
+	if n := lstat(m, httpfront.StatH2Calm); n != 1 {
+		t.Errorf("%s = %d, want 1", httpfront.StatH2Calm, n)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 )
 
 // parkedConns counts the connections parked in their worker's idle
@@ -23,7 +24,7 @@ func parkedConns(m *Manager) int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			if cc, ok := c.(*clientConn); ok && cc.parking.Load() != nil && cc.parking.Load().state.Load() == stateParked {
+			if cc, ok := c.(*httpfront.Conn); ok && cc.Parked() {
 				n++
 			}
 		}
@@ -141,11 +142,11 @@ func TestIdleConnsParkedThenAllAnswered(t *testing.T) {
 		}
 		// Parked connections hold no goroutine: what runs beyond the
 		// test's own is the pollers, and the resumers that wait
-		// (at most maxIdleResumers per worker).
+		// (at most httpfront.MaxIdleResumers per worker).
 		// The goroutines the serve pool keeps between connections
 		// (servepool.go) are let go first, as the reclaimer would within
 		// reclaimPoll: they are no connection's.
-		limit := 2*maxIdleResumers + 16
+		limit := 2*httpfront.MaxIdleResumers + 16
 		grown := 0
 		settled := func() bool {
 			retireServePools(m)
@@ -207,11 +208,9 @@ func TestParkedIdleTimeout(t *testing.T) {
 	waitFor(t, 5*time.Second, "the connection set to empty", func() bool { return m.workers[0].conns.len() == 0 })
 	// Close leaves the set first; the slot goes back when the
 	// connection's goroutine has ended it.
-	p := &m.workers[0].conns.idle
 	waitFor(t, 5*time.Second, "every idle-poller slot to be given back", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.nslots > 0 && uint32(len(p.free)) == p.nslots
+		slots, free, _ := m.workers[0].front.IdlePollerSlots()
+		return slots > 0 && free == slots
 	})
 }
 
@@ -288,8 +287,8 @@ func TestParkedIdleConnHasNoStack(t *testing.T) {
 	waitFor(t, 5*time.Second, "the serve pool to empty", func() bool { return retireServePools(m) == 0 })
 	// A goroutine may still be on its way out of a connection it parked.
 	// What may stay is per worker, not per connection: the poller and
-	// up to maxIdleResumers resumers waiting for a wake.
-	bound := maxIdleResumers + 8
+	// up to httpfront.MaxIdleResumers resumers waiting for a wake.
+	bound := httpfront.MaxIdleResumers + 8
 	extra := 0
 	waitFor(t, 5*time.Second, fmt.Sprintf("at most %d more goroutines than before %d parked connections", bound, n), func() bool {
 		extra = runtime.NumGoroutine() - goroutinesBefore
@@ -343,7 +342,7 @@ func TestIdleConnsDoNotParkByDefault(t *testing.T) {
 	if n := parkedConns(m); n != 0 {
 		t.Fatalf("%d connections parked without park_idle_connections", n)
 	}
-	if p := &m.workers[0].conns.idle; p.started {
+	if _, _, started := m.workers[0].front.IdlePollerSlots(); started {
 		t.Fatal("the idle poller was started without park_idle_connections")
 	}
 }
@@ -390,11 +389,9 @@ func TestParkedConnHostileClients(t *testing.T) {
 		t.Fatalf("half-closed while parked: %v, want the proxy to close too", err)
 	}
 	waitFor(t, 5*time.Second, "the connection set to empty", func() bool { return m.workers[0].conns.len() == 0 })
-	p := &m.workers[0].conns.idle
 	waitFor(t, 5*time.Second, "every idle-poller slot to be given back", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return uint32(len(p.free)) == p.nslots
+		slots, free, _ := m.workers[0].front.IdlePollerSlots()
+		return free == slots
 	})
 }
 

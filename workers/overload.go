@@ -3,20 +3,17 @@ package workers
 import (
 	"cmp"
 	"net"
-	"net/http"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/hotproxy/hotproxy/h2"
-	"github.com/hotproxy/hotproxy/http1"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/stats"
 )
 
 // The workers' side of the overload manager (server/overload.go, DESIGN
 // §3d). The manager decides on the main goroutine; what it asks of the
-// workers reaches each one as an immutable overloadView behind an atomic
+// workers reaches each one as an immutable httpfront.Overload behind an atomic
 // pointer of the worker's own, loaded once at accept and once at request
 // start. nil, the common case, costs that one load and nothing else: no
 // lock, no lookup by name.
@@ -45,16 +42,6 @@ func (st OverloadState) active() bool {
 	return st.StopAccepting || st.RefuseRequests || st.DisableKeepAlive || (st.TimeoutPercent > 0 && st.TimeoutPercent < 100)
 }
 
-// overloadView is one published OverloadState, with what the request path
-// needs of it built once: the 503's bytes, the shrunk settings of every
-// HTTP listener.
-type overloadView struct {
-	OverloadState
-	refusal    []byte        // the whole HTTP/1.1 503 response
-	retryAfter []string      // the Retry-After header's value, for HTTP/2
-	h1         []*h1Settings // by listener index; nil: timeouts as configured
-}
-
 // overloadStats are the workers' shed counts, one lane per worker (w+1).
 //
 //	overload.shed_total                 every connection or request shed
@@ -76,8 +63,6 @@ type overloadStats struct {
 	// ShedRefused is already in kernelRefused.
 	kernelSeen []atomic.Uint64
 }
-
-const overloadRefusalBody = "overloaded: try again later"
 
 // overloadStatsOf returns the Manager's overload counters, registering
 // them on first use.
@@ -104,34 +89,22 @@ func (m *Manager) overloadStatsOf() *overloadStats {
 // passed its check is not affected, the next one is.
 func (m *Manager) SetOverload(st OverloadState) {
 	m.overloadStatsOf() // registered before the first shed, so a reader sees 0
-	var v *overloadView
+	var v *httpfront.Overload
 	if st.active() {
-		v = &overloadView{OverloadState: st}
-		secs := max(int64((st.RetryAfter+time.Second-1)/time.Second), 1)
-		v.retryAfter = []string{strconv.FormatInt(secs, 10)}
-		b := appendStatusLine(nil, http.StatusServiceUnavailable, "")
-		b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nRetry-After: "...)
-		b = strconv.AppendInt(b, secs, 10)
-		b = append(b, "\r\nContent-Length: "...)
-		b = strconv.AppendInt(b, int64(len(overloadRefusalBody)+1), 10)
-		b = append(b, "\r\nConnection: close\r\n\r\n"+overloadRefusalBody+"\n"...)
-		v.refusal = b
+		v = &httpfront.Overload{StopAccepting: st.StopAccepting, RefuseRequests: st.RefuseRequests, DisableKeepAlive: st.DisableKeepAlive}
+		v.Refusal, v.RetryAfter = httpfront.NewOverloadRefusal(st.RetryAfter)
 		if p := st.TimeoutPercent; p > 0 && p < 100 {
-			v.h1 = make([]*h1Settings, len(m.listeners))
+			v.Settings = make([]*httpfront.Settings, len(m.listeners))
 			for i, ml := range m.listeners {
 				if ml.h1 == nil {
 					continue
 				}
-				s := *ml.h1
-				s.headerTimeout = max(s.headerTimeout*time.Duration(p)/100, time.Millisecond)
-				s.idleTimeout = max(s.idleTimeout*time.Duration(p)/100, time.Millisecond)
-				s.shrunkFrom = ml.h1
-				v.h1[i] = &s
+				v.Settings[i] = httpfront.ShrunkSettings(ml.h1, p)
 			}
 		}
 	}
 	for _, wk := range m.workers {
-		wk.overload.Store(v)
+		wk.front.Overload.Store(v)
 	}
 	// Where the steering program is loaded it refuses in the kernel;
 	// the check at accept still closes what was queued before.
@@ -208,7 +181,7 @@ func (m *Manager) countKernelRefusals() {
 // program refuses in the kernel, this closes only what was queued before
 // it started.
 func (a *acceptor) overloadClosesAccepted(c *net.TCPConn) bool {
-	v := a.wk.overload.Load()
+	v := a.wk.front.Overload.Load()
 	if v == nil || !v.StopAccepting {
 		return false
 	}
@@ -218,103 +191,6 @@ func (a *acceptor) overloadClosesAccepted(c *net.TCPConn) bool {
 	oc.closed.Lane(a.wk.id + 1).Inc()
 	oc.shed.Lane(a.wk.id + 1).Inc()
 	return true
-}
-
-// overloadSettings is the settings a new HTTP connection starts with:
-// the listener's own, or their shrunk copy while shrink_timeouts acts.
-func (w *worker) overloadSettings(s *h1Settings, li int) *h1Settings {
-	if v := w.overload.Load(); v != nil && v.h1 != nil && v.h1[li] != nil {
-		return v.h1[li]
-	}
-	return s
-}
-
-// overloaded is the HTTP/1.1 request-start check. Under no overload it
-// only puts back the listener's own settings if shrunk ones were in use.
-// Otherwise it applies the published state: shrunk timeouts for this
-// connection, keep-alive off, or (true) the request answered 503 with
-// Retry-After and the connection to close.
-func (cc *clientConn) overloaded(keep *bool) bool {
-	v := cc.wk.overload.Load()
-	if v == nil {
-		if s := cc.settings.shrunkFrom; s != nil {
-			cc.settings = s
-		}
-		return false
-	}
-	return cc.overloadedSlow(v, keep)
-}
-
-func (cc *clientConn) overloadedSlow(v *overloadView, keep *bool) bool {
-	switch {
-	case v.h1 != nil && v.h1[cc.li] != nil:
-		cc.settings = v.h1[cc.li]
-	case cc.settings.shrunkFrom != nil:
-		cc.settings = cc.settings.shrunkFrom
-	}
-	if v.DisableKeepAlive {
-		*keep = false
-	}
-	if !v.RefuseRequests {
-		return false
-	}
-	req := &cc.ex.req
-	cc.r += req.HeadLen
-	cc.sent(http.StatusServiceUnavailable)
-	oc := cc.m.overloadStatsOf()
-	oc.refused.Lane(cc.wk.id + 1).Inc()
-	oc.shed.Lane(cc.wk.id + 1).Inc()
-	*keep = false
-	if cc.write(v.refusal) == nil && req.Framing != http1.FramingNone {
-		cc.lingerClose() // the body is unread: let the client read the answer
-	}
-	return true
-}
-
-// overloaded is the HTTP/2 request-start check: keep-alive off sends the
-// connection the graceful GOAWAY (HTTP/2's "Connection: close"); refused,
-// the stream is answered 503 with Retry-After (true).
-func (f *h2Front) overloaded(st *h2.Stream, s *h2StreamState, out *streamOutcome) bool {
-	cc := f.cc
-	v := cc.wk.overload.Load()
-	if v == nil {
-		return false
-	}
-	if v.DisableKeepAlive || v.RefuseRequests {
-		f.sc.Shutdown()
-	}
-	if !v.RefuseRequests {
-		return false
-	}
-	oc := cc.m.overloadStatsOf()
-	oc.refused.Lane(cc.wk.id + 1).Inc()
-	oc.shed.Lane(cc.wk.id + 1).Inc()
-	out.status = h2RefusalReply(st, s, cc.st, v.retryAfter[0])
-	out.sent = int64(len(overloadRefusalBody) + 1)
-	return true
-}
-
-// Buffer holding, for reset_connections. A connection marks when it took
-// its buffers (takeState) in overload passes, a count the manager
-// advances once per interval (so the request path stores a number it
-// loads from the Manager, not a clock), and what it holds.
-
-// holdBuffers marks cc as holding buffers since the current pass, with
-// bytes of them, for the request it starts (takeState). A few atomic
-// operations: the reset pass reads them from another goroutine.
-func (cc *clientConn) holdBuffers(bytes int) {
-	if cc.heldSince.Load() == 0 {
-		cc.heldSince.Store(cc.m.overloadPass.Load() + 1)
-	}
-	cc.heldBytes.Store(int64(bytes))
-	cc.requestsStarted.Add(1)
-}
-
-// releaseBuffers marks cc as holding no buffers (releaseState).
-func (cc *clientConn) releaseBuffers() {
-	if cc.heldSince.Load() != 0 {
-		cc.heldSince.Store(0)
-	}
 }
 
 // AdvanceOverloadPass counts one overload-manager pass: the clock by
@@ -335,7 +211,7 @@ func (m *Manager) ResetBiggest(max, minPasses int) int {
 	}
 	now := m.overloadPass.Load() + 1
 	type candidate struct {
-		cc       *clientConn
+		cc       *httpfront.Conn
 		bytes    int64
 		requests int64
 		since    int64
@@ -344,15 +220,15 @@ func (m *Manager) ResetBiggest(max, minPasses int) int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			cc, ok := c.(*clientConn)
+			cc, ok := c.(*httpfront.Conn)
 			if !ok {
 				continue
 			}
-			since := cc.heldSince.Load()
-			if since == 0 || now-since < int64(minPasses) || cc.idleSince.Load() != 0 {
+			since, bytes, requests, idle := cc.HeldBuffers()
+			if since == 0 || now-since < int64(minPasses) || idle {
 				continue
 			}
-			cands = append(cands, candidate{cc, cc.heldBytes.Load(), cc.requestsStarted.Load(), since})
+			cands = append(cands, candidate{cc, bytes, requests, since})
 		}
 		wk.conns.mu.Unlock()
 	}
@@ -368,8 +244,7 @@ func (m *Manager) ResetBiggest(max, minPasses int) int {
 	oc := m.overloadStatsOf()
 	n := 0
 	for _, c := range cands[:min(len(cands), max)] {
-		c.cc.tcp.SetLinger(0)
-		c.cc.Close()
+		c.cc.Reset()
 		oc.reset.Lane(0).Inc()
 		oc.shed.Lane(0).Inc()
 		n++
@@ -383,16 +258,16 @@ func (m *Manager) ResetBiggest(max, minPasses int) int {
 // with), and returns how many.
 func (m *Manager) CloseIdleShrunk(percent int) int {
 	now := monotime()
-	var idle []*clientConn
+	var idle []*httpfront.Conn
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			cc, ok := c.(*clientConn)
+			cc, ok := c.(*httpfront.Conn)
 			if !ok {
 				continue
 			}
-			base := m.listeners[cc.li].h1
-			if base != nil && cc.idleFor(now) > base.idleTimeout*time.Duration(percent)/100 && cc.idleFor(now) > 0 {
+			base := cc.ListenerSettings()
+			if base != nil && cc.IdleFor(now) > base.IdleTimeout*time.Duration(percent)/100 && cc.IdleFor(now) > 0 {
 				idle = append(idle, cc)
 			}
 		}

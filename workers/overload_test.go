@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
+	"github.com/hotproxy/hotproxy/exchange"
 )
 
 // TestOverloadRefuseAndKeepAlive: refuse_requests answers 503 with
@@ -83,7 +85,7 @@ func TestOverloadStopAccepting(t *testing.T) {
 		io.WriteString(nc, "GET / HTTP/1.1\r\nHost: h\r\n\r\n")
 		if n, err := nc.Read(make([]byte, 1)); err == nil || n > 0 {
 			t.Fatalf("a new connection was served while not accepting (read %d, %v)", n, err)
-		} else if isTimeout(err) {
+		} else if exchange.IsTimeout(err) {
 			t.Fatal("a new connection was left open while not accepting")
 		}
 	}
@@ -143,7 +145,7 @@ func TestOverloadResetBiggest(t *testing.T) {
 		t.Errorf("the old upload read %v, want a reset", err)
 	}
 	young.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, err := young.Read(make([]byte, 1)); !isTimeout(err) {
+	if _, err := young.Read(make([]byte, 1)); !exchange.IsTimeout(err) {
 		t.Errorf("the young upload was cut (%v), want it still open", err)
 	}
 	if resp, _ := get(t, c, "http://"+a+"/still"); resp.StatusCode != 200 {
@@ -200,8 +202,10 @@ func (m *Manager) heldConns() int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			if cc, ok := c.(*clientConn); ok && cc.heldSince.Load() != 0 && cc.idleSince.Load() == 0 {
-				n++
+			if cc, ok := c.(*httpfront.Conn); ok {
+				if since, _, _, idle := cc.HeldBuffers(); since != 0 && !idle {
+					n++
+				}
 			}
 		}
 		wk.conns.mu.Unlock()
@@ -214,7 +218,7 @@ func (m *Manager) idleConns() int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			if cc, ok := c.(*clientConn); ok && cc.idleSince.Load() != 0 {
+			if cc, ok := c.(*httpfront.Conn); ok && cc.Idle() {
 				n++
 			}
 		}

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/upstream"
 )
@@ -64,11 +65,14 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 				lv.tcp.SNIClusters = append(lv.tcp.SNIClusters, snap.views[w][r.Cluster])
 			}
 		}
-		if len(ls.targets) > 0 {
-			lv.clusters = make([]*upstream.WorkerCluster, len(ls.targets))
+		if ls.protocol == config.ProtocolHTTP {
+			lv.http = &httpfront.View{Routes: ls.routes, H2Upstreams: snap.h2Upstreams}
+		}
+		if lv.http != nil && len(ls.targets) > 0 {
+			lv.http.Clusters = make([]*upstream.WorkerCluster, len(ls.targets))
 			for j, r := range ls.targets {
 				if r.Cluster != "" {
-					lv.clusters[j] = snap.views[w][r.Cluster]
+					lv.http.Clusters[j] = snap.views[w][r.Cluster]
 				}
 			}
 		}

@@ -7,8 +7,8 @@ import (
 )
 
 // Giving a burst's memory back. A burst of simultaneous requests takes a
-// read buffer and a request state for each (h1state.go); when it is over
-// they wait in their sync.Pools, and the heap keeps the pages: nothing
+// read buffer and a request state for each (downstream/http/h1state.go);
+// when it is over they wait in their sync.Pools, and the heap keeps the pages: nothing
 // allocates any more, so no GC runs to empty the pools (sync.Pool drops
 // its contents over two GCs) or to shrink the goroutine stacks the
 // requests grew, and the Go scavenger returns free pages only down to
@@ -70,9 +70,9 @@ func (m *Manager) runReclaimer(stop <-chan struct{}) {
 func (rc *reclaimer) poll(workers []*worker, now time.Time) bool {
 	var held, peak int64
 	for _, wk := range workers {
-		h := wk.bufs.held.Load()
+		h, p := wk.front.Bufs.Sample()
 		held += h
-		peak += wk.bufs.peak.Swap(h)
+		peak += p
 	}
 	rc.peak = max(rc.peak, peak)
 	over := rc.peak >= reclaimMinPeak && held <= rc.peak/reclaimFallenToPart

@@ -15,7 +15,7 @@ func TestReclaimerWaitsForTheEndOfABurst(t *testing.T) {
 	now := time.Unix(1000, 0)
 	poll := func(held int64) bool {
 		now = now.Add(reclaimPoll)
-		wk.bufs.add(held - wk.bufs.held.Load())
+		wk.front.Bufs.Add(held - wk.front.Bufs.Held())
 		return rc.poll([]*worker{wk}, now)
 	}
 	steps := []struct {
@@ -51,8 +51,8 @@ func TestReclaimerWaitsForTheEndOfABurst(t *testing.T) {
 		t.Fatalf("%d reclaims, want 2 (the second once reclaimMinInterval passed)", calls)
 	}
 	// A burst seen only between two polls (it came and went) counts.
-	wk.bufs.add(4 * reclaimMinPeak)
-	wk.bufs.add(-4 * reclaimMinPeak)
+	wk.front.Bufs.Add(4 * reclaimMinPeak)
+	wk.front.Bufs.Add(-4 * reclaimMinPeak)
 	now = now.Add(reclaimMinInterval)
 	if poll(0) || !poll(0) {
 		t.Fatal("a burst between two polls was not reclaimed after a quiet poll")

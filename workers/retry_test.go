@@ -226,20 +226,6 @@ func TestHashOnHeader(t *testing.T) {
 	}
 }
 
-func TestCookieValue(t *testing.T) {
-	for _, tt := range []struct{ header, name, want string }{
-		{"session=abc", "session", "abc"},
-		{"a=1; session=xyz; b=2", "session", "xyz"},
-		{"mysession=no; session=yes", "session", "yes"},
-		{"a=1", "session", ""},
-	} {
-		v, ok := cookieValue([]byte(tt.header), tt.name)
-		if string(v) != tt.want || ok != (tt.want != "") {
-			t.Errorf("cookieValue(%q, %q) = %q, %v", tt.header, tt.name, v, ok)
-		}
-	}
-}
-
 // TestHashOnSourceIP: with hash_on = "source_ip", every connection from
 // one client address reaches the same endpoint, through a TCP listener
 // and an HTTP one (all from 127.0.0.1 here; random picks among four

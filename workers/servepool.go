@@ -1,6 +1,10 @@
 package workers
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
+)
 
 // Goroutines reused from one HTTP connection to the next. A new goroutine
 // starts on an 8 KiB stack, and serving an HTTP/1.1 connection grows it
@@ -24,15 +28,15 @@ const servePoolMax = 64
 type servePool struct {
 	// handoff is unbuffered: a send that does not block finds a parked
 	// goroutine waiting for it. A nil sent is a retirement.
-	handoff chan *clientConn
+	handoff chan *httpfront.Conn
 	parked  atomic.Int32 // goroutines waiting on handoff, or about to
 }
 
-func newServePool() servePool { return servePool{handoff: make(chan *clientConn)} }
+func newServePool() servePool { return servePool{handoff: make(chan *httpfront.Conn)} }
 
 // serveHTTP serves cc on a parked goroutine of its worker, or on a new one.
 // The caller has counted cc in httpWG; serve's end gives it back.
-func (m *Manager) serveHTTP(wk *worker, cc *clientConn) {
+func (m *Manager) serveHTTP(wk *worker, cc *httpfront.Conn) {
 	select {
 	case wk.pool.handoff <- cc:
 	default:
@@ -42,9 +46,9 @@ func (m *Manager) serveHTTP(wk *worker, cc *clientConn) {
 
 // serveConns serves cc, then each connection the pool hands it, until the
 // pool is full, retires it or accepting stops.
-func (m *Manager) serveConns(p *servePool, cc *clientConn) {
+func (m *Manager) serveConns(p *servePool, cc *httpfront.Conn) {
 	for cc != nil {
-		cc.serve()
+		cc.Serve()
 		cc = p.park(m.stopAccept)
 	}
 }
@@ -52,12 +56,12 @@ func (m *Manager) serveConns(p *servePool, cc *clientConn) {
 // park waits for the next connection; nil: exit, because the pool has
 // servePoolMax parked already, the reclaimer retired this goroutine or
 // stop is closed.
-func (p *servePool) park(stop <-chan struct{}) *clientConn {
+func (p *servePool) park(stop <-chan struct{}) *httpfront.Conn {
 	if p.parked.Add(1) > servePoolMax {
 		p.parked.Add(-1)
 		return nil
 	}
-	var cc *clientConn
+	var cc *httpfront.Conn
 	select {
 	case cc = <-p.handoff:
 	case <-stop:

@@ -3,6 +3,7 @@ package workers
 import (
 	"bufio"
 	"context"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"io"
 	"net"
 	"net/http"
@@ -148,10 +149,10 @@ func TestKeepAliveMovesNoDeadlinePerRequest(t *testing.T) {
 		}
 	}
 	set := &m.workers[0].conns
-	var cc *clientConn
+	var cc *httpfront.Conn
 	set.mu.Lock()
 	for k := range set.m {
-		cc, _ = k.(*clientConn)
+		cc, _ = k.(*httpfront.Conn)
 	}
 	set.mu.Unlock()
 	if cc == nil {
@@ -167,7 +168,7 @@ func TestKeepAliveMovesNoDeadlinePerRequest(t *testing.T) {
 		return !open
 	})
 	set.mu.Lock()
-	moves := cc.readDeadlineMoves
+	moves, _ := cc.DeadlineMoves()
 	set.mu.Unlock()
 	t.Logf("%d read deadline moves for %d requests", moves, n)
 	if moves > 5 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/exchange"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/route"
@@ -88,8 +89,8 @@ type listenerSnap struct {
 	address        string
 	balance        string // least_conn, hash or kernel
 	maxConnections int    // 0: only the server-wide bound
-	h1             *h1Settings
-	h2             h2ServerParams
+	h1             *httpfront.Settings
+	h2             httpfront.H2Params
 	http2Cleartext bool
 	// tlsHandshakeTimeout > 0: the listener terminates TLS; its config
 	// comes from Options.ServerTLS.
@@ -100,13 +101,6 @@ type listenerSnap struct {
 	// a client may take to send its ClientHello.
 	sniRoutes    route.SNITable
 	helloTimeout time.Duration
-}
-
-// h2ServerParams are an http listener's HTTP/2 server settings.
-type h2ServerParams struct {
-	maxHeaderBytes int
-	idleTimeout    time.Duration
-	writeTimeout   time.Duration
 }
 
 // accessLogSpec is one access log of a listener, compiled.
@@ -265,15 +259,15 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 			}
 		}
 	case config.ProtocolHTTP:
-		ls.h1 = &h1Settings{
-			limits:        http1.Limits{MaxHeadBytes: l.MaxHeaderBytes},
-			headerTimeout: l.HeaderTimeout.D(),
-			idleTimeout:   l.IdleTimeout.D(),
-			writeTimeout:  l.WriteTimeout.D(),
-			trustXFF:      l.TrustsForwardedFor(),
-			parkIdle:      l.ParkIdleConnections && parkedSocketsSupported,
+		ls.h1 = &httpfront.Settings{
+			Limits:        http1.Limits{MaxHeadBytes: l.MaxHeaderBytes},
+			HeaderTimeout: l.HeaderTimeout.D(),
+			IdleTimeout:   l.IdleTimeout.D(),
+			WriteTimeout:  l.WriteTimeout.D(),
+			TrustXFF:      l.TrustsForwardedFor(),
+			ParkIdle:      l.ParkIdleConnections && httpfront.ParkedSocketsSupported,
 		}
-		ls.h2 = h2ServerParams{maxHeaderBytes: l.MaxHeaderBytes, idleTimeout: l.IdleTimeout.D(), writeTimeout: l.WriteTimeout.D()}
+		ls.h2 = httpfront.H2Params{MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.IdleTimeout.D(), WriteTimeout: l.WriteTimeout.D()}
 		for j := range l.AccessLog {
 			a := &l.AccessLog[j]
 			if err := checkAccessLog(a.Path); err != nil {

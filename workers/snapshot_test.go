@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/route"
 )
 
@@ -184,7 +185,7 @@ func TestDirectResponse(t *testing.T) {
 		t.Fatalf("got %d %q %q", resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	}
 	resp, body = get(t, c, base+"/nothing")
-	if resp.StatusCode != http.StatusNotFound || body != noRouteBody+"\n" {
+	if resp.StatusCode != http.StatusNotFound || body != httpfront.NoRouteBody+"\n" {
 		t.Fatalf("no route: got %d %q", resp.StatusCode, body)
 	}
 	rq, r2, r4, r5 := lstat(m, statRqTotal), lstat(m, "downstream_rq_2xx"), lstat(m, "downstream_rq_4xx"), lstat(m, "downstream_rq_5xx")
@@ -269,9 +270,9 @@ func TestSnapshotIsTheOnlyDoor(t *testing.T) {
 	}
 	defer m.Close()
 	m.Start()
-	if !m.listeners[0].http2Cleartext || m.listeners[0].h1.limits.MaxHeadBytes != config.DefaultMaxHeaderBytes {
+	if !m.listeners[0].http2Cleartext || m.listeners[0].h1.Limits.MaxHeadBytes != config.DefaultMaxHeaderBytes {
 		t.Fatalf("the manager took http2_cleartext %v, max_header_bytes %d from the changed config",
-			m.listeners[0].http2Cleartext, m.listeners[0].h1.limits.MaxHeadBytes)
+			m.listeners[0].http2Cleartext, m.listeners[0].h1.Limits.MaxHeadBytes)
 	}
 	// Served for real: h2c with prior knowledge still works.
 	resp, body := get(t, h2cClient(t), "http://"+addr(t, m, "web")+"/")

@@ -3,8 +3,8 @@ package workers
 import (
 	"strconv"
 	"sync/atomic"
-	"time"
 
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/stats"
 )
 
@@ -40,15 +40,13 @@ var statRq = [5]string{"downstream_rq_1xx", "downstream_rq_2xx", "downstream_rq_
 // the worker's lane when the Manager is built: a connection or a request
 // adds to them without a lookup, a lock or an allocation.
 type listenerStats struct {
+	// Stats are the request lanes the HTTP front end counts on
+	// (downstream/http), and the bytes both front ends count.
+	httpfront.Stats
+
 	cxTotal   stats.CounterLane
 	cxActive  stats.GaugeLane
 	cxDestroy stats.CounterLane
-	rqTotal   stats.CounterLane
-	rqActive  stats.GaugeLane
-	rq        [5]stats.CounterLane // 1xx..5xx
-	rqTime    *stats.HistogramLane
-	rxBytes   stats.CounterLane
-	txBytes   stats.CounterLane
 	// workerCx is worker.<i>.downstream_cx_total: the spread of
 	// connections over workers.
 	workerCx stats.CounterLane
@@ -59,9 +57,6 @@ type listenerStats struct {
 	// (steer.go); nil without a program. A plain atomic add on shared
 	// memory: no syscall per connection.
 	steerActive *atomic.Uint64
-	logDropped  stats.CounterLane // statAccessLogDropped
-	rqHTTP2     stats.CounterLane // statRqHTTP2
-	h2Calm      stats.CounterLane // statH2Calm (h2front.go)
 	// tls: a listener that terminates TLS (tls.go); nil otherwise.
 	tls *tlsStats
 	// sniNoRoute: a TLS passthrough listener (downstream/tcp); zero otherwise.
@@ -75,21 +70,21 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 		cxTotal:   st.Counter(p + statCxTotal).Lane(lane),
 		cxActive:  st.Gauge(p+statCxActive, stats.GaugeSum).Lane(lane),
 		cxDestroy: st.Counter(p + statCxDestroy).Lane(lane),
-		rqTotal:   st.Counter(p + statRqTotal).Lane(lane),
-		rqActive:  st.Gauge(p+statRqActive, stats.GaugeSum).Lane(lane),
-		rqTime:    st.Histogram(p + statRqTime).Lane(lane),
-		rxBytes:   st.Counter(p + statRxBytes).Lane(lane),
-		txBytes:   st.Counter(p + statTxBytes).Lane(lane),
-		workerCx:  st.Counter("worker." + strconv.Itoa(worker) + "." + statCxTotal).Lane(lane),
 	}
+	ls.RqTotal = st.Counter(p + statRqTotal).Lane(lane)
+	ls.RqActive = st.Gauge(p+statRqActive, stats.GaugeSum).Lane(lane)
+	ls.RqTime = st.Histogram(p + statRqTime).Lane(lane)
+	ls.RxBytes = st.Counter(p + statRxBytes).Lane(lane)
+	ls.TxBytes = st.Counter(p + statTxBytes).Lane(lane)
+	ls.workerCx = st.Counter("worker." + strconv.Itoa(worker) + "." + statCxTotal).Lane(lane)
 	ls.cxOverflow = st.Counter(p + statCxOverflow).Lane(lane)
-	ls.logDropped = st.Counter(p + statAccessLogDropped).Lane(lane)
+	ls.LogDropped = st.Counter(p + statAccessLogDropped).Lane(lane)
 	// Declared with the others, not at the first HTTP/2 request: a stat
 	// no live generation declares is shown as retired.
-	ls.rqHTTP2 = st.Counter(p + statRqHTTP2).Lane(lane)
-	ls.h2Calm = st.Counter(p + statH2Calm).Lane(lane)
+	ls.RqHTTP2 = st.Counter(p + httpfront.StatRqHTTP2).Lane(lane)
+	ls.H2Calm = st.Counter(p + httpfront.StatH2Calm).Lane(lane)
 	for i, n := range statRq {
-		ls.rq[i] = st.Counter(p + n).Lane(lane)
+		ls.Rq[i] = st.Counter(p + n).Lane(lane)
 	}
 	return ls
 }
@@ -113,16 +108,4 @@ func (ls *listenerStats) closed() {
 		ls.steerActive.Add(^uint64(0))
 	}
 	ls.cxActive.Dec()
-}
-
-// status counts a final response status in its class (0: not counted).
-func (ls *listenerStats) status(code int) {
-	if k := code/100 - 1; k >= 0 && k < len(ls.rq) {
-		ls.rq[k].Inc()
-	}
-}
-
-// requestDone records a request's time, from start, in milliseconds.
-func (ls *listenerStats) requestDone(start time.Time) {
-	ls.rqTime.Record(float64(time.Since(start)) / float64(time.Millisecond))
 }

@@ -30,5 +30,5 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, slots *connSlo
 		}
 	}
 	s.Serve(tcp.Env{Ctx: m.ctx, Log: m.log, Worker: wk.id}, lv.tcp,
-		tcp.Counters{RxBytes: st.rxBytes, TxBytes: st.txBytes, SNINoRoute: st.sniNoRoute})
+		tcp.Counters{RxBytes: st.RxBytes, TxBytes: st.TxBytes, SNINoRoute: st.sniNoRoute})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 )
 
 // idleClientEnv makes TestIdleClientProcess the client of
@@ -80,8 +81,8 @@ func TestTLSIdleMemory(t *testing.T) {
 	tlsHeap, tlsStack := perConn("web", "tls")
 	t.Logf("idle keep-alive connection, proxy side: plaintext %.1f KiB heap + %.1f KiB stack; TLS %.1f KiB heap + %.1f KiB stack",
 		plainHeap/1024, plainStack/1024, tlsHeap/1024, tlsStack/1024)
-	if tlsHeap >= ioBufSize {
-		t.Fatalf("an idle TLS connection costs %.1f KiB of heap: it holds a read buffer (%d KiB) it should not", tlsHeap/1024, ioBufSize>>10)
+	if tlsHeap >= httpfront.IOBufSize {
+		t.Fatalf("an idle TLS connection costs %.1f KiB of heap: it holds a read buffer (%d KiB) it should not", tlsHeap/1024, httpfront.IOBufSize>>10)
 	}
 }
 
@@ -99,7 +100,7 @@ func idleConns(m *Manager) int {
 	for _, wk := range m.workers {
 		wk.conns.mu.Lock()
 		for c := range wk.conns.m {
-			if cc, ok := c.(*clientConn); ok && cc.idleSince.Load() != 0 {
+			if cc, ok := c.(*httpfront.Conn); ok && cc.Idle() {
 				n++
 			}
 		}

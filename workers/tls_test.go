@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/downstream/tcp"
 )
 
@@ -282,7 +283,7 @@ func TestTLSDrainClosesIdle(t *testing.T) {
 		n := 0
 		m.workers[0].conns.mu.Lock()
 		for cl := range m.workers[0].conns.m {
-			if cc, ok := cl.(*clientConn); ok && cc.idleSince.Load() != 0 {
+			if cc, ok := cl.(*httpfront.Conn); ok && cc.Idle() {
 				n++
 			}
 		}

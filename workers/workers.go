@@ -1,7 +1,9 @@
 // Package workers runs the per-core workers: each owns its listener sockets,
 // its accept loops, its connections and its upstream pools, and reads the
 // configuration only through an immutable snapshot that the main thread
-// publishes to it (DESIGN §3).
+// publishes to it (DESIGN §3). It serves nothing itself: an accepted
+// connection goes to the HTTP front end (downstream/http) or the TCP one
+// (downstream/tcp).
 package workers
 
 import (
@@ -18,11 +20,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/downstream/tcp"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
 	"github.com/hotproxy/hotproxy/stats"
-	"github.com/hotproxy/hotproxy/upstream"
 	"github.com/hotproxy/hotproxy/workers/steering"
 )
 
@@ -79,7 +81,7 @@ type Options struct {
 type Manager struct {
 	log hclog.Logger
 	// grpcToHTTP1 warns, rate-limited, of gRPC requests routed to a
-	// cluster that speaks HTTP/1.1 (h2front_h1.go).
+	// cluster that speaks HTTP/1.1 (downstream/http/h2front_h1.go).
 	grpcToHTTP1 ratelog.Limiter
 	n           int
 	listeners   []*mlistener
@@ -103,8 +105,8 @@ type Manager struct {
 	// queueEmptying: a drain empties the queues (off only by
 	// queueEmptyingEnv).
 	queueEmptying bool
-	// h2 is the HTTP/2 side: servers, upstream transports (h2.go).
-	h2 h2State
+	// http is what every HTTP connection shares (downstream/http).
+	http httpfront.Env
 
 	overloadFields // the overload manager's pass count, counters (overload.go)
 
@@ -147,8 +149,8 @@ type mlistener struct {
 	addr     string
 	protocol string
 	sockets  []*socket
-	h1       *h1Settings    // http
-	h2       h2ServerParams // http
+	h1       *httpfront.Settings // http
+	h2       httpfront.H2Params  // http
 	// http2Cleartext: a connection that opens with the HTTP/2 preface
 	// is served as HTTP/2 (h2c with prior knowledge).
 	http2Cleartext bool
@@ -178,11 +180,14 @@ type worker struct {
 	view  atomic.Pointer[workerView]
 	stats []*listenerStats // index: listener
 	conns connSet          // long-lived connections: TCP sessions, upgrades
-	// overload is what the overload manager asks now (overload.go);
-	// nil: nothing.
-	overload atomic.Pointer[overloadView]
-	bufs     bufHolding // HTTP/1.1 buffers its connections hold (reclaim.go)
-	pool     servePool  // goroutines parked between HTTP connections (servepool.go)
+	pool  servePool        // goroutines parked between HTTP connections (servepool.go)
+	// front is the HTTP front end's state of this worker: what the
+	// overload manager asks now (overload.go), the buffers its
+	// connections hold (reclaim.go), its idle poller.
+	front httpfront.Worker
+	// http are the worker's http listeners as the front end serves
+	// them, by listener index (nil: tcp); built with the Manager.
+	http []*httpfront.Listener
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -196,8 +201,10 @@ type listenerView struct {
 	*listenerSnap
 	// tcp is a tcp listener's view for the TCP front end (its cluster,
 	// or the passthrough's clusters by sni_route); nil for http.
-	tcp      *tcp.Listener
-	clusters []*upstream.WorkerCluster // http: index route; nil for direct responses
+	tcp *tcp.Listener
+	// http is an http listener's view for the HTTP front end (its
+	// routes and their clusters); nil for tcp.
+	http *httpfront.View
 }
 
 // New binds (or adopts) every listener socket for every worker and returns
@@ -272,6 +279,8 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		drainDone:      make(chan struct{}),
 		heartbeatEvery: opts.HeartbeatInterval,
 	}
+	m.http = httpfront.Env{Ctx: ctx, Log: log, Draining: &m.draining, ConnWG: &m.httpWG,
+		OverloadPass: &m.overloadPass, GRPCToHTTP1: &m.grpcToHTTP1}
 	for i, name := range snap.order {
 		ls := snap.listeners[name]
 		ml := &mlistener{idx: i, name: ls.name, addr: ls.address, protocol: ls.protocol, balance: ls.balance,
@@ -316,6 +325,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
 		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners)), pool: newServePool()}
+		wk.conns.idle = &wk.front
 		for i, ml := range m.listeners {
 			wk.stats[i] = newListenerStats(st, ml.name, w)
 			wk.stats[i].steerActive = activeCount(ml, w)
@@ -326,6 +336,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 				wk.stats[i].sniNoRoute = st.Counter("listener." + ml.name + "." + tcp.StatSNINoRoute).Lane(w + 1)
 			}
 		}
+		wk.http = m.newHTTPListeners(wk)
 		m.workers[w] = wk
 	}
 	m.Publish(snap)

@@ -51,7 +51,10 @@ var layers = map[string][]string{
 	// The front ends, each its own package, below the workers that run
 	// them: the TCP proxy and TLS passthrough.
 	"downstream/tcp": {"route", "stats", "upstream"},
-	"workers": {"config", "h2", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+	// and the HTTP front end, HTTP/1.1 and HTTP/2 (config: its ALPN
+	// name only, never its structs: configBuilders).
+	"downstream/http": {"config", "downstream/tcp", "exchange", "h2", "http1", "internal/accesslog", "internal/ratelog", "route", "stats", "upstream"},
+	"workers": {"config", "downstream/http", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
 		"http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
 	"http1":            nil,
@@ -98,7 +101,8 @@ var configFree = []string{"shm", "stats", "route", "downstream/tcp", "http1", "h
 // the data path. The rest of the package may use config's constants
 // (protocol names, ALPN names), never its structs.
 var configBuilders = map[string][]string{
-	"workers": {"workers/snapshot.go"},
+	"workers":         {"workers/snapshot.go"},
+	"downstream/http": nil, // compiled by workers/snapshot.go
 }
 
 // TestNoRawConfigBelowTheBuilder: in workers, a file other than the

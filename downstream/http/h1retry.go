@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // and bodyRef (x.bodyDone: nothing streams from the client) and nothing
 // of a response reached the client; a response it repeats is read no
 // further and its connection closed.
-func (x *h1Exchange) tryUntilResponse(lv *listenerView, rt *route.Route, b, bodyRef []byte) error {
+func (x *h1Exchange) tryUntilResponse(lv *View, rt *route.Route, b, bodyRef []byte) error {
 	t := &x.tries
 	t.Start(&rt.Retry, x.wc, x.start, rt.Timeout, x.bodyDone, x.idempotent)
 	x.out, x.outBody = b, bodyRef
@@ -44,7 +44,7 @@ func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 	// exchange.Tries, for a request that can be sent twice; any other
 	// takes a checked one.
 	var err error
-	x.up, err = x.wc.AcquireTry(x.cc.m.ctx, x.key, n, avoid, fresh, x.idempotent && x.bodyDone)
+	x.up, err = x.wc.AcquireTry(x.cc.l.Env.Ctx, x.key, n, avoid, fresh, x.idempotent && x.bodyDone)
 	if err != nil {
 		x.up = nil
 		return 0, exchange.Try{Endpoint: -1, Interim: x.interim}, err
@@ -70,7 +70,7 @@ func (x *h1Exchange) Abandon() { exchange.AbandonHTTP1(&x.up, &x.in) }
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the
 // request has none) without allocating.
-func (cc *clientConn) hashKey(h *route.HashSource, head []byte) uint64 {
+func (cc *Conn) hashKey(h *route.HashSource, head []byte) uint64 {
 	req := &cc.ex.req
 	switch h.Kind {
 	case route.HashSourceIP:

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"bytes"
@@ -56,7 +56,7 @@ type h2StreamExchange struct {
 	headSent bool // a response head went to the client
 }
 
-func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route.Route, wc *upstream.WorkerCluster, start time.Time, out *streamOutcome) {
+func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *View, rt *route.Route, wc *upstream.WorkerCluster, start time.Time, out *outcome) {
 	cc := f.cc
 	x := &s.xchg
 	*x = h2StreamExchange{f: f, st: st, s: s, wc: wc, method: methodOther}
@@ -71,8 +71,8 @@ func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *listenerView
 		// Sent on all the same (the upstream may bridge), but a gRPC
 		// server answers HTTP/1.1 with bytes that are no response: every
 		// call a 502, and the operator would be told nothing.
-		cc.m.grpcToHTTP1.Warn("a gRPC request is routed to a cluster that speaks HTTP/1.1; gRPC needs HTTP/2 to its server: set http2 = true on the cluster",
-			"listener", lv.name, "cluster", wc.Name(), "path", st.Path())
+		cc.l.Env.GRPCToHTTP1.Warn("a gRPC request is routed to a cluster that speaks HTTP/1.1; gRPC needs HTTP/2 to its server: set http2 = true on the cluster",
+			"listener", cc.l.Name, "cluster", wc.Name(), "path", st.Path())
 	}
 	method := st.Method()
 	x.idempotent = exchange.Idempotent(method)
@@ -206,7 +206,7 @@ func (x *h2StreamExchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) 
 		return 0, none, errStreamReset // dial nothing (Rapid Reset)
 	}
 	var err error
-	x.up, err = x.wc.AcquireTry(x.f.cc.m.ctx, x.key, n, avoid, fresh, x.idempotent && !x.streaming)
+	x.up, err = x.wc.AcquireTry(x.f.cc.l.Env.Ctx, x.key, n, avoid, fresh, x.idempotent && !x.streaming)
 	if err != nil {
 		x.up = nil
 		return 0, none, err
@@ -251,7 +251,7 @@ func (x *h2StreamExchange) readResponseHead() error {
 	if x.in.B == nil {
 		x.in.B = getBuf()
 	}
-	return exchange.ReadHTTP1Head(x.up, &x.in, &x.resp, x.method, ioBufSize, x)
+	return exchange.ReadHTTP1Head(x.up, &x.in, &x.resp, x.method, IOBufSize, x)
 }
 
 // GrowReadBuffer is never asked for: the buffer is the largest already.
@@ -278,7 +278,7 @@ func (x *h2StreamExchange) startPump() {
 	x.pump = pump
 	up := x.up
 	chunked := st.ContentLength() < 0
-	idle := x.f.cc.settings.idleTimeout
+	idle := x.f.cc.settings.IdleTimeout
 	go func() { pump <- pumpStreamBody(up, st, chunked, idle, &x.s.pumpBuf) }()
 }
 
@@ -362,7 +362,7 @@ func (x *h2StreamExchange) fail(err error, start time.Time) int {
 	default:
 		var body string
 		status, body = exchange.FailureStatus(err)
-		if log := cc.m.log; log.IsDebug() {
+		if log := cc.l.Env.Log; log.IsDebug() {
 			log.Debug("upstream request failed", "protocol", "HTTP/2.0", "status", status, "error", err)
 		}
 		status = streamReply(x.st, x.s, cc.st, status, body)
@@ -415,7 +415,7 @@ func (x *h2StreamExchange) forwardResponse() bool {
 		s.scratch = appendInt(s.scratch, resp.ContentLength)
 		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch[n:])})
 	}
-	x.f.cc.st.status(resp.Status)
+	x.f.cc.st.Status(resp.Status)
 	empty := bodyless || (resp.Framing == http1.FramingLength && resp.ContentLength == 0)
 	x.headSent = true
 	if err := x.st.WriteHeaders(resp.Status, s.fields, empty); err != nil {
@@ -475,7 +475,7 @@ func (x *h2StreamExchange) ReadUpstream() error {
 		x.st.Flush()
 		x.flushed = true
 	}
-	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, &x.bodyDeadline, x.f.cc.settings.idleTimeout)
+	return exchange.ReadMore(x.up, &x.in, len(x.in.B), x, &x.bodyDeadline, x.f.cc.settings.IdleTimeout)
 }
 
 func (x *h2StreamExchange) write(p []byte) error {

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"sync"
@@ -10,50 +10,57 @@ import (
 )
 
 // Read buffers come in two sizes, each in its own pool. A request starts
-// with a small one (smallBufSize: most request heads, and most response
-// heads, fit); it grows to the large one (ioBufSize) only for a head that
+// with a small one (SmallBufSize: most request heads, and most response
+// heads, fit); it grows to the large one (IOBufSize) only for a head that
 // does not fit or a body that streams through it, and whichever it holds
 // goes back to its pool when the request is done. So a burst of small
 // requests takes small buffers, and what it leaves in the pools goes at
 // the next GCs (sync.Pool drops its contents over two of them; see
-// reclaim.go for what makes the heap give the pages back).
-const smallBufSize = 2 << 10
+// workers/reclaim.go for what makes the heap give the pages back).
+const SmallBufSize = 2 << 10
 
 var (
-	smallBufs = sync.Pool{New: func() any { return new([smallBufSize]byte) }}
-	ioBufs    = sync.Pool{New: func() any { return new([ioBufSize]byte) }}
+	smallBufs = sync.Pool{New: func() any { return new([SmallBufSize]byte) }}
+	ioBufs    = sync.Pool{New: func() any { return new([IOBufSize]byte) }}
 )
 
 // getBuf is a large buffer, for the transient users that stream: the
 // re-chunking of a request body, the lingering close.
-func getBuf() []byte { return ioBufs.Get().(*[ioBufSize]byte)[:] }
+func getBuf() []byte { return ioBufs.Get().(*[IOBufSize]byte)[:] }
 
-func getSmallBuf() []byte { return smallBufs.Get().(*[smallBufSize]byte)[:] }
+func getSmallBuf() []byte { return smallBufs.Get().(*[SmallBufSize]byte)[:] }
 
 // putBuf gives b back to the pool of its size; a buffer of another size
-// (a head larger than ioBufSize, growForHead) is left to the GC.
+// (a head larger than IOBufSize, growForHead) is left to the GC.
 func putBuf(b []byte) {
 	switch cap(b) {
-	case ioBufSize:
-		ioBufs.Put((*[ioBufSize]byte)(b[:ioBufSize]))
-	case smallBufSize:
-		smallBufs.Put((*[smallBufSize]byte)(b[:smallBufSize]))
+	case IOBufSize:
+		ioBufs.Put((*[IOBufSize]byte)(b[:IOBufSize]))
+	case SmallBufSize:
+		smallBufs.Put((*[SmallBufSize]byte)(b[:SmallBufSize]))
 	}
 }
 
-// bufHolding counts the bytes of read buffers and request states that
+// BufHolding counts the bytes of read buffers and request states that
 // connections hold: per connection (what the overload manager's "reset
 // the biggest buffer holders" ranks by, BufferBytes) and per worker (what
 // the reclaimer watches for the end of a burst). The goroutine that takes
 // or gives back a buffer counts it.
-type bufHolding struct {
+type BufHolding struct {
 	_    [64]byte // apart from the worker's other fields, which other cores read
 	held atomic.Int64
 	peak atomic.Int64 // the most held at once since the reclaimer last looked
 	_    [48]byte
 }
 
-func (h *bufHolding) add(n int64) {
+// Sample returns the bytes held now and the most held at once since the
+// last Sample (the reclaimer's look), which starts the next peak from now.
+func (h *BufHolding) Sample() (held, peak int64) {
+	held = h.held.Load()
+	return held, h.peak.Swap(held)
+}
+
+func (h *BufHolding) Add(n int64) {
 	v := h.held.Add(n)
 	if n > 0 && v > h.peak.Load() {
 		h.peak.Store(v) // a racy max is enough: the reclaimer wants the order of magnitude
@@ -86,11 +93,11 @@ var h1States = sync.Pool{New: func() any {
 	return &h1State{wbuf: make([]byte, 0, 4<<10), path: make([]byte, 0, 256)}
 }}
 
-// takeBuf takes a pooled read buffer of size (smallBufSize or ioBufSize)
+// takeBuf takes a pooled read buffer of size (SmallBufSize or IOBufSize)
 // and counts it as held by the connection.
-func (cc *clientConn) takeBuf(size int) []byte {
+func (cc *Conn) takeBuf(size int) []byte {
 	var b []byte
-	if size == smallBufSize {
+	if size == SmallBufSize {
 		b = getSmallBuf()
 	} else {
 		b = getBuf()
@@ -100,24 +107,24 @@ func (cc *clientConn) takeBuf(size int) []byte {
 }
 
 // giveBuf gives back a buffer takeBuf (or growRead) counted.
-func (cc *clientConn) giveBuf(b []byte) {
+func (cc *Conn) giveBuf(b []byte) {
 	cc.hold(-int64(len(b)))
 	putBuf(b)
 }
 
-func (cc *clientConn) hold(n int64) {
+func (cc *Conn) hold(n int64) {
 	cc.held.Add(n)
-	cc.wk.bufs.add(n)
+	cc.l.Worker.Bufs.Add(n)
 }
 
 // BufferBytes is what the connection holds now in read buffers (its own
 // and its exchange's upstream one) and request state, in bytes: 0 while
 // idle. Safe from any goroutine.
-func (cc *clientConn) BufferBytes() int64 { return cc.held.Load() }
+func (cc *Conn) BufferBytes() int64 { return cc.held.Load() }
 
-func (cc *clientConn) takeState() {
+func (cc *Conn) takeState() {
 	if cc.rbuf == nil {
-		cc.rbuf = cc.takeBuf(smallBufSize)
+		cc.rbuf = cc.takeBuf(SmallBufSize)
 		cc.r, cc.w = 0, 0
 	}
 	if cc.ex == nil {
@@ -128,7 +135,7 @@ func (cc *clientConn) takeState() {
 }
 
 // releaseState gives the buffers back; only when nothing is buffered.
-func (cc *clientConn) releaseState() {
+func (cc *Conn) releaseState() {
 	if cc.rbuf != nil && cc.r == cc.w {
 		cc.giveBuf(cc.rbuf)
 		cc.rbuf = nil
@@ -149,21 +156,21 @@ func (cc *clientConn) releaseState() {
 // endState is releaseState at the connection's end, when what is still
 // buffered (bytes after a refused request, a request cut short) will never
 // be read: the buffer is given back all the same, so that the workers'
-// count of what is held (reclaim.go) returns to zero.
-func (cc *clientConn) endState() {
+// count of what is held (workers/reclaim.go) returns to zero.
+func (cc *Conn) endState() {
 	cc.r = cc.w
 	cc.releaseState()
 }
 
 // growRead moves the unconsumed bytes rbuf[r:w] to the front of a buffer
-// of size bytes (ioBufSize from its pool, anything larger made for the
+// of size bytes (IOBufSize from its pool, anything larger made for the
 // rare head that needs it) and gives the old one back. Every span into
 // rbuf is stale after it: the callers parse again (readHead) or hold no
 // span (a body refill, with everything before r consumed).
-func (cc *clientConn) growRead(size int) {
+func (cc *Conn) growRead(size int) {
 	var nb []byte
-	if size == ioBufSize {
-		nb = cc.takeBuf(ioBufSize)
+	if size == IOBufSize {
+		nb = cc.takeBuf(IOBufSize)
 	} else {
 		nb = make([]byte, size)
 		cc.hold(int64(size))
@@ -178,13 +185,13 @@ func (cc *clientConn) growRead(size int) {
 // body streams through the large buffer (a small one would cost a read
 // per 2 KiB, and would refuse a chunk line or trailer that the large one
 // holds). false: rbuf is full of one unconsumed chunk line or trailer.
-func (cc *clientConn) roomForBody() bool {
+func (cc *Conn) roomForBody() bool {
 	if cc.r == cc.w {
 		cc.r, cc.w = 0, 0
 	}
 	switch {
-	case len(cc.rbuf) < ioBufSize:
-		cc.growRead(ioBufSize)
+	case len(cc.rbuf) < IOBufSize:
+		cc.growRead(IOBufSize)
 	case cc.w < len(cc.rbuf):
 	case cc.r == 0:
 		return false

@@ -1,6 +1,6 @@
 //go:build unix
 
-package workers
+package httpfront
 
 import "syscall"
 

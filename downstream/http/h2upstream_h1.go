@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"errors"
@@ -38,15 +38,15 @@ type h1ToH2 struct {
 // forwards the request whose head is at rbuf[r:] when rt's cluster speaks
 // HTTP/2, and reports whether it did and whether the client connection may
 // carry another request.
-func (cc *clientConn) proxyViaHTTP2(lv *listenerView, rt *route.Route, start time.Time, keep bool) (handled, keepAlive bool) {
+func (cc *Conn) proxyViaHTTP2(lv *View, rt *route.Route, start time.Time, keep bool) (handled, keepAlive bool) {
 	if !rt.HTTP2 {
 		return false, keep
 	}
-	u := cc.m.http2UpstreamOf(cc.wk.view.Load().snap, lv.clusters[rt.Index])
+	u := cc.l.Env.http2UpstreamOf(lv, lv.Clusters[rt.Index])
 	return true, cc.forwardViaHTTP2(rt, u, start, keep)
 }
 
-func (cc *clientConn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time.Time, keep bool) bool {
+func (cc *Conn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time.Time, keep bool) bool {
 	req := &cc.ex.req
 	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
 	if cc.ex.toH2 == nil {
@@ -54,7 +54,7 @@ func (cc *clientConn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time
 	}
 	h := cc.ex.toH2
 	x := &h.up
-	x.Reset(u.pool, cc.m.ctx, cc.hashKey(&rt.HashOn, head))
+	x.Reset(u.pool, cc.l.Env.Ctx, cc.hashKey(&rt.HashOn, head))
 	defer x.Reset(nil, nil, 0) // the pool keeps no stream or pool
 	path, ok := h.originPath(req.Target.Bytes(head))
 	cc.r += req.HeadLen
@@ -156,7 +156,7 @@ func (cc *clientConn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time
 	default:
 		bodyLen, keep = exchange.ClientBodyUntilClose, false // HTTP/1.0
 	}
-	if cc.m.draining.Load() {
+	if cc.l.Env.Draining.Load() {
 		keep = false
 	}
 	b := appendStatusLine(cc.ex.wbuf[:0], status, "")
@@ -253,7 +253,7 @@ func appendCanonicalName(b []byte, name string) []byte {
 
 // copyHTTP2Body sends the response body to the client, re-chunked (with
 // the upstream's trailers) or as it is.
-func (cc *clientConn) copyHTTP2Body(up io.Reader, chunked bool) error {
+func (cc *Conn) copyHTTP2Body(up io.Reader, chunked bool) error {
 	buf := getBuf()
 	defer putBuf(buf)
 	const room = 32 // chunk header and CRLF around the data
@@ -294,7 +294,7 @@ func (cc *clientConn) copyHTTP2Body(up io.Reader, chunked bool) error {
 // connection, de-chunked. stop ends its use of the connection before the
 // connection's goroutine reads from it again.
 type h1RequestBody struct {
-	cc      *clientConn
+	cc      *Conn
 	mu      sync.Mutex // held by Read; stop takes it to wait Read out
 	halt    atomic.Bool
 	left    int64  // Content-Length bytes still to read; -1: chunked
@@ -362,7 +362,7 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 		}
 		// Deadline first, then the flag: stop sets the flag and then a
 		// deadline in the past (as waitPump does for the pump).
-		cc.setReadDeadline(cc.settings.idleTimeout)
+		cc.setReadDeadline(cc.settings.IdleTimeout)
 		if b.halt.Load() {
 			return 0, errBodyStopped
 		}

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package workers
+package httpfront
 
 // peekFD: without a non-blocking peek, an idle connection is taken as
 // readable and waits in its read, holding a buffer.

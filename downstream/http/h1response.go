@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"io"
@@ -15,7 +15,7 @@ import (
 // it: hop-by-hop fields removed, framing of the proxy's own (bodyLen: a
 // Content-Length, or exchange.ClientBodyNone, ...Chunked, ...UntilClose), and whether
 // the connection stays open. Content-Type is never added.
-func (cc *clientConn) appendResponseHead(b, head []byte, keep bool, bodyLen int64) []byte {
+func (cc *Conn) appendResponseHead(b, head []byte, keep bool, bodyLen int64) []byte {
 	resp := &cc.ex.resp
 	b = appendStatusLine(b, resp.Status, bytesString(resp.Reason.Bytes(head)))
 	for i := range resp.NFields {
@@ -121,7 +121,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	case http1.FramingUntilClose:
 		bodyLen, keep = exchange.ClientBodyUntilClose, false
 	}
-	if cc.m.draining.Load() {
+	if cc.l.Env.Draining.Load() {
 		keep = false
 	}
 	h := cc.appendResponseHead(ex.wbuf[:0], head, keep, bodyLen)
@@ -173,14 +173,14 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 // small one the head was read into is swapped for it at the first
 // refill.
 func (x *h1Exchange) ReadUpstream() error {
-	return exchange.ReadMore(x.up, &x.in, ioBufSize, x, &x.bodyDeadline, x.cc.settings.idleTimeout)
+	return exchange.ReadMore(x.up, &x.in, IOBufSize, x, &x.bodyDeadline, x.cc.settings.IdleTimeout)
 }
 
 // GrowReadBuffer moves the unread bytes to the front of a large buffer and
 // gives the small one back. Spans into ub are stale after it: the head is
 // parsed again (readResponseHead), or it was already copied out.
 func (x *h1Exchange) GrowReadBuffer() {
-	nb := x.cc.takeBuf(ioBufSize)
+	nb := x.cc.takeBuf(IOBufSize)
 	x.in.W = copy(nb, x.in.B[x.in.R:x.in.W])
 	x.in.R = 0
 	x.cc.giveBuf(x.in.B)
@@ -192,7 +192,7 @@ func (x *h1Exchange) GrowReadBuffer() {
 func (x *h1Exchange) copyLength(head []byte, n int64) error {
 	cc := x.cc
 	x.bodyDeadline = time.Time{}
-	if x.in.W == len(x.in.B) && len(x.in.B) < ioBufSize && x.in.R < x.in.W && int64(x.in.W-x.in.R) < n {
+	if x.in.W == len(x.in.B) && len(x.in.B) < IOBufSize && x.in.R < x.in.W && int64(x.in.W-x.in.R) < n {
 		// The head came with the start of its body and filled the
 		// small buffer: the rest is most likely there already. One
 		// more read, into the large buffer, so that head and body
@@ -215,7 +215,7 @@ func (x *h1Exchange) copyLength(head []byte, n int64) error {
 func (x *h1Exchange) WriteBody(p []byte, _ bool) error { return x.cc.write(p) }
 
 // writeHeadAnd writes head and body, in one write when small.
-func (cc *clientConn) writeHeadAnd(head, body []byte) error {
+func (cc *Conn) writeHeadAnd(head, body []byte) error {
 	if len(body) == 0 {
 		return cc.writeLast(head)
 	}
@@ -239,7 +239,7 @@ func (cc *clientConn) writeHeadAnd(head, body []byte) error {
 // after writing. The bytes count for the access log now, since its record
 // is written before they go out (a failed write then ends the
 // connection, as it would have).
-func (cc *clientConn) writeLast(b []byte) error {
+func (cc *Conn) writeLast(b []byte) error {
 	if !cc.deferLast {
 		return cc.write(b)
 	}
@@ -271,7 +271,7 @@ func (x *h1Exchange) Chunk(data, trailer []byte, done bool) error {
 	} else {
 		out = append(out, data...)
 	}
-	if len(out) >= ioBufSize || (done && len(out) > 0) {
+	if len(out) >= IOBufSize || (done && len(out) > 0) {
 		if err := cc.write(out); err != nil {
 			cc.ex.wbuf = out
 			return err
@@ -357,7 +357,7 @@ func (x *h1Exchange) tunnel() {
 // either side, go through user space (io.Copy's buffer), as they must be
 // decrypted or encrypted. The connection's buffers and state go back to
 // their pools first: a tunnel can live for hours. The caller closes up.
-func (cc *clientConn) relay(up upstream.Stream) {
+func (cc *Conn) relay(up upstream.Stream) {
 	cc.c.SetDeadline(time.Time{})
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 	up.SetDeadline(time.Time{})
@@ -368,11 +368,11 @@ func (cc *clientConn) relay(up upstream.Stream) {
 	go func() {
 		defer wg.Done()
 		n, _ := io.Copy(up, cc.c)
-		cc.st.rxBytes.Add(uint64(n))
+		cc.st.RxBytes.Add(uint64(n))
 		up.CloseWrite()
 	}()
 	n, _ := io.Copy(cc.c, up)
-	cc.st.txBytes.Add(uint64(n))
+	cc.st.TxBytes.Add(uint64(n))
 	cc.closeWrite()
 	wg.Wait()
 }

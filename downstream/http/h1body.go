@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"net"
@@ -85,7 +85,7 @@ func (x *h1Exchange) sendHead(b, bodyRef []byte) error {
 // would return EAGAIN right after the write (upstream.Conn.SendThenRead).
 func (x *h1Exchange) sendThenReadHead(b, bodyRef []byte) error {
 	if x.in.B == nil {
-		x.in.B = x.cc.takeBuf(smallBufSize)
+		x.in.B = x.cc.takeBuf(SmallBufSize)
 	}
 	if err := exchange.SendThenRead(x.up, b, bodyRef, &x.in, x); err != nil {
 		return err
@@ -116,8 +116,8 @@ func (x *h1Exchange) pumpBody() (err error) {
 	}
 	upDeadline := time.Time{}
 	writeUp := func(p []byte) error {
-		if now := time.Now(); upDeadline.IsZero() || now.Sub(upDeadline) > -cc.settings.idleTimeout+deadlineSlack {
-			upDeadline = now.Add(cc.settings.idleTimeout)
+		if now := time.Now(); upDeadline.IsZero() || now.Sub(upDeadline) > -cc.settings.IdleTimeout+deadlineSlack {
+			upDeadline = now.Add(cc.settings.IdleTimeout)
 			x.up.SetWriteDeadline(upDeadline)
 		}
 		_, err := x.up.Write(p)
@@ -182,7 +182,7 @@ func (x *h1Exchange) pumpBody() (err error) {
 		// Deadline first, then the stop flag: waitPump sets the flag and
 		// then a deadline in the past, so either this sees the flag or
 		// the read sees that deadline.
-		cc.setReadDeadline(cc.settings.idleTimeout)
+		cc.setReadDeadline(cc.settings.IdleTimeout)
 		if x.stop.Load() {
 			return errPumpStopped
 		}

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ var errPumpStopped = errors.New("request body no longer needed")
 // h1Exchange is one proxied request's state, kept in its connection's pooled
 // h1State (so that it costs no allocation).
 type h1Exchange struct {
-	cc    *clientConn
+	cc    *Conn
 	wc    *upstream.WorkerCluster
 	up    *upstream.Conn
 	head  []byte // the client's request head (in rbuf): valid only until the body pump starts refilling rbuf
@@ -69,13 +69,13 @@ type h1Exchange struct {
 
 // proxy forwards the request to rt's cluster and the response back. It
 // reports whether the client connection may carry another request.
-func (cc *clientConn) proxy(lv *listenerView, rt *route.Route, start time.Time, keep bool) bool {
+func (cc *Conn) proxy(lv *View, rt *route.Route, start time.Time, keep bool) bool {
 	ex := cc.ex
 	req := &ex.req
 	// The exchange lives in the pooled state: it would escape to the heap
 	// on every request (the body pump refers to it).
 	x := &ex.xchg
-	*x = h1Exchange{cc: cc, wc: lv.clusters[rt.Index], start: start}
+	*x = h1Exchange{cc: cc, wc: lv.Clusters[rt.Index], start: start}
 	x.head = cc.rbuf[cc.r : cc.r+req.HeadLen]
 	x.method = methodOther
 	x.upgrade = forwardsUpgrade(req.Upgrade.Bytes(x.head))
@@ -126,7 +126,7 @@ var (
 // appendUpstreamHead writes the request head as the upstream gets it
 // (exchange.ForwardedFields decides the fields) from the parsed head, in
 // place: the spans are read where they lie in the connection's buffer.
-func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
+func (cc *Conn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
 	req := &cc.ex.req
 	b = exchange.AppendHTTP1RequestLine(b, req.Method.Bytes(head), req.Target.Bytes(head), req.Host.Bytes(head), upstreamHost)
 	fwd := &cc.ex.fwd
@@ -148,8 +148,8 @@ func (cc *clientConn) appendUpstreamHead(b, head []byte, upstreamHost string) []
 }
 
 // client is what the upstream head says of the client connection.
-func (cc *clientConn) client() exchange.Client {
-	return exchange.Client{IP: cc.clientIP, TLS: cc.tls != nil, TrustForwardedFor: cc.settings.trustXFF}
+func (cc *Conn) client() exchange.Client {
+	return exchange.Client{IP: cc.clientIP, TLS: cc.tls != nil, TrustForwardedFor: cc.settings.TrustXFF}
 }
 
 // appendUpgrade appends "Connection: upgrade" and the Upgrade field for
@@ -233,9 +233,9 @@ func isProxyAuth(name []byte) bool {
 // cc.ex.resp; interim 1xx responses (but 101) are passed to the client.
 func (x *h1Exchange) readResponseHead() error {
 	if x.in.B == nil {
-		x.in.B = x.cc.takeBuf(smallBufSize)
+		x.in.B = x.cc.takeBuf(SmallBufSize)
 	}
-	return exchange.ReadHTTP1Head(x.up, &x.in, &x.cc.ex.resp, x.method, ioBufSize, x)
+	return exchange.ReadHTTP1Head(x.up, &x.in, &x.cc.ex.resp, x.method, IOBufSize, x)
 }
 
 var _ exchange.HeadReadHooks = (*h1Exchange)(nil)
@@ -258,7 +258,7 @@ func (x *h1Exchange) ReadFailed(err error) error { return exchange.PumpErrorOr(&
 
 // failBeforeResponse answers an exchange that failed before any response
 // head reached the client.
-func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
+func (cc *Conn) failBeforeResponse(x *h1Exchange, err error) bool {
 	perr := x.waitPump(true)
 	if perr != nil {
 		err = perr
@@ -281,14 +281,14 @@ func (cc *clientConn) failBeforeResponse(x *h1Exchange, err error) bool {
 		return false
 	}
 	status, body := exchange.FailureStatus(err)
-	if cc.m.log.IsDebug() {
-		cc.m.log.Debug("upstream request failed", "status", status, "error", err)
+	if cc.l.Env.Log.IsDebug() {
+		cc.l.Env.Log.Debug("upstream request failed", "status", status, "error", err)
 	}
 	if x.up == nil && errors.Is(err, context.Canceled) {
 		return false // a forced drain: nobody to answer
 	}
 	// The request body may be partly unread: the connection closes.
-	keep := x.bodyDone && !cc.ex.req.Close && !cc.m.draining.Load()
+	keep := x.bodyDone && !cc.ex.req.Close && !cc.l.Env.Draining.Load()
 	b := appendSimpleResponse(cc.ex.wbuf[:0], status, body, !keep)
 	cc.ex.wbuf = b
 	cc.sent(status)

@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"net"
@@ -27,57 +27,14 @@ import (
 // (h2front_h1.go) or an HTTP/2 one (h2front_h2.go). No net/http type is
 // on this path.
 
-// Limits the engine is given beyond what the listener configures. The
-// reset budget is the one the x/net-era guard had: a client may cancel
-// every stream it has open at once (a browser leaving a page), twice over;
-// past it resets are Rapid Reset (CVE-2023-44487).
-const (
-	h2MaxConcurrentStreams = 250
-	h2ResetBurst           = 500
-	h2ResetPerSecond       = 50
-)
-
-// statH2Calm counts the HTTP/2 connections cut with a GOAWAY
+// StatH2Calm counts the HTTP/2 connections cut with a GOAWAY
 // ENHANCE_YOUR_CALM (a flood of resets, of frames that carry no request,
 // of empty frames, of unread control replies).
-const statH2Calm = "downstream_cx_http2_calm_total"
-
-// h2ServerConfig is the engine's configuration for an http listener.
-func h2ServerConfig(p h2ServerParams) h2.ServerConfig {
-	cfg := h2.ServerConfig{
-		MaxConcurrentStreams: h2MaxConcurrentStreams,
-		ResetBurst:           h2ResetBurst,
-		ResetPerSecond:       h2ResetPerSecond,
-		// idle_timeout closes a connection without a stream (GOAWAY
-		// NO_ERROR), as an idle HTTP/1.1 one closes.
-		IdleTimeout: p.idleTimeout,
-		// write_timeout: a stream whose window the client keeps closed
-		// is reset, a socket write blocked that long ends the
-		// connection, as an HTTP/1.1 write times out.
-		WriteStallTimeout: p.writeTimeout,
-	}
-	if p.maxHeaderBytes > 0 {
-		// SETTINGS_MAX_HEADER_LIST_SIZE, the bound on a request's
-		// decoded header list (beyond: 431), with HTTP/2's overhead of
-		// 32 bytes per field for up to 10 fields (as x/net's server
-		// counted it); the encoded block may be twice that before the
-		// connection is cut (CONTINUATION flood), so that a list a
-		// little over the bound gets its 431.
-		cfg.MaxHeaderListSize = uint32(p.maxHeaderBytes) + 320
-		cfg.MaxHeaderBlockBytes = 2 * int(cfg.MaxHeaderListSize)
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = -1
-	}
-	if cfg.WriteStallTimeout <= 0 {
-		cfg.WriteStallTimeout = -1
-	}
-	return cfg
-}
+const StatH2Calm = "downstream_cx_http2_calm_total"
 
 // h2Front is one client connection's HTTP/2 front end.
 type h2Front struct {
-	cc *clientConn
+	cc *Conn
 	sc *h2.ServerConn
 	// active is how many of its streams' handlers run: the connection is
 	// idle for the drain (cc.idleSince) when none does.
@@ -90,17 +47,17 @@ var _ h2.Handler = (*h2Front)(nil)
 
 // h2Conn is the client connection as the engine sees it: what goes
 // through is counted in the listener's byte counters, and Close is the
-// clientConn's (which takes it out of the worker's connection set and
+// Conn's (which takes it out of the worker's connection set and
 // counts it).
 type h2Conn struct {
 	net.Conn
-	cc *clientConn
+	cc *Conn
 }
 
 func (c *h2Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.cc.st.rxBytes.Add(uint64(n))
+		c.cc.st.RxBytes.Add(uint64(n))
 	}
 	return n, err
 }
@@ -108,7 +65,7 @@ func (c *h2Conn) Read(p []byte) (int, error) {
 func (c *h2Conn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if n > 0 {
-		c.cc.st.txBytes.Add(uint64(n))
+		c.cc.st.TxBytes.Add(uint64(n))
 	}
 	return n, err
 }
@@ -173,17 +130,8 @@ var h2StreamStates = sync.Pool{New: func() any {
 	}
 }}
 
-// streamOutcome is what a request's handling leaves for its stats and access
-// log.
-type streamOutcome struct {
-	status  int // the status sent; 0: none (the stream was reset)
-	upAddr  string
-	retries int
-	sent    int64 // body bytes sent, for the access log
-}
-
 // ServeH2 serves one request stream, on a goroutine of the engine's.
-// It may run many times at once, so it touches none of the clientConn's
+// It may run many times at once, so it touches none of the Conn's
 // per-request fields (those belong to the HTTP/1.1 path's goroutine),
 // only what is safe to share: the stats lanes (atomic), the worker's view
 // (an atomic pointer), the upstream pools (locked).
@@ -194,33 +142,30 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	defer func() {
 		if f.active.Add(-1) == 0 {
-			cc.idleSince.Store(max(monotime(), 1))
+			cc.idleSince.Store(max(Monotime(), 1))
 		}
 	}()
 	start := time.Now()
 	ls := cc.st
-	ls.rqTotal.Inc()
-	ls.rqHTTP2.Inc()
-	ls.rqActive.Inc()
+	ls.RequestStarted()
+	ls.RqHTTP2.Inc()
 	s := h2StreamStates.Get().(*h2StreamState)
-	var out streamOutcome
+	var out outcome
 	var rt *route.Route
 	defer func() {
-		ls.requestDone(start)
-		ls.rqActive.Dec()
+		ls.RequestEnded(start)
 		if cc.logs != nil {
 			f.log(s, st, rt, &out, start)
 		}
 		s.head, s.fields, s.scratch = s.head[:0], s.fields[:0], s.scratch[:0]
 		h2StreamStates.Put(s)
 	}()
-	if f.overloaded(st, s, &out) { // overload.go: 503, GOAWAY
+	if f.overloaded(st, s, &out) { // overload.go here: 503, GOAWAY
 		return
 	}
-	// One load: the listener and the snapshot of its clusters must be
-	// of the same publication.
-	view := cc.wk.view.Load()
-	lv := view.listeners[cc.li]
+	// One load: the listener's routes, its clusters and their HTTP/2
+	// options are of the same publication.
+	lv := cc.l.Host.View()
 	method, host := st.Method(), h2Host(st)
 	if method == "CONNECT" {
 		out.status = streamReply(st, s, ls, 405, "CONNECT is not supported over HTTP/2 (use HTTP/1.1)")
@@ -234,7 +179,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	// '\', '#' or non-ASCII byte in :path, "*" for a method other than
 	// OPTIONS, an :authority that is not host[:port], no authority at
 	// all, a :method and :path longer than a request line may be (414).
-	if err := http1.CheckRequestParts(stringBytes(method), stringBytes(st.Path()), stringBytes(host), cc.settings.limits); err != nil {
+	if err := http1.CheckRequestParts(stringBytes(method), stringBytes(st.Path()), stringBytes(host), cc.settings.Limits); err != nil {
 		e := err.(*http1.Error)
 		out.status = streamReply(st, s, ls, e.Status, e.Reason)
 		out.sent = int64(len(e.Reason) + 1)
@@ -242,22 +187,22 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 	if lv != nil {
 		s.path = http1.CleanPath(s.path[:0], stringBytes(st.Path()))
-		rt = lv.routes.Match(host, bytesString(s.path), cc.sni, (*h2RequestFields)(st))
+		rt = lv.Routes.Match(host, bytesString(s.path), cc.sni, (*h2RequestFields)(st))
 	}
 	switch {
 	case rt == nil:
-		out.status = streamReply(st, s, ls, 404, noRouteBody)
-		out.sent = int64(len(noRouteBody) + 1)
+		out.status = streamReply(st, s, ls, 404, NoRouteBody)
+		out.sent = int64(len(NoRouteBody) + 1)
 	case rt.Direct != nil:
 		out.status = h2DirectReply(st, s, ls, rt.Direct, method == "HEAD")
 		if method != "HEAD" {
 			out.sent = int64(len(rt.Direct.Body))
 		}
 	case rt.HTTP2:
-		wc := lv.clusters[rt.Index]
-		f.proxyToHTTP2(st, s, lv, rt, cc.m.http2UpstreamOf(view.snap, wc), start, &out)
+		wc := lv.Clusters[rt.Index]
+		f.proxyToHTTP2(st, s, lv, rt, cc.l.Env.http2UpstreamOf(lv, wc), start, &out)
 	default:
-		f.proxyToHTTP1(st, s, lv, rt, lv.clusters[rt.Index], start, &out)
+		f.proxyToHTTP1(st, s, lv, rt, lv.Clusters[rt.Index], start, &out)
 	}
 }
 
@@ -280,13 +225,13 @@ func h2Host(st *h2.Stream) string {
 func streamEnded(st *h2.Stream) bool { return st.Err() != nil }
 
 // streamReply sends one of the proxy's own plain-text responses.
-func streamReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, status int, body string) int {
+func streamReply(st *h2.Stream, s *h2StreamState, ls *Stats, status int, body string) int {
 	s.scratch = appendInt(s.scratch[:0], int64(len(body)+1))
 	s.fields = append(s.fields[:0],
 		hpack.HeaderField{Name: "content-type", Value: plainTextValue},
 		hpack.HeaderField{Name: "x-content-type-options", Value: "nosniff"},
 		hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch)})
-	ls.status(status)
+	ls.Status(status)
 	if st.WriteHeaders(status, s.fields, false) == nil {
 		st.Write(stringBytes(body))
 		st.Write(newline)
@@ -295,15 +240,15 @@ func streamReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, status int,
 }
 
 // h2RefusalReply is the overload refusal: streamReply with Retry-After.
-func h2RefusalReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, retryAfter string) int {
-	body := overloadRefusalBody
+func h2RefusalReply(st *h2.Stream, s *h2StreamState, ls *Stats, retryAfter string) int {
+	body := OverloadRefusalBody
 	s.scratch = appendInt(s.scratch[:0], int64(len(body)+1))
 	s.fields = append(s.fields[:0],
 		hpack.HeaderField{Name: "content-type", Value: plainTextValue},
 		hpack.HeaderField{Name: "x-content-type-options", Value: "nosniff"},
 		hpack.HeaderField{Name: "retry-after", Value: retryAfter},
 		hpack.HeaderField{Name: "content-length", Value: bytesString(s.scratch)})
-	ls.status(503)
+	ls.Status(503)
 	if st.WriteHeaders(503, s.fields, false) == nil {
 		st.Write(stringBytes(body))
 		st.Write(newline)
@@ -315,7 +260,7 @@ const plainTextValue = "text/plain; charset=utf-8"
 
 var newline = []byte("\n")
 
-func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *route.DirectResponse, head bool) int {
+func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *Stats, d *route.DirectResponse, head bool) int {
 	s.fields = s.fields[:0]
 	if len(d.ContentType) > 0 {
 		s.fields = append(s.fields, hpack.HeaderField{Name: "content-type", Value: d.ContentType[0]})
@@ -323,7 +268,7 @@ func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *route.
 	if len(d.ContentLength) > 0 {
 		s.fields = append(s.fields, hpack.HeaderField{Name: "content-length", Value: d.ContentLength[0]})
 	}
-	ls.status(d.Status)
+	ls.Status(d.Status)
 	body := !head && len(d.Body) > 0
 	if st.WriteHeaders(d.Status, s.fields, !body) == nil && body {
 		st.Write(d.Body)
@@ -333,7 +278,7 @@ func h2DirectReply(st *h2.Stream, s *h2StreamState, ls *listenerStats, d *route.
 
 // log queues the request's access-log line, from the stream's own
 // record (the connection's is the HTTP/1.1 path's).
-func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *streamOutcome, start time.Time) {
+func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *outcome, start time.Time) {
 	cc := f.cc
 	rec := &s.rec
 	*rec = accesslog.Record{Start: start, HTTP2: true}
@@ -341,15 +286,7 @@ func (f *h2Front) log(s *h2StreamState, st *h2.Stream, rt *route.Route, out *str
 	rec.SetPath(stringBytes(st.Path()))
 	rec.SetClientIP(cc.clientIP)
 	rec.BytesReceived = st.ContentLength()
-	rec.Duration = time.Since(start)
-	rec.Status = uint16(out.status)
-	rec.Retries = uint8(min(out.retries, 255))
-	rec.Upstream = out.upAddr
-	if rt != nil {
-		rec.Cluster = rt.Cluster
-	}
-	rec.BytesSent = out.sent
-	enqueueRecord(cc.logs, rec, cc.st)
+	finishRecord(rec, out, rt, start, cc.logs, cc.st)
 }
 
 // lowerName appends name lowercased to *scratch and returns it as a

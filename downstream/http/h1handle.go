@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"net/http"
@@ -17,39 +17,38 @@ import (
 // whether the connection may carry another request. Each path counts the
 // response status just before writing the response head, so that a client
 // that has read a response finds it counted.
-func (cc *clientConn) handle() bool {
+func (cc *Conn) handle() bool {
 	ex := cc.ex
 	req := &ex.req
 	buf := cc.rbuf[cc.r:cc.w]
 	start := time.Now()
 	st := cc.st
-	st.rqTotal.Inc()
-	st.rqActive.Inc()
+	st.RequestStarted()
 
 	if cc.logs != nil {
 		cc.beginRecord(buf, start)
 	}
-	keep := !req.Close && !cc.m.draining.Load()
-	lv := cc.wk.view.Load().listeners[cc.li]
+	keep := !req.Close && !cc.l.Env.Draining.Load()
+	lv := cc.l.Host.View()
 	var rt *route.Route
 	switch {
 	case lv == nil:
 	case req.Connect:
 		// Only a route that says connect = true opens a tunnel: a
 		// route meant for requests never does.
-		rt = lv.routes.MatchConnect(bytesString(req.Target.Bytes(buf)), cc.sni, cc)
+		rt = lv.Routes.MatchConnect(bytesString(req.Target.Bytes(buf)), cc.sni, cc)
 	default:
 		ex.path = http1.CleanPath(ex.path[:0], req.Target.Bytes(buf))
-		rt = lv.routes.Match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni, cc)
+		rt = lv.Routes.Match(bytesString(req.Host.Bytes(buf)), bytesString(ex.path), cc.sni, cc)
 	}
 	switch {
-	case cc.overloaded(&keep): // overload.go: 503, keep-alive off, shrunk timeouts
+	case cc.overloaded(&keep): // overload.go here: 503, keep-alive off, shrunk timeouts
 	case req.Connect && rt == nil:
 		keep = cc.answer(http.StatusMethodNotAllowed, "CONNECT is not allowed here (no route with connect = true for this host)", false)
 	case req.Connect:
 		keep = cc.connectTunnel(lv, rt)
 	case rt == nil:
-		keep = cc.answer(http.StatusNotFound, noRouteBody, keep)
+		keep = cc.answer(http.StatusNotFound, NoRouteBody, keep)
 	case rt.Direct != nil:
 		keep = cc.answerDirect(rt.Direct, keep)
 	default:
@@ -60,19 +59,18 @@ func (cc *clientConn) handle() bool {
 			keep = cc.proxy(lv, rt, start, keep)
 		}
 	}
-	st.requestDone(start)
-	st.rqActive.Dec()
+	st.RequestEnded(start)
 	if cc.logs != nil {
-		cc.finishRecord(rt, start)
+		cc.logRequest(rt, start)
 	}
 	return keep
 }
 
-const noRouteBody = "no route matched"
+const NoRouteBody = "no route matched"
 
 // answer sends one of the proxy's own plain-text responses. A request body
 // is not read: the connection closes after the answer instead.
-func (cc *clientConn) answer(status int, body string, keep bool) bool {
+func (cc *Conn) answer(status int, body string, keep bool) bool {
 	req := &cc.ex.req
 	cc.r += req.HeadLen
 	keep = keep && req.Framing == http1.FramingNone
@@ -91,7 +89,7 @@ func (cc *clientConn) answer(status int, body string, keep bool) bool {
 	return keep
 }
 
-func (cc *clientConn) answerDirect(d *route.DirectResponse, keep bool) bool {
+func (cc *Conn) answerDirect(d *route.DirectResponse, keep bool) bool {
 	req := &cc.ex.req
 	head := cc.rbuf[cc.r : cc.r+req.HeadLen]
 	isHead := http1.EqualFold(req.Method.Bytes(head), "HEAD")
@@ -125,10 +123,10 @@ func (cc *clientConn) answerDirect(d *route.DirectResponse, keep bool) bool {
 // connectTunnel answers a CONNECT with 200 and relays the bytes both ways
 // to an endpoint of the route's cluster, a new connection (never one of
 // the HTTP pool). The client connection ends with the tunnel.
-func (cc *clientConn) connectTunnel(lv *listenerView, rt *route.Route) bool {
+func (cc *Conn) connectTunnel(lv *View, rt *route.Route) bool {
 	req := &cc.ex.req
 	cc.r += req.HeadLen
-	up, _, done, err := lv.clusters[rt.Index].DialTCP(cc.m.ctx)
+	up, _, done, err := lv.Clusters[rt.Index].DialTCP(cc.l.Env.Ctx)
 	if err != nil {
 		status, body := exchange.FailureStatus(err)
 		return cc.answer(status, body, false)
@@ -141,7 +139,7 @@ func (cc *clientConn) connectTunnel(lv *listenerView, rt *route.Route) bool {
 	}
 	b := append(cc.ex.wbuf[:0], "HTTP/1.1 200 Connection Established\r\n\r\n"...)
 	cc.ex.wbuf = b
-	cc.st.status(http.StatusOK)
+	cc.st.Status(http.StatusOK)
 	if cc.write(b) != nil {
 		return false
 	}
@@ -211,7 +209,7 @@ func isTimeout(err error) bool { return exchange.IsTimeout(err) }
 // connection gracefully: the answer, a FIN, then what the client still
 // sends is read and dropped for a moment, so that it reads the answer
 // rather than a reset.
-func (cc *clientConn) refuse(status int, reason string) {
+func (cc *Conn) refuse(status int, reason string) {
 	cc.sent(status)
 	b := cc.ex.wbuf[:0]
 	b = appendSimpleResponse(b, status, reason, true)
@@ -224,7 +222,7 @@ func (cc *clientConn) refuse(status int, reason string) {
 
 // lingerClose half-closes and drains what the client still sends for at
 // most lingerTime or lingerBytes.
-func (cc *clientConn) lingerClose() {
+func (cc *Conn) lingerClose() {
 	const (
 		lingerTime  = 500 * time.Millisecond
 		lingerBytes = 256 << 10
@@ -238,7 +236,7 @@ func (cc *clientConn) lingerClose() {
 		defer putBuf(buf)
 	}
 	for n := 0; n < lingerBytes; {
-		k, err := cc.c.Read(buf[:min(len(buf), ioBufSize)])
+		k, err := cc.c.Read(buf[:min(len(buf), IOBufSize)])
 		n += k
 		if err != nil {
 			break

@@ -1,19 +1,18 @@
-package workers
+package httpfront
 
 import "github.com/hotproxy/hotproxy/downstream/tcp"
 
 // TLS on an HTTP/1.1 client connection: the handshake before the first
 // request, the idle wait between requests, and the close (close_notify).
 
-// handshake runs the TLS handshake (tls.go) and keeps the SNI for route
-// matching. false: it failed or timed out (counted); the connection ends.
-func (cc *clientConn) handshake() bool {
-	lt := cc.m.listeners[cc.li].tls
-	cs, err := lt.handshake(cc.tls, cc.tcp, cc.st.tls)
+// handshake runs the TLS handshake (the worker's: Host.Handshake) and
+// keeps the SNI for route matching. false: it failed or timed out
+// (counted); the connection ends.
+func (cc *Conn) handshake() bool {
+	cs, err := cc.l.Host.Handshake(cc.tls, cc.tcp)
 	if err != nil {
-		answerPlainHTTP(err)
-		if cc.m.log.IsDebug() {
-			cc.m.log.Debug("TLS handshake failed", "listener", cc.m.listeners[cc.li].name, "client", cc.tcp.RemoteAddr(), "error", err)
+		if cc.l.Env.Log.IsDebug() {
+			cc.l.Env.Log.Debug("TLS handshake failed", "listener", cc.l.Name, "client", cc.tcp.RemoteAddr(), "error", err)
 		}
 		return false
 	}
@@ -24,7 +23,7 @@ func (cc *clientConn) handshake() bool {
 // waitForRequest waits for the next request's first bytes on an idle
 // keep-alive connection, until the idle timeout. false: the connection is
 // over.
-func (cc *clientConn) waitForRequest() bool {
+func (cc *Conn) waitForRequest() bool {
 	if cc.tls != nil {
 		return cc.waitTLSRecord()
 	}
@@ -42,14 +41,14 @@ func (cc *clientConn) waitForRequest() bool {
 // of stack per idle TLS connection, against 1.3 and 4 KiB for plaintext
 // (TestTLSIdleMemory). The 32 KiB read buffer is not held: it is taken
 // once the byte is in.
-func (cc *clientConn) waitTLSRecord() bool {
-	cc.idleSince.Store(max(monotime(), 1))
+func (cc *Conn) waitTLSRecord() bool {
+	cc.idleSince.Store(max(Monotime(), 1))
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.setReadDeadline(cc.settings.IdleTimeout)
 	if n, _ := cc.tls.Read(cc.idleByte[:]); n == 0 {
 		return false // EOF, the idle timeout or a drain's close
 	}
-	cc.st.rxBytes.Add(1)
+	cc.st.RxBytes.Add(1)
 	cc.takeState()
 	cc.rbuf[cc.w] = cc.idleByte[0]
 	cc.w++
@@ -59,7 +58,7 @@ func (cc *clientConn) waitTLSRecord() bool {
 // closeAtEnd is the connection goroutine's close: a TLS connection that
 // finished its handshake and was not closed by a drain says close_notify
 // first.
-func (cc *clientConn) closeAtEnd() {
+func (cc *Conn) closeAtEnd() {
 	if cc.handshook && !cc.closed.Load() {
 		cc.tls.Close()
 	}
@@ -67,7 +66,7 @@ func (cc *clientConn) closeAtEnd() {
 }
 
 // closeWrite half-closes the connection (TLS: close_notify, then FIN).
-func (cc *clientConn) closeWrite() {
+func (cc *Conn) closeWrite() {
 	if cc.tls != nil {
 		tcp.CloseWrite(cc.tls)
 		return

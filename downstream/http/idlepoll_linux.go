@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"errors"
@@ -33,15 +33,15 @@ import (
 //     goroutine touches nothing of it: whoever turns it back to running
 //     (a wake, Close, the idle timer) owns it. A wake or Close during the
 //     arm marks it stateWokenArming, and the goroutine reads on itself.
-//   - A wake takes it (clientConn.take) and hands it to a resumer
+//   - A wake takes it (Conn.take) and hands it to a resumer
 //     goroutine, which runs serveRequests. An arm checks
 //     the socket's readiness itself (ep_modify polls the file), so bytes
 //     that came before the arm still wake it: no peek, and a deferred
-//     response (clientConn.pending) can simply be written before parking.
+//     response (Conn.pending) can simply be written before parking.
 //   - Close closes the socket (the kernel drops it from every epoll when
 //     the last reference goes) and takes it the same way, then hands
 //     the connection to a resumer: its read fails, and it ends on a
-//     goroutine as every connection does (httpWG, access log, slots).
+//     goroutine as every connection does (Env.ConnWG, access log, Host.Closed).
 //   - Epoll data cannot hold a Go pointer; it holds a token, the
 //     connection's slot here and a sequence number, so that an event read
 //     just before a close does not wake the next connection in that slot.
@@ -61,7 +61,7 @@ type idlePoller struct {
 	// nothing for it), before anything reads it.
 	slots *[idleSlotChunks]atomic.Pointer[idleSlotChunk]
 
-	resume       chan *clientConn  // to a resumer waiting in resumeLoop
+	resume       chan *Conn        // to a resumer waiting in resumeLoop
 	stop         chan struct{}     // closed by close: resumers and the wait end
 	idleResumers atomic.Int32      // resumers waiting on resume
 	events       []unix.EpollEvent // the poller goroutine's
@@ -71,10 +71,10 @@ type idlePoller struct {
 const (
 	idleSlotChunkSize = 1024
 	idleSlotChunks    = 4096 // 4M parked connections per worker
-	// maxIdleResumers is how many resumers wait for a wake; a goroutine
+	// MaxIdleResumers is how many resumers wait for a wake; a goroutine
 	// coming back to the pool when that many wait ends instead, so a
 	// burst's goroutines do not stay.
-	maxIdleResumers = 64
+	MaxIdleResumers = 64
 )
 
 type idleSlotChunk [idleSlotChunkSize]atomic.Pointer[parking]
@@ -108,7 +108,7 @@ func (p *idlePoller) startLocked() error {
 		p.stopped = true
 		return fmt.Errorf("idle poller: %w", err)
 	}
-	p.resume = make(chan *clientConn)
+	p.resume = make(chan *Conn)
 	p.stop = make(chan struct{})
 	p.raw = raw
 	p.slots = new([idleSlotChunks]atomic.Pointer[idleSlotChunk])
@@ -283,7 +283,7 @@ func (p *idlePoller) handleEvents(epfd uintptr) bool {
 
 // unpark takes cc back from the poller for Close or the idle timer; true:
 // cc was parked and has been handed to a resumer to end.
-func (p *idlePoller) unpark(cc *clientConn) bool {
+func (p *idlePoller) unpark(cc *Conn) bool {
 	pk := cc.parking.Load()
 	if pk == nil || !pk.take() {
 		return false
@@ -294,7 +294,7 @@ func (p *idlePoller) unpark(cc *clientConn) bool {
 
 // dispatch runs cc's requests on a waiting resumer, or a new one when
 // none waits.
-func (p *idlePoller) dispatch(cc *clientConn) {
+func (p *idlePoller) dispatch(cc *Conn) {
 	select {
 	case p.resume <- cc:
 	default:
@@ -304,10 +304,10 @@ func (p *idlePoller) dispatch(cc *clientConn) {
 
 // resumeLoop serves cc until it parks or ends, then waits for the next
 // woken connection, unless enough resumers wait already.
-func (p *idlePoller) resumeLoop(cc *clientConn) {
+func (p *idlePoller) resumeLoop(cc *Conn) {
 	for {
 		cc.resume()
-		if p.idleResumers.Load() >= maxIdleResumers {
+		if p.idleResumers.Load() >= MaxIdleResumers {
 			return
 		}
 		p.idleResumers.Add(1)
@@ -324,7 +324,7 @@ func (p *idlePoller) resumeLoop(cc *clientConn) {
 // joinResumers makes a goroutine whose connection has just parked (the
 // one accept started) a resumer, or lets it end.
 func (p *idlePoller) joinResumers() {
-	if p.idleResumers.Load() >= maxIdleResumers {
+	if p.idleResumers.Load() >= MaxIdleResumers {
 		return
 	}
 	p.idleResumers.Add(1)
@@ -353,5 +353,5 @@ func (p *idlePoller) close() {
 	}
 }
 
-// parkedSocketsSupported says whether idle connections park (tests).
-const parkedSocketsSupported = true
+// ParkedSocketsSupported says whether idle connections park (tests).
+const ParkedSocketsSupported = true

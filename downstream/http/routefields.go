@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"github.com/hotproxy/hotproxy/h2"
@@ -11,7 +11,7 @@ import (
 
 // RequestField reads the HTTP/1.1 request head being handled, in place in
 // the read buffer.
-func (cc *clientConn) RequestField(name string, n int) (string, bool) {
+func (cc *Conn) RequestField(name string, n int) (string, bool) {
 	req := &cc.ex.req
 	head := cc.rbuf[cc.r:cc.w]
 	if name == route.MethodField {
@@ -58,6 +58,6 @@ func (f *h2RequestFields) RequestField(name string, n int) (string, bool) {
 }
 
 var (
-	_ route.RequestFields = (*clientConn)(nil)
+	_ route.RequestFields = (*Conn)(nil)
 	_ route.RequestFields = (*h2RequestFields)(nil)
 )

@@ -1,8 +1,9 @@
-package workers
+package httpfront
 
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotproxy/hotproxy/h2"
@@ -16,21 +17,20 @@ import (
 // servedAsHTTP2). Its requests go through the same routing
 // (the route package), stats and upstream pools as HTTP/1.1 ones.
 
-// statRqHTTP2 counts the requests that came over HTTP/2 (also counted in
+// StatRqHTTP2 counts the requests that came over HTTP/2 (also counted in
 // downstream_rq_total).
-const statRqHTTP2 = "downstream_rq_http2_total"
+const StatRqHTTP2 = "downstream_rq_http2_total"
 
 // http2PrefaceLine is the request line of the HTTP/2 connection preface
 // ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"): what the HTTP/1.1 parser sees of it
 // before it refuses the version.
 const http2PrefaceLine = "PRI * HTTP/2.0\r\n"
 
-// h2State is a Manager's HTTP/2 side, built on first use (most
-// generations never see an HTTP/2 client). The engine's configurations
-// are fixed for the Manager's life, like the HTTP/1.1 connection settings.
+// h2State is a Manager's HTTP/2 side (Env.h2).
 type h2State struct {
-	once    sync.Once
-	configs []*h2.ServerConfig // by Manager listener index; nil: not http
+	// served: an HTTP/2 client connection was served (most generations
+	// never see one); until then the drain has nothing to do here.
+	served atomic.Bool
 	// upstreams are the HTTP/2 upstream transports, by worker cluster
 	// view (h2upstream.go).
 	upstreams sync.Map // *upstream.WorkerCluster → *h2Upstream
@@ -38,34 +38,18 @@ type h2State struct {
 	fronts h2Fronts
 }
 
-func (m *Manager) http2() *h2State {
-	h := &m.h2
-	h.once.Do(func() { h.build(m) })
-	return h
-}
-
-func (h *h2State) build(m *Manager) {
-	h.configs = make([]*h2.ServerConfig, len(m.listeners))
-	for i, ml := range m.listeners {
-		if ml.h1 == nil {
-			continue
-		}
-		cfg := h2ServerConfig(ml.h2)
-		h.configs[i] = &cfg
-	}
-}
-
 // serveHTTP2 serves cc as HTTP/2 until the connection ends: after a TLS
 // handshake that chose ALPN h2 (cc.c is then the TLS connection), or after
 // the HTTP/1.1 path saw the connection preface (its bytes, still in
 // cc.rbuf[cc.r:cc.w], are read again by the engine first). The caller
 // closes cc afterwards (Close is idempotent).
-func (m *Manager) serveHTTP2(cc *clientConn) {
-	h := m.http2()
-	base := h.configs[cc.li]
+func serveHTTP2(cc *Conn) {
+	h := &cc.l.Env.h2
+	base := cc.l.H2
 	if base == nil {
 		return // not an http listener: nothing speaks HTTP/2 there
 	}
+	h.served.Store(true)
 	var preread []byte
 	if cc.r < cc.w {
 		// A copy: the read buffer goes back to its pool now, not when
@@ -80,7 +64,7 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 	cc.readDeadline, cc.writeDeadline = time.Time{}, time.Time{}
 
 	cfg := *base
-	calm := cc.st.h2Calm
+	calm := cc.st.H2Calm
 	cfg.Events.FloodDetected = func(kind string) {
 		if kind != "header-block" { // that one is a PROTOCOL_ERROR
 			calm.Inc()
@@ -88,10 +72,10 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 	}
 	f := &h2Front{cc: cc}
 	f.sc = h2.NewServerConn(&h2Conn{Conn: cc.c, cc: cc}, preread, &cfg, f)
-	cc.idleSince.Store(max(monotime(), 1)) // no stream yet
+	cc.idleSince.Store(max(Monotime(), 1)) // no stream yet
 	h.fronts.add(f)
 	defer h.fronts.remove(f)
-	m.goAwayIfDraining(f)
+	cc.l.Env.goAwayIfDraining(f)
 	f.sc.Serve()
 }
 
@@ -103,13 +87,13 @@ func (m *Manager) serveHTTP2(cc *clientConn) {
 // HTTP/1.1 400 would read as garbage frames to it). true says the
 // connection is over. Anywhere else the refusal keeps its HTTP/1.1
 // answer (400, 505).
-func (cc *clientConn) servedAsHTTP2() bool {
-	if !cc.m.listeners[cc.li].http2Cleartext {
+func (cc *Conn) servedAsHTTP2() bool {
+	if !cc.l.HTTP2Cleartext {
 		return false
 	}
 	head := cc.rbuf[cc.r:cc.w]
 	if bytes.HasPrefix(head, []byte(http2PrefaceLine)) {
-		cc.m.serveHTTP2(cc)
+		serveHTTP2(cc)
 		return true
 	}
 	// No "HTTP/" anywhere in the head: no HTTP/1.x request, however
@@ -117,18 +101,14 @@ func (cc *clientConn) servedAsHTTP2() bool {
 	return !bytes.Contains(head, []byte("HTTP/"))
 }
 
-// goAwayHTTP2 is the drain's hook: every HTTP/2 connection gets the
+// GoAwayHTTP2 is the drain's hook: every HTTP/2 connection gets the
 // engine's graceful GOAWAY (stream id 2^31-1 and a PING now, the final
 // GOAWAY naming the last stream once the PING is answered), finishes the streams it has and is
 // closed by the drain once idle (drainIdleGrace). A connection that
 // starts later gets it as soon as it is served (goAwayIfDraining).
-func (m *Manager) goAwayHTTP2() {
-	h := &m.h2
-	// Nothing to do if no HTTP/2 connection was ever served; once
-	// also keeps a server built now from missing the drain.
-	built := true
-	h.once.Do(func() { built = false; h.build(m) })
-	if !built {
+func (e *Env) GoAwayHTTP2() {
+	h := &e.h2
+	if !h.served.Load() {
 		return
 	}
 	for _, f := range h.fronts.all() {
@@ -152,8 +132,8 @@ func (m *Manager) goAwayHTTP2() {
 // already true here, or it was set after, and the drain's own pass over
 // the fronts (which follows that store) reaches it. The engine sends its
 // GOAWAY once however often asked.
-func (m *Manager) goAwayIfDraining(f *h2Front) {
-	if m.draining.Load() {
+func (e *Env) goAwayIfDraining(f *h2Front) {
+	if e.Draining.Load() {
 		f.sc.Shutdown()
 	}
 }

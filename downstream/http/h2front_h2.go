@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"io"
@@ -23,10 +23,10 @@ import (
 // response head, body and trailers are copied back as they come. A
 // client that resets its stream resets the upstream one (CANCEL).
 
-func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView, rt *route.Route, u *h2Upstream, start time.Time, out *streamOutcome) {
+func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *View, rt *route.Route, u *h2Upstream, start time.Time, out *outcome) {
 	cc := f.cc
 	x := &s.up
-	x.Reset(u.pool, cc.m.ctx, h2HashKeyOf(&rt.HashOn, st, cc.clientIP))
+	x.Reset(u.pool, cc.l.Env.Ctx, h2HashKeyOf(&rt.HashOn, st, cc.clientIP))
 	defer func() {
 		x.Finish()
 		x.Reset(nil, nil, 0) // the pool keeps no stream or pool
@@ -74,7 +74,7 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 			return
 		}
 		status, msg := exchange.FailureStatus(err)
-		if log := cc.m.log; log.IsDebug() {
+		if log := cc.l.Env.Log; log.IsDebug() {
 			log.Debug("HTTP/2 upstream request failed", "cluster", u.wc.Name(), "status", status, "error", err)
 		}
 		out.status = streamReply(st, s, cc.st, status, msg)
@@ -93,7 +93,7 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *listenerView
 		}
 		s.fields = append(s.fields, hf)
 	}
-	cc.st.status(x.Status)
+	cc.st.Status(x.Status)
 	out.status = x.Status
 	if body != nil {
 		body.headSent = true

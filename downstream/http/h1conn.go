@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"bytes"
@@ -21,37 +21,24 @@ import (
 // from the worker's pool (upstream.Conn). net/http stays off this path: it
 // costs three goroutines, ~90 allocations and five reads per exchange.
 
-// h1Settings are an HTTP listener's connection settings, compiled with
-// the snapshot (listenerSnap.h1) and fixed when the Manager is built (the
-// socket outlives snapshots; routes do not).
-type h1Settings struct {
-	limits        http1.Limits
-	headerTimeout time.Duration
-	idleTimeout   time.Duration
-	writeTimeout  time.Duration // 0: none
-	trustXFF      bool
-	parkIdle      bool        // park_idle_connections, where the platform can (idlepoll_linux.go)
-	shrunkFrom    *h1Settings // overload.go: the listener's own, when these are shrunk
-}
-
 // Buffers. A connection holds a read buffer only while a request is in
 // progress or pipelined bytes wait in it; an idle plaintext keep-alive
 // connection holds none (it waits for readability first). An idle TLS one
 // holds what crypto/tls keeps between records (see waitTLSRecord). The
-// buffer starts small (smallBufSize) and grows to ioBufSize for a large
+// buffer starts small (SmallBufSize) and grows to IOBufSize for a large
 // head or a body (h1state.go).
 const (
-	ioBufSize = 32 << 10
+	IOBufSize = 32 << 10
 	// deadlineSlack: a deadline is moved only when it is this far from
 	// where it should be, so that a busy keep-alive connection resets its
 	// timers about once a second rather than on every request; an eighth
-	// of a timeout shorter than 8s (deadlineSlackFor).
+	// of a timeout shorter than 8s (DeadlineSlackFor).
 	deadlineSlack = time.Second
 )
 
-// clientConn is one HTTP client connection. Its goroutine owns every
+// Conn is one HTTP client connection. Its goroutine owns every
 // field but the atomics, which the drain reads.
-type clientConn struct {
+type Conn struct {
 	// c is what requests are read from and responses written to: the
 	// socket itself, or a tls.Conn over it.
 	c   net.Conn
@@ -64,15 +51,11 @@ type clientConn struct {
 	sni       string
 	handshook bool // the TLS handshake completed
 
-	m        *Manager
-	wk       *worker
-	li       int
-	st       *listenerStats
-	set      *connSet
-	settings *h1Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
-	// slots is the connection slot accept took (connlimit.go); Close
-	// gives it back, once.
-	slots *connSlots
+	// l is the listener as the connection's worker serves it; st its
+	// stats (l.Stats).
+	l        *Listener
+	st       *Stats
+	settings *Settings // the listener's HTTP/1.1 settings, compiled with the snapshot (not a config)
 
 	clientIP []byte // for X-Forwarded-For, formatted once
 
@@ -81,10 +64,8 @@ type clientConn struct {
 	// for it.
 	logs      []*accesslog.Logger
 	rec       *accesslog.Record
-	status    int    // the last status sent
-	sentBytes int64  // bytes written to the client, all requests
-	upAddr    string // the endpoint of the request's last try
-	retries   int
+	sentBytes int64 // bytes written to the client, all requests
+	outcome         // the request's: status, last endpoint, retries
 
 	closed atomic.Bool
 	// idleSince is when the connection last became idle between requests
@@ -93,7 +74,7 @@ type clientConn struct {
 	// heldSince and heldBytes: since which overload pass (plus one; 0:
 	// none) the connection holds buffers, and how many bytes of them;
 	// requestsStarted: how many requests it has begun. For
-	// reset_connections (overload.go).
+	// reset_connections (the worker's ResetBiggest, through HeldBuffers).
 	heldSince, heldBytes, requestsStarted atomic.Int64
 
 	// rawFn is the socket's RawConn callback (a method value, made once
@@ -125,7 +106,7 @@ type clientConn struct {
 	// without park_idle_connections, which pays one pointer for it.
 	parking atomic.Pointer[parking]
 
-	rbuf []byte // nil while idle; smallBufSize until a head or body needs more (h1state.go)
+	rbuf []byte // nil while idle; SmallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
 	ex   *h1State
 	held atomic.Int64 // bytes of buffers and state held now (BufferBytes)
@@ -138,12 +119,15 @@ type clientConn struct {
 	readDeadlineMoves, writeDeadlineMoves int
 }
 
-var _ io.Closer = (*clientConn)(nil)
+var _ io.Closer = (*Conn)(nil)
 
-func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
-	cc := &clientConn{c: c, tcp: c, m: m, wk: a.wk, li: a.li, st: a.st, set: &a.wk.conns, settings: m.listeners[a.li].h1, slots: a.slots}
-	if lt := m.listeners[a.li].tls; lt != nil {
-		cc.tls = tls.Server(c, lt.config)
+// NewConn is the connection c, accepted on l's socket, ready to be
+// served (Serve); it starts with the listener's settings, or their shrunk
+// copy while the overload manager asks for it.
+func NewConn(l *Listener, c *net.TCPConn) *Conn {
+	cc := &Conn{c: c, tcp: c, l: l, st: l.Stats, settings: l.Worker.overloadSettings(l.Settings, l.Index)}
+	if l.TLS != nil {
+		cc.tls = tls.Server(c, l.TLS)
 		cc.c = cc.tls
 	}
 	cc.raw, _ = c.SyscallConn()
@@ -151,7 +135,7 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
 	}
-	if logs := m.listeners[a.li].accessLogs; len(logs) > 0 {
+	if logs := l.AccessLogs; len(logs) > 0 {
 		cc.logs, cc.rec = logs, new(accesslog.Record)
 	}
 	return cc
@@ -162,22 +146,20 @@ func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *clientConn {
 // itself, never blocking: a TLS close_notify is sent only by the
 // connection's own goroutine (closeAtEnd), as tls.Conn.Close may wait up to
 // 5s to write it.
-func (cc *clientConn) Close() error {
+func (cc *Conn) Close() error {
 	if cc.closed.CompareAndSwap(false, true) {
-		cc.st.closed()
-		cc.set.remove(cc)
-		cc.slots.release() // connection slot (connlimit.go): once, here
+		cc.l.Host.Closed(cc) // its set, its connection slot, its gauges: once, here
 	}
 	err := cc.tcp.Close()
 	// A parked connection has no goroutine to see the close: it gets one,
 	// whose read fails, and ends as any connection does.
-	cc.set.idle.unpark(cc)
+	cc.l.Worker.idle.unpark(cc)
 	return err
 }
 
-// idleFor reports how long the connection has been idle between
+// IdleFor reports how long the connection has been idle between
 // requests, or 0.
-func (cc *clientConn) idleFor(now int64) time.Duration {
+func (cc *Conn) IdleFor(now int64) time.Duration {
 	since := cc.idleSince.Load()
 	if since == 0 {
 		return 0
@@ -185,12 +167,12 @@ func (cc *clientConn) idleFor(now int64) time.Duration {
 	return time.Duration(now - since)
 }
 
-// serve runs the connection until it closes or parks. The goroutine of
+// Serve runs the connection until it closes or parks. The goroutine of
 // a connection that parks becomes a resumer of the worker's idle poller,
 // or ends.
-func (cc *clientConn) serve() {
+func (cc *Conn) Serve() {
 	if cc.start() && cc.serveRequests() {
-		cc.set.idle.joinResumers()
+		cc.l.Worker.idle.joinResumers()
 		return
 	}
 	cc.finish()
@@ -198,7 +180,7 @@ func (cc *clientConn) serve() {
 
 // resume runs a parked connection again, on a resumer goroutine: its
 // socket is readable, or it was closed (Close, the idle timer).
-func (cc *clientConn) resume() {
+func (cc *Conn) resume() {
 	cc.idleSince.Store(0)
 	if !cc.closed.Load() && cc.serveRequests() {
 		return
@@ -207,26 +189,26 @@ func (cc *clientConn) resume() {
 }
 
 // finish ends the connection, on its goroutine.
-func (cc *clientConn) finish() {
+func (cc *Conn) finish() {
 	cc.flushPending()
 	cc.endState()
 	if pk := cc.parking.Load(); pk != nil {
 		pk.idleTimer.Stop()
-		cc.set.idle.release(pk)
+		cc.l.Worker.idle.release(pk)
 	}
 	cc.closeAtEnd()
-	cc.m.httpWG.Done()
+	cc.l.Env.ConnWG.Done()
 }
 
 // start does what comes before the first request: the TLS handshake, and
 // HTTP/2 when ALPN chose it. false: the connection is over.
-func (cc *clientConn) start() bool {
+func (cc *Conn) start() bool {
 	if cc.tls != nil {
 		if !cc.handshake() {
 			return false
 		}
 		if cc.tls.ConnectionState().NegotiatedProtocol == config.ALPNHTTP2 {
-			cc.m.serveHTTP2(cc)
+			serveHTTP2(cc)
 			return false
 		}
 	}
@@ -235,7 +217,7 @@ func (cc *clientConn) start() bool {
 
 // serveRequests serves HTTP/1.1 requests until the connection is over
 // (false) or parks (true: another goroutine owns it now).
-func (cc *clientConn) serveRequests() bool {
+func (cc *Conn) serveRequests() bool {
 	// A new connection reads its first request straight away: its client
 	// has just connected to send it, and is most often sent already, so
 	// a peek first would be one more syscall per connection. Until then
@@ -271,8 +253,8 @@ func (cc *clientConn) serveRequests() bool {
 // idleWait waits, holding no buffer, for the next request: parked in the
 // worker's idle poller (parked: another goroutine owns the connection
 // now), or in its own goroutine. ok false: the connection is over.
-func (cc *clientConn) idleWait() (ok, parked bool) {
-	if cc.tls == nil && cc.settings.parkIdle {
+func (cc *Conn) idleWait() (ok, parked bool) {
+	if cc.tls == nil && cc.settings.ParkIdle {
 		// The poller's arm checks readiness itself (no peek needed), so
 		// a deferred response is written first.
 		if !cc.flushPending() {
@@ -319,7 +301,7 @@ const (
 // callbacks (method values made once: a closure per park would be an
 // allocation per keep-alive request).
 type parking struct {
-	cc                     *clientConn
+	cc                     *Conn
 	state                  atomic.Int32
 	token                  uint64
 	slot                   uint32
@@ -340,7 +322,7 @@ type parking struct {
 
 // park gives the idle connection, which holds no buffer, to the worker's
 // idle poller (idlePoller.park says what the result means).
-func (cc *clientConn) park() parkResult {
+func (cc *Conn) park() parkResult {
 	pk := cc.parking.Load()
 	if pk == nil {
 		pk = &parking{cc: cc}
@@ -348,12 +330,12 @@ func (cc *clientConn) park() parkResult {
 		pk.idleTimer.Stop()
 		cc.parking.Store(pk)
 	}
-	pk.idleTimeout.Store(int64(cc.settings.idleTimeout))
+	pk.idleTimeout.Store(int64(cc.settings.IdleTimeout))
 	// The socket's read deadline may pass while parked; the next
 	// setReadDeadline sets one afresh.
 	cc.readDeadline = time.Time{}
-	cc.idleSince.Store(max(monotime(), 1))
-	r := cc.set.idle.park(pk)
+	cc.idleSince.Store(max(Monotime(), 1))
+	r := cc.l.Worker.idle.park(pk)
 	if r == parkParked {
 		pk.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
 	}
@@ -368,7 +350,7 @@ func (pk *parking) armIdleTimer() {
 	if d <= 0 || !pk.timerArmed.CompareAndSwap(false, true) {
 		return
 	}
-	pk.idleTimer.Reset(max(d-pk.cc.idleFor(monotime()), 0))
+	pk.idleTimer.Reset(max(d-pk.cc.IdleFor(Monotime()), 0))
 }
 
 // idleTimerFired closes the connection if it is still parked and has
@@ -381,7 +363,7 @@ func (pk *parking) idleTimerFired() {
 	if pk.state.Load() != stateParked {
 		return
 	}
-	if pk.cc.idleFor(monotime()) >= time.Duration(pk.idleTimeout.Load()) {
+	if pk.cc.IdleFor(Monotime()) >= time.Duration(pk.idleTimeout.Load()) {
 		pk.cc.Close()
 		return
 	}
@@ -390,14 +372,14 @@ func (pk *parking) idleTimerFired() {
 
 // waitReadable waits, holding no buffer, until the client sends something
 // or the idle timeout passes. false: the connection is over.
-func (cc *clientConn) waitReadable() bool {
+func (cc *Conn) waitReadable() bool {
 	if cc.pending == nil {
 		// Else idle once the response is out (readable): a drain
 		// closes idle connections.
-		cc.idleSince.Store(max(monotime(), 1))
+		cc.idleSince.Store(max(Monotime(), 1))
 	}
 	defer cc.idleSince.Store(0)
-	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.setReadDeadline(cc.settings.IdleTimeout)
 	cc.waited = false
 	cc.pendingFailed = false
 	cc.rawOp = rawReadable
@@ -417,7 +399,7 @@ const (
 
 // rawStep is the socket's RawConn callback: true when done, false to
 // wait until the socket is ready (or its deadline passes).
-func (cc *clientConn) rawStep(fd uintptr) bool {
+func (cc *Conn) rawStep(fd uintptr) bool {
 	switch cc.rawOp {
 	case rawWrite:
 		return cc.writeStep(fd)
@@ -436,7 +418,7 @@ func (cc *clientConn) rawStep(fd uintptr) bool {
 // of peeking: RawConn.Read has reset the readiness already, so the next
 // request, which the client sends only after this response, wakes the
 // wait. Then the state goes back, and the connection is idle.
-func (cc *clientConn) readable(fd uintptr) bool {
+func (cc *Conn) readable(fd uintptr) bool {
 	if cc.waited {
 		return true
 	}
@@ -447,7 +429,7 @@ func (cc *clientConn) readable(fd uintptr) bool {
 			return true
 		}
 		cc.releaseState()
-		cc.idleSince.Store(max(monotime(), 1))
+		cc.idleSince.Store(max(Monotime(), 1))
 		return false
 	}
 	return peekFD(fd)
@@ -455,7 +437,7 @@ func (cc *clientConn) readable(fd uintptr) bool {
 
 // flushPending writes what writeLast left, if anything; false: the write
 // failed and the connection is over.
-func (cc *clientConn) flushPending() bool {
+func (cc *Conn) flushPending() bool {
 	b := cc.pending
 	if b == nil {
 		return true
@@ -470,18 +452,18 @@ func (cc *clientConn) flushPending() bool {
 	return err == nil
 }
 
-// deadlineSlackFor is how far a deadline for timeout d may be earlier
+// DeadlineSlackFor is how far a deadline for timeout d may be earlier
 // than now+d before it is moved: deadlineSlack, or d/8 for a short d. So
 // a timeout fires at most that much early (a 10s header_timeout between
 // 9s and 10s after its start, a 200ms one between 175 and 200ms), and a
 // deadline left in the past by an earlier exchange is always moved (it
 // is more than d/8 behind).
-func deadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack, d/8) }
+func DeadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack, d/8) }
 
 // setReadDeadline makes the read deadline now+d, lazily: it moves only if
 // the current one is later than that (too lax) or more than
-// deadlineSlackFor(d) earlier (too soon).
-func (cc *clientConn) setReadDeadline(d time.Duration) {
+// DeadlineSlackFor(d) earlier (too soon).
+func (cc *Conn) setReadDeadline(d time.Duration) {
 	if d <= 0 {
 		if !cc.readDeadline.IsZero() {
 			cc.readDeadline = time.Time{}
@@ -490,7 +472,7 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > deadlineSlackFor(d) {
+	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > DeadlineSlackFor(d) {
 		cc.readDeadline = want
 		cc.readDeadlineMoves++
 		cc.c.SetReadDeadline(want)
@@ -498,15 +480,15 @@ func (cc *clientConn) setReadDeadline(d time.Duration) {
 }
 
 // setWriteDeadline makes the write deadline now+write_timeout, lazily: it
-// moves only when it is more than deadlineSlackFor(write_timeout) earlier
+// moves only when it is more than DeadlineSlackFor(write_timeout) earlier
 // than that.
-func (cc *clientConn) setWriteDeadline() {
-	d := cc.settings.writeTimeout
+func (cc *Conn) setWriteDeadline() {
+	d := cc.settings.WriteTimeout
 	if d <= 0 {
 		return
 	}
 	want := time.Now().Add(d)
-	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > deadlineSlackFor(d) {
+	if cc.writeDeadline.IsZero() || want.Sub(cc.writeDeadline) > DeadlineSlackFor(d) {
 		cc.writeDeadline = want
 		cc.writeDeadlineMoves++
 		cc.c.SetWriteDeadline(want)
@@ -514,11 +496,11 @@ func (cc *clientConn) setWriteDeadline() {
 }
 
 // read reads more from the client into rbuf[w:]; rbuf must have room.
-func (cc *clientConn) read() error {
+func (cc *Conn) read() error {
 	n, err := cc.c.Read(cc.rbuf[cc.w:])
 	if n > 0 {
 		cc.w += n
-		cc.st.rxBytes.Add(uint64(n))
+		cc.st.RxBytes.Add(uint64(n))
 		return nil
 	}
 	if err == nil {
@@ -533,9 +515,9 @@ func (cc *clientConn) read() error {
 // costs no clock read and no timer. *armed says whether it is armed for
 // this head (set when this read arms it). TLS, or no raw socket I/O:
 // armed first, then read.
-func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
-	if !rawIO || cc.tls != nil {
-		cc.setReadDeadline(cc.settings.headerTimeout)
+func (cc *Conn) readArmingHeaderTimeout(armed *bool) error {
+	if !RawIO || cc.tls != nil {
+		cc.setReadDeadline(cc.settings.HeaderTimeout)
 		*armed = true
 		return cc.read()
 	}
@@ -545,7 +527,7 @@ func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
 	n := cc.rawN
 	if n > 0 {
 		cc.w += n
-		cc.st.rxBytes.Add(uint64(n))
+		cc.st.RxBytes.Add(uint64(n))
 		return nil
 	}
 	if err == nil {
@@ -560,11 +542,11 @@ func (cc *clientConn) readArmingHeaderTimeout(armed *bool) error {
 
 // headReadStep is readArmingHeaderTimeout's callback (rawStep): a read,
 // or on EAGAIN the header timeout armed and a wait.
-func (cc *clientConn) headReadStep(fd uintptr) bool {
+func (cc *Conn) headReadStep(fd uintptr) bool {
 	n, err := readFD(fd, cc.rbuf[cc.w:])
 	if wouldBlock(err) {
 		if !cc.headArmed {
-			cc.setReadDeadline(cc.settings.headerTimeout)
+			cc.setReadDeadline(cc.settings.HeaderTimeout)
 			cc.headArmed = true
 		}
 		return false
@@ -574,7 +556,7 @@ func (cc *clientConn) headReadStep(fd uintptr) bool {
 }
 
 // compact moves the unconsumed bytes to the front of rbuf.
-func (cc *clientConn) compact() {
+func (cc *Conn) compact() {
 	if cc.r > 0 {
 		cc.w = copy(cc.rbuf, cc.rbuf[cc.r:cc.w])
 		cc.r = 0
@@ -587,8 +569,8 @@ func (cc *clientConn) compact() {
 // nearly all do, costs no clock read and no timer. Once armed, the
 // deadline is kept current before each write (setWriteDeadline), as a
 // deadline left in the past would fail a write that could go through.
-func (cc *clientConn) write(b []byte) error {
-	if !rawIO || cc.tls != nil || cc.settings.writeTimeout <= 0 {
+func (cc *Conn) write(b []byte) error {
+	if !RawIO || cc.tls != nil || cc.settings.WriteTimeout <= 0 {
 		return cc.writeConn(b)
 	}
 	if !cc.writeDeadline.IsZero() {
@@ -602,7 +584,7 @@ func (cc *clientConn) write(b []byte) error {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("write", cc.rawErr)}
 	}
 	if n > 0 {
-		cc.st.txBytes.Add(uint64(n))
+		cc.st.TxBytes.Add(uint64(n))
 		cc.sentBytes += int64(n)
 	}
 	return err
@@ -613,7 +595,7 @@ func (cc *clientConn) write(b []byte) error {
 // is armed: the write must then complete within write_timeout of the
 // moment it first had to wait, which is the write's start to within the
 // few microseconds of the non-blocking writes before.
-func (cc *clientConn) writeStep(fd uintptr) bool {
+func (cc *Conn) writeStep(fd uintptr) bool {
 	for cc.rawN < len(cc.rawBuf) {
 		n, err := writeFD(fd, cc.rawBuf[cc.rawN:])
 		cc.rawN += n
@@ -637,22 +619,22 @@ func (cc *clientConn) writeStep(fd uintptr) bool {
 
 // writeConn writes b through cc.c (TLS, or no raw socket I/O), with the
 // write deadline armed first.
-func (cc *clientConn) writeConn(b []byte) error {
+func (cc *Conn) writeConn(b []byte) error {
 	cc.setWriteDeadline()
 	n, err := cc.c.Write(b)
 	if n > 0 {
-		cc.st.txBytes.Add(uint64(n))
+		cc.st.TxBytes.Add(uint64(n))
 		cc.sentBytes += int64(n)
 	}
 	return err
 }
 
 // writev writes several buffers in one syscall where it can.
-func (cc *clientConn) writev(bufs *net.Buffers) error {
+func (cc *Conn) writev(bufs *net.Buffers) error {
 	cc.setWriteDeadline()
 	n, err := bufs.WriteTo(cc.c)
 	if n > 0 {
-		cc.st.txBytes.Add(uint64(n))
+		cc.st.TxBytes.Add(uint64(n))
 		cc.sentBytes += n
 	}
 	return err
@@ -661,7 +643,7 @@ func (cc *clientConn) writev(bufs *net.Buffers) error {
 // readHead reads until cc.ex.req holds a whole request head at rbuf[r:].
 // A malformed or oversized head is answered (400, 414, 431, 505) and the
 // connection ends: false. woke: the idle wait has just seen bytes come.
-func (cc *clientConn) readHead(woke bool) bool {
+func (cc *Conn) readHead(woke bool) bool {
 	req := &cc.ex.req
 	first := true
 	// Parse reads the head from its start each time: it runs again only
@@ -671,7 +653,7 @@ func (cc *clientConn) readHead(woke bool) bool {
 	for {
 		err := http1.ErrIncomplete
 		if parse {
-			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.limits)
+			err = req.Parse(cc.rbuf[cc.r:cc.w], cc.settings.Limits)
 		}
 		if err == nil {
 			cc.fillAfterHead()
@@ -681,7 +663,7 @@ func (cc *clientConn) readHead(woke bool) bool {
 			if cc.servedAsHTTP2() {
 				return false // an HTTP/2 connection preface: served as HTTP/2 (h2.go)
 			}
-			cc.st.rqTotal.Inc()
+			cc.st.RqTotal.Inc()
 			cc.refuse(perr.Status, perr.Reason)
 			return false
 		}
@@ -713,7 +695,7 @@ func (cc *clientConn) readHead(woke bool) bool {
 		}
 		if err != nil {
 			if cc.r < cc.w && isTimeout(err) {
-				cc.st.rqTotal.Inc()
+				cc.st.RqTotal.Inc()
 				cc.refuse(408, "request head not received in time")
 			}
 			return false
@@ -733,31 +715,31 @@ func (cc *clientConn) readHead(woke bool) bool {
 // that will not come; an error shows itself to the body pump's read.
 // The head's spans stay valid: growRead keeps rbuf[r:] at the same
 // offsets from r.
-func (cc *clientConn) fillAfterHead() {
+func (cc *Conn) fillAfterHead() {
 	req := &cc.ex.req
-	if req.Framing != http1.FramingLength || cc.w < len(cc.rbuf) || len(cc.rbuf) >= ioBufSize {
+	if req.Framing != http1.FramingLength || cc.w < len(cc.rbuf) || len(cc.rbuf) >= IOBufSize {
 		return
 	}
 	if buffered := int64(cc.w - cc.r - req.HeadLen); buffered <= 0 || buffered >= req.ContentLength {
 		return
 	}
-	cc.growRead(ioBufSize)
-	cc.setReadDeadline(cc.settings.idleTimeout)
+	cc.growRead(IOBufSize)
+	cc.setReadDeadline(cc.settings.IdleTimeout)
 	cc.read()
 }
 
 // crosses reports whether a count that went from a to b reached limit.
 func crosses(a, b, limit int) bool { return a < limit && b >= limit }
 
-func (cc *clientConn) maxRequestLine() int {
-	if n := cc.settings.limits.MaxRequestLine; n > 0 {
+func (cc *Conn) maxRequestLine() int {
+	if n := cc.settings.Limits.MaxRequestLine; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxRequestLine
 }
 
-func (cc *clientConn) maxHeadBytes() int {
-	if n := cc.settings.limits.MaxHeadBytes; n > 0 {
+func (cc *Conn) maxHeadBytes() int {
+	if n := cc.settings.Limits.MaxHeadBytes; n > 0 {
 		return n
 	}
 	return http1.DefaultMaxHeadBytes
@@ -765,17 +747,22 @@ func (cc *clientConn) maxHeadBytes() int {
 
 // growForHead swaps a full rbuf for a larger one: the small buffer for
 // the large pooled one, and that for one big enough for the largest
-// allowed head (the rare head larger than ioBufSize pays for its own
+// allowed head (the rare head larger than IOBufSize pays for its own
 // buffer; it is not pooled). readHead parses again after it.
-func (cc *clientConn) growForHead() bool {
+func (cc *Conn) growForHead() bool {
 	limit := cc.maxHeadBytes()
 	switch {
 	case len(cc.rbuf) >= limit+1:
 		return false
-	case len(cc.rbuf) < ioBufSize:
-		cc.growRead(ioBufSize)
+	case len(cc.rbuf) < IOBufSize:
+		cc.growRead(IOBufSize)
 	default:
 		cc.growRead(limit + 1)
 	}
 	return true
 }
+
+// ListenerSettings are the settings of the connection's listener, not
+// shrunk (the overload manager's close_idle compares with their idle
+// timeout).
+func (cc *Conn) ListenerSettings() *Settings { return cc.l.Settings }

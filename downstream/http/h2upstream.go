@@ -1,4 +1,4 @@
-package workers
+package httpfront
 
 import (
 	"context"
@@ -25,17 +25,17 @@ import (
 // in HTTP/1.1. Built on first use, and
 // kept with the view: a view of an older snapshot keeps its connections
 // until they close when idle.
-func (m *Manager) http2UpstreamOf(snap *Snapshot, wc *upstream.WorkerCluster) *h2Upstream {
-	h := &m.h2
+func (e *Env) http2UpstreamOf(view *View, wc *upstream.WorkerCluster) *h2Upstream {
+	h := &e.h2
 	if v, ok := h.upstreams.Load(wc); ok {
 		return v.(*h2Upstream)
 	}
 	var u *h2Upstream
-	if opts, ok := snap.h2Upstreams[wc.Name()]; ok {
+	if opts, ok := view.H2Upstreams[wc.Name()]; ok {
 		u = &h2Upstream{pool: upstream.NewH2Pool(wc, opts), wc: wc}
 		// Close ends every connection, busy or not: their read loops
 		// and control writers end with them.
-		context.AfterFunc(m.ctx, u.pool.CloseAll)
+		context.AfterFunc(e.Ctx, u.pool.CloseAll)
 	}
 	v, _ := h.upstreams.LoadOrStore(wc, u)
 	return v.(*h2Upstream)

@@ -1,13 +1,13 @@
 //go:build unix
 
-package workers
+package httpfront
 
 import "syscall"
 
-// rawIO: the client socket's reads and writes can be made inside
+// RawIO: the client socket's reads and writes can be made inside
 // RawConn callbacks (h1conn.go: rawStep), which lets a deadline be armed
 // only when a call would block.
-const rawIO = true
+const RawIO = true
 
 // writeFD writes b to the non-blocking socket fd: n bytes written, or
 // the error (syscall.EAGAIN: the socket's buffer is full).

@@ -1,0 +1,54 @@
+package httpfront
+
+import (
+	"time"
+
+	"github.com/hotproxy/hotproxy/stats"
+)
+
+// Stats are one worker's handles on one listener's request stats, bound
+// to the worker's lane when the Manager is built (the worker declares
+// them, in its order, with its connection stats): a request adds to
+// them without a lookup, a lock or an allocation.
+type Stats struct {
+	RqTotal  stats.CounterLane    // downstream_rq_total
+	RqActive stats.GaugeLane      // downstream_rq_active
+	Rq       [5]stats.CounterLane // downstream_rq_1xx..5xx, by status/100 - 1
+	RqTime   *stats.HistogramLane // downstream_rq_time, milliseconds
+	// RxBytes and TxBytes are the bytes read from and written to
+	// clients (the TCP front end counts on the same lanes).
+	RxBytes stats.CounterLane
+	TxBytes stats.CounterLane
+	// LogDropped counts the requests whose access-log line was dropped
+	// (access_log.dropped).
+	LogDropped stats.CounterLane
+	RqHTTP2    stats.CounterLane // downstream_rq_http2_total
+	// H2Calm counts the HTTP/2 connections cut with a GOAWAY for a flood
+	// (downstream_cx_http2_calm_total).
+	H2Calm stats.CounterLane
+}
+
+// Status counts a final response status in its class (0: not counted).
+func (s *Stats) Status(code int) {
+	if k := code/100 - 1; k >= 0 && k < len(s.Rq) {
+		s.Rq[k].Inc()
+	}
+}
+
+// RequestStarted counts a request begun: in the total and in flight.
+func (s *Stats) RequestStarted() {
+	s.RqTotal.Inc()
+	s.RqActive.Inc()
+}
+
+// RequestEnded counts its end: its time (RequestDone), and no longer in
+// flight.
+func (s *Stats) RequestEnded(start time.Time) {
+	s.RequestDone(start)
+	s.RqActive.Dec()
+}
+
+// RequestDone records a request's time, from start, in milliseconds.
+func (s *Stats) RequestDone(start time.Time) {
+	s.RqTime.Record(float64(time.Since(start)) / float64(time.Millisecond))
+}
