@@ -120,9 +120,11 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 // arrives. So the socket stays open, waiting in the poller for such
 // connections until deferredAcceptGrace after accepting stopped (never
 // past until); nil once that has passed. The steering program refuses
-// new connections meanwhile where this generation stops for good.
+// new connections meanwhile where this generation stops for good. Not on
+// a socket handed over to a successor, which accepts them itself: this
+// generation would take new connections from it.
 func (a *acceptor) awaitDeferred(until int64) *net.TCPConn {
-	if !a.s.deferred {
+	if !a.s.deferred || a.s.handedOver.Load() {
 		return nil
 	}
 	end := min(until, until-int64(queueDrainMax)+int64(deferredAcceptGrace))

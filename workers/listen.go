@@ -61,9 +61,12 @@ type socket struct {
 	// acceptors counts the accept loops on this socket still running
 	// (for the last one to close it when a drain empties it).
 	acceptors atomic.Int32
-	// deferred: TCP_DEFER_ACCEPT is set (deferAccept), so a drain keeps
-	// the socket open a moment after its queue is empty (awaitDeferred).
-	deferred bool
+	// deferred: TCP_DEFER_ACCEPT is set (deferAccept), so a drain that
+	// closes the socket for good keeps it open a moment after its queue
+	// is empty (awaitDeferred); handedOver: the drain's successor accepts
+	// on this socket (DrainOptions.HandedOver), so it does not.
+	deferred   bool
+	handedOver atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error

@@ -327,3 +327,63 @@ func TestDrainServesDeferredConnection(t *testing.T) {
 		t.Errorf("drain: %v", err)
 	}
 }
+
+// TestDrainLeavesHandedOverSocketsToTheSuccessor: a drain whose sockets a
+// successor has taken over (DrainOptions.HandedOver) does not keep
+// accepting on them for the deferred-accept grace: a connection made
+// after accepting stopped is the successor's. The "successor" here is a
+// listener on a dup of the worker's socket, as a next generation's is;
+// without the steering program, which a real successor replaces with its
+// own and which would otherwise refuse the connection for this one.
+func TestDrainLeavesHandedOverSocketsToTheSuccessor(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(be.Close)
+	m := startManager(t, proxyConfig(hostOf(be.URL), func(l *config.Listener) { l.Balance = config.BalanceKernel }), 1)
+	files, err := m.SocketDups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed := make(map[SocketKey]bool)
+	var successor *net.TCPListener
+	for k, f := range files {
+		handed[k] = true
+		ln, err := adopt(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		successor = ln
+	}
+	if len(handed) != 1 {
+		t.Fatalf("%d sockets, want 1", len(handed))
+	}
+	drained := make(chan error, 1)
+	go func() {
+		drained <- m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HandedOver: handed})
+	}()
+	waitFor(t, 5*time.Second, "accepting to stop", m.acceptStopped)
+	c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const req = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	successor.SetDeadline(time.Now().Add(5 * time.Second))
+	sc, err := successor.AcceptTCP()
+	if err != nil {
+		t.Fatalf("the successor did not get the connection made after the drain began (the draining generation took it?): %v", err)
+	}
+	defer sc.Close()
+	sc.SetDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, len(req))
+	if _, err := io.ReadFull(sc, b); err != nil || string(b) != req {
+		t.Fatalf("the successor read %q, %v; want the request", b, err)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("drain: %v", err)
+	}
+}
