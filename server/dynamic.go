@@ -250,6 +250,12 @@ func (s *Server) replaceWorkers(prep *Prepared) error {
 		prep.Close()
 		return fmt.Errorf("dynamic listeners: %w", err)
 	}
+	// What the new Manager takes of them it accepts on: the old one's
+	// drain leaves what is on its way in those to it.
+	handedOver := make(map[workers.SocketKey]bool, len(inherited))
+	for k := range inherited {
+		handedOver[k] = true
+	}
 	// A client's session ticket from before resumes after.
 	prep.TLS.InstallTicketKeys(s.tls.TicketKeys())
 	m, err := workers.New(workers.Options{
@@ -267,7 +273,8 @@ func (s *Server) replaceWorkers(prep *Prepared) error {
 	}
 	// Sockets of removed listeners (and of old addresses): the old
 	// Manager's drain empties their queues and its close is their last.
-	for _, f := range m.Unused() {
+	for k, f := range m.Unused() {
+		delete(handedOver, k)
 		f.Close()
 	}
 	prep.TLS.Start(tlsconf.StartOptions{Stats: s.stats, Logger: s.log})
@@ -278,7 +285,7 @@ func (s *Server) replaceWorkers(prep *Prepared) error {
 	s.wd.manager.Store(m)
 	s.overload.follow(m)
 	s.keepSocketsWithSupervisor()
-	s.retireWorkers(old, oldTLS)
+	s.retireWorkers(old, oldTLS, handedOver)
 	return nil
 }
 
@@ -290,8 +297,9 @@ func (s *Server) setTLS(set *tlsconf.Set) {
 
 // retireWorkers drains m, replaced by a listener change, on a goroutine
 // of its own; the main loop closes it (and tls, its connections' TLS)
-// once the drain has ended (onDynamicRetired).
-func (s *Server) retireWorkers(m *workers.Manager, tls *tlsconf.Set) {
+// once the drain has ended (onDynamicRetired). handedOver are the
+// sockets the new Manager accepts on (workers.DrainOptions).
+func (s *Server) retireWorkers(m *workers.Manager, tls *tlsconf.Set, handedOver map[workers.SocketKey]bool) {
 	s.dyn.draining[m] = tls
 	s.dyn.drainingCount.Store(int32(len(s.dyn.draining)))
 	// SIGUSR1 reaches its access logs, and a generation that stops
@@ -301,7 +309,7 @@ func (s *Server) retireWorkers(m *workers.Manager, tls *tlsconf.Set) {
 	drainTime := s.cfg.Server.DrainTime.D()
 	go func() {
 		defer cancel()
-		err := m.Drain(ctx, workers.DrainOptions{HTTPTimeout: drainTime})
+		err := m.Drain(ctx, workers.DrainOptions{HTTPTimeout: drainTime, HandedOver: handedOver})
 		select {
 		case s.dyn.retired <- retiredWorkers{m: m, err: err}:
 		case <-s.dyn.stop:

@@ -196,6 +196,12 @@ func (s *Server) beginHandover(child hotrestart.Identity, unused []hotrestart.So
 		s.log.Info("the next generation does not take these sockets: they close once their queues are empty",
 			"sockets", released)
 	}
+	// The rest the next generation accepts on: their drain leaves what is
+	// on its way in them to it.
+	handedOver := make(map[workers.SocketKey]bool, len(kept))
+	for k := range kept {
+		handedOver[k] = true
+	}
 	keptAdmin, err := listenerFile(s.adminLn)
 	if err != nil {
 		s.log.Error("cannot keep the admin socket for a rollback", "error", err)
@@ -217,7 +223,7 @@ func (s *Server) beginHandover(child hotrestart.Identity, unused []hotrestart.So
 	m, result := s.hr.draining, s.hr.drainResult
 	go func() {
 		defer cancel()
-		result <- m.Drain(ctx, workers.DrainOptions{HTTPTimeout: s.cfg.Server.DrainTime.D()})
+		result <- m.Drain(ctx, workers.DrainOptions{HTTPTimeout: s.cfg.Server.DrainTime.D(), HandedOver: handedOver})
 	}()
 	// The successor serves the admin API on the same socket now; admin
 	// connections this one has accepted are still answered.

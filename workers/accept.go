@@ -66,6 +66,12 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 					}
 					continue
 				}
+				if c := a.awaitDeferred(until); c != nil {
+					if a.admit(c) {
+						return c, nil
+					}
+					continue
+				}
 			}
 			// The queue is empty (or the time is up): close at once, so
 			// that the moment in which a new connection could still be
@@ -104,6 +110,39 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 		case <-a.m.stopAccept:
 			t.Stop()
 		}
+	}
+}
+
+// awaitDeferred is a stopped loop's wait on a TCP_DEFER_ACCEPT socket
+// (listen.go) whose queue is empty: a connection whose handshake is done
+// but whose first bytes are still on their way is not in the queue yet,
+// and closing the socket now would drop it, to be reset when its request
+// arrives. So the socket stays open, waiting in the poller for such
+// connections until deferredAcceptGrace after accepting stopped (never
+// past until); nil once that has passed. The steering program refuses
+// new connections meanwhile where this generation stops for good. Not on
+// a socket handed over to a successor, which accepts them itself: this
+// generation would take new connections from it.
+func (a *acceptor) awaitDeferred(until int64) *net.TCPConn {
+	if !a.s.deferred || a.s.handedOver.Load() {
+		return nil
+	}
+	end := min(until, until-int64(queueDrainMax)+int64(deferredAcceptGrace))
+	for {
+		now := monotime()
+		if now >= end {
+			return nil
+		}
+		a.s.ln.SetDeadline(time.Now().Add(time.Duration(end - now)))
+		c, err := a.s.ln.AcceptTCP()
+		if err == nil {
+			return c
+		}
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			return nil
+		}
+		// A timeout: the end, or stopAccepting's wake-up (a deadline in
+		// the past) set after ours; the loop tells which.
 	}
 }
 

@@ -85,6 +85,14 @@ type DrainOptions struct {
 	// open this long after the drain began; zero leaves them to ctx.
 	// TCP-proxy connections run until ctx ends.
 	HTTPTimeout time.Duration
+	// HandedOver are the sockets a successor has taken over and accepts
+	// on (the same sockets, not copies): what is queued or on its way in
+	// them is the successor's. A socket not in it closes for good with
+	// this drain, and one that defers accept (HTTP listeners,
+	// TCP_DEFER_ACCEPT) is kept open a moment after its queue is empty,
+	// for connections whose first bytes are on their way
+	// (acceptor.awaitDeferred). nil: none, as at a last shutdown.
+	HandedOver map[SocketKey]bool
 }
 
 // drainIdleGrace: during a drain, a keep-alive connection idle this long
@@ -119,6 +127,11 @@ func (m *Manager) drain(opts DrainOptions) {
 	defer close(m.drainDone)
 	m.draining.Store(true)
 	m.http.GoAwayHTTP2() // HTTP/2's "Connection: close" (downstream/http)
+	for _, ml := range m.listeners {
+		for _, s := range ml.sockets {
+			s.handedOver.Store(opts.HandedOver[s.key])
+		}
+	}
 	m.stopAccepting(m.queueEmptying)
 
 	var httpDeadline <-chan time.Time

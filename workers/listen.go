@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // BindError is a listening socket that could not be bound: it names the
@@ -58,6 +61,12 @@ type socket struct {
 	// acceptors counts the accept loops on this socket still running
 	// (for the last one to close it when a drain empties it).
 	acceptors atomic.Int32
+	// deferred: TCP_DEFER_ACCEPT is set (deferAccept), so a drain that
+	// closes the socket for good keeps it open a moment after its queue
+	// is empty (awaitDeferred); handedOver: the drain's successor accepts
+	// on this socket (DrainOptions.HandedOver), so it does not.
+	deferred   bool
+	handedOver atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -205,4 +214,36 @@ func adopt(f *os.File) (*net.TCPListener, error) {
 		return nil, fmt.Errorf("not a TCP listening socket (%T)", l)
 	}
 	return tl, nil
+}
+
+// deferAcceptSeconds is the TCP_DEFER_ACCEPT of an HTTP listener's sockets:
+// how long the kernel holds a connection whose client has sent nothing
+// before it hands it to accept anyway (then header_timeout runs as for any
+// connection).
+const deferAcceptSeconds = 1
+
+// deferredAcceptGrace is how long after accepting stops a drain keeps a
+// deferred socket open once its queue is empty (acceptor.awaitDeferred):
+// long enough for a client whose connect has returned to send its first
+// bytes, which clients do at once (a TLS ClientHello, a request head).
+// Not beyond queueDrainMax.
+const deferredAcceptGrace = 100 * time.Millisecond
+
+// deferAccept sets TCP_DEFER_ACCEPT on every socket of an HTTP listener
+// (plaintext or TLS: the client speaks first), inherited ones included,
+// so that accept returns a connection with its first bytes in: its first
+// read finds them, where it used to return EAGAIN and wait in the poller
+// for them (docs/benchmarks.md). Not for a TCP listener, whose server may
+// speak first.
+func deferAccept(ml *mlistener) error {
+	if ml.protocol != config.ProtocolHTTP {
+		return nil
+	}
+	for _, s := range ml.sockets {
+		if err := setDeferAccept(s.ln, deferAcceptSeconds); err != nil {
+			return fmt.Errorf("listener %q: address %q: %w", ml.name, ml.addr, err)
+		}
+		s.deferred = deferAcceptSupported
+	}
+	return nil
 }

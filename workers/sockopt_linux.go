@@ -62,3 +62,29 @@ func acceptQueued(ln *net.TCPListener) *net.TCPConn {
 	tc, _ := c.(*net.TCPConn)
 	return tc
 }
+
+// setDeferAccept sets TCP_DEFER_ACCEPT on the listening socket ln: the
+// kernel completes a connection's accept when its first bytes arrive (or
+// after secs seconds without any, rounded up to its SYN-ACK retransmission
+// schedule), so that the first read of an accepted connection finds the
+// request head already there instead of returning EAGAIN and waiting in
+// the poller. Only for protocols whose client speaks first.
+// deferAcceptSupported: setDeferAccept sets the option.
+const deferAcceptSupported = true
+
+func setDeferAccept(ln *net.TCPListener, secs int) error {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, secs)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("setsockopt TCP_DEFER_ACCEPT: %w", serr)
+	}
+	return nil
+}

@@ -3,14 +3,20 @@
 package workers
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hotproxy/hotproxy/config"
 )
 
 // listenNoDelay listens on loopback, with TCP_NODELAY set on the listening
@@ -166,4 +172,218 @@ func processCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// acceptNow takes one connection queued on l without waiting: its fd, or
+// -1 when the queue is empty (EAGAIN).
+func acceptNow(tb testing.TB, l *net.TCPListener) int {
+	tb.Helper()
+	raw, err := l.SyscallConn()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nfd := -1
+	var aerr error
+	raw.Control(func(fd uintptr) {
+		nfd, _, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+	})
+	if aerr == unix.EAGAIN {
+		return -1
+	}
+	if aerr != nil {
+		tb.Fatalf("accept4: %v", aerr)
+	}
+	return nfd
+}
+
+// TestDeferAcceptHoldsSilentConnections checks what HTTP listeners rely
+// on TCP_DEFER_ACCEPT for: a connection whose client has sent nothing is
+// not in the accept queue although the client's connect returned (on
+// loopback the whole handshake is done by then), and once the client
+// writes, accept returns it with the bytes already readable, so the first
+// read does not return EAGAIN. The control, without the option, has it
+// queued at once with nothing to read.
+func TestDeferAcceptHoldsSilentConnections(t *testing.T) {
+	for _, deferred := range []bool{true, false} {
+		t.Run(map[bool]string{true: "deferred", false: "control"}[deferred], func(t *testing.T) {
+			l := listenNoDelay(t, false)
+			if deferred {
+				if err := setDeferAccept(l, deferAcceptSeconds); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fd := acceptNow(t, l)
+			if deferred && fd >= 0 {
+				unix.Close(fd)
+				t.Fatal("a connection that sent nothing was accepted: TCP_DEFER_ACCEPT did not hold it")
+			}
+			if !deferred {
+				if fd < 0 {
+					t.Fatal("control: the connection was not queued after its connect returned")
+				}
+				defer unix.Close(fd)
+				if _, err := unix.Read(fd, make([]byte, 64)); err != unix.EAGAIN {
+					t.Fatalf("control: first read of a silent connection: %v, want EAGAIN", err)
+				}
+				return
+			}
+			const req = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+			if _, err := io.WriteString(c, req); err != nil {
+				t.Fatal(err)
+			}
+			// Loopback delivers within the write; bounded anyway.
+			deadline := time.Now().Add(5 * time.Second)
+			for fd = acceptNow(t, l); fd < 0 && time.Now().Before(deadline); fd = acceptNow(t, l) {
+				time.Sleep(time.Millisecond)
+			}
+			if fd < 0 {
+				t.Fatal("the connection was not accepted within 5s of its first bytes")
+			}
+			defer unix.Close(fd)
+			b := make([]byte, 64)
+			n, err := unix.Read(fd, b)
+			if err != nil || string(b[:n]) != req {
+				t.Fatalf("first read of the accepted connection: %q, %v; want the request", b[:max(n, 0)], err)
+			}
+		})
+	}
+}
+
+// TestHTTPListenerDefersAccept: every socket of an HTTP listener has
+// TCP_DEFER_ACCEPT set (two workers, so two SO_REUSEPORT sockets), and a
+// TCP listener's none, as its server may speak first.
+func TestHTTPListenerDefersAccept(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(be.Close)
+	cfg := tcpConfig(hostOf(be.URL), 0)
+	cfg.Listeners = append(cfg.Listeners, httpListener("web", toCluster("/", "backend")))
+	m := startManager(t, cfg, 2)
+	for _, ml := range m.listeners {
+		want := 0
+		if ml.protocol == config.ProtocolHTTP {
+			want = deferAcceptSeconds
+		}
+		if len(ml.sockets) != 2 {
+			t.Fatalf("listener %q: %d sockets, want one per worker", ml.name, len(ml.sockets))
+		}
+		for _, s := range ml.sockets {
+			raw, err := s.ln.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got int
+			var gerr error
+			raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT) })
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if got != want {
+				t.Errorf("listener %q (%s) worker %d: TCP_DEFER_ACCEPT %d, want %d", ml.name, ml.protocol, s.owner, got, want)
+			}
+		}
+	}
+	// And the HTTP listener still serves.
+	if resp, _ := get(t, newClient(t), "http://"+addr(t, m, "web")+"/"); resp.StatusCode != 200 {
+		t.Fatalf("GET through the HTTP listener: %d", resp.StatusCode)
+	}
+}
+
+// TestDrainServesDeferredConnection: a client whose connect has returned
+// but who has not yet sent its request when the last generation stops
+// accepting is still served: with TCP_DEFER_ACCEPT its connection is not
+// in the accept queue yet, and a socket closed at the first empty queue
+// (as before awaitDeferred) dropped it, so its request was answered with
+// a reset.
+func TestDrainServesDeferredConnection(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(be.Close)
+	m := startManager(t, proxyConfig(hostOf(be.URL)), 1)
+	c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	drained := make(chan error, 1)
+	go func() { drained <- m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{}) }()
+	waitFor(t, 5*time.Second, "accepting to stop", m.acceptStopped)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a request sent just after the drain began, on a connection made before it: %v, want a response", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "ok" || !resp.Close {
+		t.Errorf("response: %d %q close=%v; want 200 \"ok\" with Connection: close", resp.StatusCode, body, resp.Close)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("drain: %v", err)
+	}
+}
+
+// TestDrainLeavesHandedOverSocketsToTheSuccessor: a drain whose sockets a
+// successor has taken over (DrainOptions.HandedOver) does not keep
+// accepting on them for the deferred-accept grace: a connection made
+// after accepting stopped is the successor's. The "successor" here is a
+// listener on a dup of the worker's socket, as a next generation's is;
+// without the steering program, which a real successor replaces with its
+// own and which would otherwise refuse the connection for this one.
+func TestDrainLeavesHandedOverSocketsToTheSuccessor(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(be.Close)
+	m := startManager(t, proxyConfig(hostOf(be.URL), func(l *config.Listener) { l.Balance = config.BalanceKernel }), 1)
+	files, err := m.SocketDups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed := make(map[SocketKey]bool)
+	var successor *net.TCPListener
+	for k, f := range files {
+		handed[k] = true
+		ln, err := adopt(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		successor = ln
+	}
+	if len(handed) != 1 {
+		t.Fatalf("%d sockets, want 1", len(handed))
+	}
+	drained := make(chan error, 1)
+	go func() {
+		drained <- m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HandedOver: handed})
+	}()
+	waitFor(t, 5*time.Second, "accepting to stop", m.acceptStopped)
+	c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const req = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	successor.SetDeadline(time.Now().Add(5 * time.Second))
+	sc, err := successor.AcceptTCP()
+	if err != nil {
+		t.Fatalf("the successor did not get the connection made after the drain began (the draining generation took it?): %v", err)
+	}
+	defer sc.Close()
+	sc.SetDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, len(req))
+	if _, err := io.ReadFull(sc, b); err != nil || string(b) != req {
+		t.Fatalf("the successor read %q, %v; want the request", b, err)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("drain: %v", err)
+	}
 }

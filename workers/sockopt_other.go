@@ -17,3 +17,9 @@ func reusePortControl(_, _ string, _ syscall.RawConn) error {
 // acceptQueued: without a raw non-blocking accept, a stopped socket's queue
 // is not emptied before it closes.
 func acceptQueued(*net.TCPListener) *net.TCPConn { return nil }
+
+// setDeferAccept: TCP_DEFER_ACCEPT is Linux's; elsewhere a connection is
+// accepted at the handshake, as without it.
+func setDeferAccept(*net.TCPListener, int) error { return nil }
+
+const deferAcceptSupported = false

@@ -291,6 +291,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 			startSteering(ml, n, snap.reusePort)
 			err = openListener(ml, n, snap.reusePort, inh)
 		}
+		if err == nil {
+			err = deferAccept(ml)
+		}
 		if err != nil {
 			for _, ml := range m.listeners {
 				for _, s := range ml.sockets {

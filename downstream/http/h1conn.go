@@ -88,6 +88,10 @@ type Conn struct {
 	rawN   int
 	rawErr error
 	waited bool
+	// closeLast: the response being written is the connection's last and
+	// goes in one write (writeLast); rawMore: writeStep sends with
+	// MSG_MORE (writeBeforeClose).
+	closeLast, rawMore bool
 	// headArmed: headReadStep armed the header timeout.
 	headArmed bool
 	// pending is a keep-alive response's last bytes, left by writeLast
@@ -597,7 +601,7 @@ func (cc *Conn) write(b []byte) error {
 // few microseconds of the non-blocking writes before.
 func (cc *Conn) writeStep(fd uintptr) bool {
 	for cc.rawN < len(cc.rawBuf) {
-		n, err := writeFD(fd, cc.rawBuf[cc.rawN:])
+		n, err := writeFDMore(fd, cc.rawBuf[cc.rawN:], cc.rawMore)
 		cc.rawN += n
 		switch {
 		case err == nil && n > 0:

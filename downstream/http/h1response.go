@@ -132,6 +132,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	// A keep-alive response's last write may wait for the idle wait that
 	// follows (writeLast), in plaintext, with nothing pipelined behind it.
 	cc.deferLast = keep && cc.tls == nil && x.pump == nil && cc.r == cc.w
+	cc.closeLast = !keep && cc.tls == nil && x.pump == nil
 	var err error
 	switch resp.Framing {
 	case http1.FramingNone:
@@ -144,7 +145,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 		err = x.copyUntilClose(h)
 		upClean = false
 	}
-	cc.deferLast = false
+	cc.deferLast, cc.closeLast = false, false
 	if err != nil {
 		keep, upClean = false, false
 	}
@@ -203,6 +204,7 @@ func (x *h1Exchange) copyLength(head []byte, n int64) error {
 	}
 	k := min(n, int64(x.in.W-x.in.R))
 	cc.deferLast = cc.deferLast && k == n // only the response's last write
+	cc.closeLast = cc.closeLast && k == n
 	if err := cc.writeHeadAnd(head, x.in.B[x.in.R:x.in.R+int(k)]); err != nil {
 		return err
 	}
@@ -241,6 +243,9 @@ func (cc *Conn) writeHeadAnd(head, body []byte) error {
 // connection, as it would have).
 func (cc *Conn) writeLast(b []byte) error {
 	if !cc.deferLast {
+		if cc.closeLast {
+			return cc.writeBeforeClose(b)
+		}
 		return cc.write(b)
 	}
 	cc.deferLast = false
