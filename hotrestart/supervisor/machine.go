@@ -182,6 +182,12 @@ type machine struct {
 	lastFailure   *Failure
 	op            *reloadOp // in progress
 	queued        *reloadOp // the one coalesced reload after it
+	// reloadsDeferred: a re-execution waits for the machine to be idle,
+	// so a reload nobody waits on (a signal's, the config watcher's) is
+	// queued rather than started, and handed to the new image; without
+	// that, a steady stream of SIGHUP never leaves the machine idle and
+	// the re-execution waits for ever (seen: 2 min under a SIGHUP flood).
+	reloadsDeferred bool
 	startAt       time.Time // op waits until then to start (commit window, back-off)
 	crashes       []time.Time
 	stopping      bool
@@ -320,10 +326,14 @@ func (m *machine) requestReload(reply chan ReloadResult, waitCommit bool) {
 		}
 		return
 	}
-	if m.op != nil {
+	if m.op != nil || (reply == nil && m.reloadsDeferred) {
 		if m.queued == nil {
 			m.queued = &reloadOp{}
-			m.log.Info("reload requested while one is in progress; it will run after it")
+			if m.op != nil {
+				m.log.Info("reload requested while one is in progress; it will run after it")
+			} else {
+				m.log.Info("reload requested while the supervisor waits to re-execute; the new image runs it")
+			}
 		}
 		if reply != nil {
 			m.queued.waiters = append(m.queued.waiters, reloadWaiter{reply, waitCommit})
@@ -335,6 +345,28 @@ func (m *machine) requestReload(reply chan ReloadResult, waitCommit bool) {
 		op.waiters = append(op.waiters, reloadWaiter{reply, waitCommit})
 	}
 	m.beginOp(op)
+}
+
+// deferReloads says whether a re-execution is pending (see
+// reloadsDeferred). When it no longer is (it failed), a reload deferred
+// meanwhile starts.
+func (m *machine) deferReloads(pending bool) {
+	m.reloadsDeferred = pending
+	if !pending && m.op == nil && m.queued != nil && !m.stopping {
+		q := m.queued
+		m.queued = nil
+		m.beginOp(q)
+	}
+}
+
+// takeDeferredReload returns whether a reload nobody waits on was
+// deferred for the re-execution, and forgets it: the new image runs it.
+func (m *machine) takeDeferredReload() bool {
+	if m.op != nil || m.queued == nil || len(m.queued.waiters) > 0 {
+		return false
+	}
+	m.queued = nil
+	return true
 }
 
 // beginOp makes op the operation in progress; its generation starts at

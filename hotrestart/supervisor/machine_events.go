@@ -134,7 +134,7 @@ func (m *machine) finishOp(g *generation, failure string) {
 		m.beginStop(fmt.Sprintf("epoch %d did not start", epoch))
 		return
 	}
-	if m.queued != nil {
+	if m.queued != nil && !(m.reloadsDeferred && len(m.queued.waiters) == 0) {
 		q := m.queued
 		m.queued = nil
 		m.beginOp(q)

@@ -585,3 +585,55 @@ func TestMachineHoldsSignalsForAStartingGeneration(t *testing.T) {
 		t.Fatalf("a ready generation's signal was held: %v", h.table.signals)
 	}
 }
+
+// TestMachineDefersSignalReloadsForAReexec: while a re-execution waits
+// for the machine to be idle, reloads nobody waits on (SIGHUP) are
+// queued, not started, so a steady stream of them cannot keep it busy
+// for ever (a SIGHUP flood held `reload --supervisor` for over 2 min);
+// the deferred one is handed over, and a control-socket reload (someone
+// waits on it) still runs.
+func TestMachineDefersSignalReloadsForAReexec(t *testing.T) {
+	h := newMachineHarness(t, time.Second)
+	h.m.requestReload(nil, false) // a SIGHUP: starts at once
+	h.tick()
+	first := h.newest()
+	h.m.deferReloads(true) // then `reload --supervisor`
+	h.m.requestReload(nil, false)
+	h.m.requestReload(nil, false)
+	h.ready(first)
+	h.tick()
+	if h.m.op != nil || !h.m.idle() {
+		t.Fatalf("after the reload in progress, a signal's reload started although a re-execution waits: op %+v", h.m.op)
+	}
+	if len(h.table.started) != 2 {
+		t.Fatalf("%d generations started, want 2 (epoch 0 and the first reload)", len(h.table.started))
+	}
+	if !h.m.takeDeferredReload() {
+		t.Fatal("the deferred reload is not handed to the new image")
+	}
+	if h.m.takeDeferredReload() {
+		t.Fatal("the deferred reload was handed over twice")
+	}
+
+	// One with a waiter is not deferred.
+	res := make(chan ReloadResult, 1)
+	h.m.requestReload(res, false)
+	h.tick()
+	if h.m.op == nil {
+		t.Fatal("a control-socket reload was deferred")
+	}
+	h.ready(h.newest())
+	if r := <-res; !r.OK {
+		t.Fatalf("reload: %+v", r)
+	}
+
+	// A re-execution that fails: what was deferred starts.
+	h.m.requestReload(nil, false)
+	if h.m.op != nil {
+		t.Fatal("deferred reload started while deferring")
+	}
+	h.m.deferReloads(false)
+	if h.m.op == nil {
+		t.Fatal("the reload deferred for a re-execution that did not happen never started")
+	}
+}

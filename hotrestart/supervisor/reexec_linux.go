@@ -147,12 +147,21 @@ func (s *Supervisor) reexec() {
 			drained = true
 		}
 	}
+	// A reload deferred while this waited to be idle: the new image runs
+	// it, as it acts on a SIGHUP handed over.
+	deferredReload := s.machine.takeDeferredReload()
+	if deferredReload {
+		st.Signals = append(st.Signals, unix.SignalName(unix.SIGHUP))
+	}
 	blob, err := json.Marshal(st)
 	if err != nil {
 		restore()
 		fail(err)
 		for _, sig := range pending {
 			s.onSignal(sig)
+		}
+		if deferredReload {
+			s.onSignal(unix.SIGHUP)
 		}
 		return
 	}
@@ -175,6 +184,9 @@ func (s *Supervisor) reexec() {
 	fail(fmt.Errorf("execve %s: %w", self, err))
 	for _, sig := range pending {
 		s.onSignal(sig)
+	}
+	if deferredReload {
+		s.onSignal(unix.SIGHUP)
 	}
 }
 

@@ -234,6 +234,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if done, err := s.machine.done(); done {
 			return err
 		}
+		s.machine.deferReloads(s.reexecReq != nil)
 		wake, err := s.tick()
 		if err != nil {
 			return err
