@@ -45,7 +45,7 @@ func (x *h1Exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err e
 				break
 			}
 			cc.r += n
-			b = appendChunk(b, data, trailer, done)
+			b = x.appendRequestChunk(b, data, trailer, done)
 			if done {
 				x.bodyDone = true
 				break
@@ -65,6 +65,20 @@ func appendChunk(b, data, trailer []byte, done bool) []byte {
 	}
 	if done {
 		b = http1.AppendLastChunk(b, trailer)
+	}
+	return b
+}
+
+// appendRequestChunk is appendChunk for the request body: its trailer is
+// re-written field by field under the request trailer rule
+// (exchange.ForwardedFields.AppendHTTP1RequestTrailer), never passed on
+// as the client's bytes.
+func (x *h1Exchange) appendRequestChunk(b, data, trailer []byte, done bool) []byte {
+	b = appendChunk(b, data, nil, false)
+	if done {
+		b = append(b, "0\r\n"...)
+		b = x.cc.ex.fwd.AppendHTTP1RequestTrailer(b, trailer)
+		b = append(b, "\r\n"...)
 	}
 	return b
 }
@@ -156,7 +170,7 @@ func (x *h1Exchange) pumpBody() (err error) {
 					}
 					out = out[:0]
 				}
-				out = appendChunk(out, data, trailer, done)
+				out = x.appendRequestChunk(out, data, trailer, done)
 				if done {
 					x.bodyLeft = 0
 					x.bodyRead.Store(true)

@@ -132,7 +132,16 @@ func (cc *Conn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
 	fwd := &cc.ex.fwd
 	fwd.Reset(cc.client(), req.Host.Bytes(head), false)
 	for i := range req.NFields {
-		if f := &req.Fields[i]; !f.Hop && fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
+		f := &req.Fields[i]
+		if f.Hop {
+			// The fields Connection names are stripped here and
+			// must not come back in the trailer.
+			if req.Framing == http1.FramingChunked && http1.EqualFold(f.Name.Bytes(head), "connection") {
+				fwd.NoteConnection(f.Value.Bytes(head))
+			}
+			continue
+		}
+		if fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
 			b = appendField(b, f.Name.Bytes(head), f.Value.Bytes(head))
 		}
 	}
