@@ -30,6 +30,7 @@ func (x *h1Exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err e
 			bodyRef = cc.rbuf[cc.r : cc.r+int(n)]
 		}
 		cc.r += int(n)
+		x.bodyTaken = n > 0
 		x.bodyLeft = req.ContentLength - n
 		x.bodyDone = x.bodyLeft == 0
 	case http1.FramingChunked:
@@ -45,6 +46,7 @@ func (x *h1Exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err e
 				break
 			}
 			cc.r += n
+			x.bodyTaken = true
 			b = x.appendRequestChunk(b, data, trailer, done)
 			if done {
 				x.bodyDone = true
@@ -146,6 +148,7 @@ func (x *h1Exchange) pumpBody() (err error) {
 			if n == x.bodyLeft {
 				x.bodyRead.Store(true)
 			}
+			x.bodyTaken = true // even a write that fails may have sent some
 			if err := writeUp(cc.rbuf[cc.r : cc.r+int(n)]); err != nil {
 				return err
 			}
@@ -164,6 +167,7 @@ func (x *h1Exchange) pumpBody() (err error) {
 					break
 				}
 				cc.r += n
+				x.bodyTaken = true
 				if len(out)+len(data)+32 > cap(out) && len(out) > 0 {
 					if err := writeUp(out); err != nil {
 						return err
