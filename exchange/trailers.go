@@ -89,6 +89,20 @@ func AppendHTTP1Trailers(b []byte, fields []hpack.HeaderField, appendName func([
 	return b
 }
 
+// KeepResponseTrailers removes from an upstream's HTTP/2 response
+// trailer fields, in place, those TrailerMayCarry refuses, and returns
+// the rest (fields' own array: the caller gives up the list).
+func KeepResponseTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
+	kept := fields[:0]
+	for _, f := range fields {
+		if TrailerMayCarry(f.Name) {
+			kept = append(kept, f)
+		}
+	}
+	clear(fields[len(kept):])
+	return kept
+}
+
 // AppendHTTP1RequestTrailers writes a client's HTTP/2 request trailer
 // fields as HTTP/1.1 field lines, those RequestTrailerMayCarry lets
 // through, each name written by appendName.

@@ -251,3 +251,81 @@ func TestRequestTrailerFramingRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseTrailersFilteredH2ToH2: an HTTP/2 upstream's response
+// trailer reaches an HTTP/2 client without framing or routing fields
+// (content-length, host, trailer), with grpc-status and grpc-message.
+func TestResponseTrailersFilteredH2ToH2(t *testing.T) {
+	be := rawBackend(t, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		pre := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c, pre); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		fr.WriteSettings()
+		var hb strings.Builder
+		enc := hpack.NewEncoder(&hb)
+		block := func(fields ...string) []byte {
+			hb.Reset()
+			for i := 0; i+1 < len(fields); i += 2 {
+				enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+			}
+			return []byte(hb.String())
+		}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+				id := f.StreamID
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block(":status", "200", "content-type", "application/grpc"), EndHeaders: true})
+				fr.WriteData(id, false, []byte("ok"))
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, EndStream: true, BlockFragment: block(
+					"grpc-status", "0", "grpc-message", "fine", "content-length", "99", "host", "evil.example", "trailer", "x")})
+			}
+		}
+	})
+	cfg := proxyConfig(be, h2cListener)
+	cfg.Clusters[0].HTTP2 = true
+	m := startManager(t, cfg, 1)
+	rc := dialRawH2(t, addr(t, m, "web"))
+	rc.get(t, 1, "a.example", "/svc", "te", "trailers")
+	var blocks [][]hpack.HeaderField
+	for len(blocks) < 2 {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the response: %v (blocks so far %v)", err, blocks)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				rc.fr.WriteSettingsAck()
+			}
+		case *http2.MetaHeadersFrame:
+			blocks = append(blocks, f.Fields)
+			if f.StreamEnded() && len(blocks) < 2 {
+				t.Fatalf("the response ended without trailers: %v", blocks)
+			}
+		case *http2.RSTStreamFrame:
+			t.Fatalf("the proxy reset the stream: %v", f.ErrCode)
+		}
+	}
+	got := map[string]string{}
+	for _, f := range blocks[1] {
+		got[f.Name] = f.Value
+	}
+	if got["grpc-status"] != "0" || got["grpc-message"] != "fine" || len(got) != 2 {
+		t.Fatalf("trailers %v, want grpc-status and grpc-message alone", got)
+	}
+}

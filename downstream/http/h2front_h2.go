@@ -115,7 +115,10 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *View, rt *ro
 		resetStream(st) // the client must not take it for a whole response
 		return
 	}
-	if tr := up.Trailers(); len(tr) > 0 {
+	// The response trailer rule: no framing or routing field (the
+	// HTTP/2 codec refuses the hop-by-hop ones); grpc-status passes.
+	// None left: the stream ends as if there were none.
+	if tr := exchange.KeepResponseTrailers(up.Trailers()); len(tr) > 0 {
 		st.WriteTrailers(tr)
 	}
 }
