@@ -195,7 +195,9 @@ func (x *H2Transport) pumpBody(s *h2.ClientStream, done chan<- error) {
 		}
 		switch {
 		case err == io.EOF:
-			if tr := x.Body.Trailers(); len(tr) > 0 {
+			// The client's trailers under the request trailer rule
+			// (an empty list after it: END_STREAM alone).
+			if tr := KeepRequestTrailers(x.Body.Trailers()); len(tr) > 0 {
 				s.WriteTrailers(tr)
 			} else {
 				s.CloseSend()

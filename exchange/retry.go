@@ -65,6 +65,12 @@ type Try struct {
 	// idle (a transport that retries stale connections itself leaves it
 	// false).
 	Stale bool
+	// BodyUnsent: the request's body streams from the client and none
+	// of it had been taken from the client when the try failed (an
+	// Expect: 100-continue client waits for the 100): only the head
+	// went upstream, so the request may go again, whatever its method,
+	// as long as nothing of a response came (Stale).
+	BodyUnsent bool
 	// Interim: a 1xx response reached the client; the request is not
 	// sent again.
 	Interim bool
@@ -188,7 +194,7 @@ func (t *Tries) Next(err error, status int, try Try) Verdict {
 				return Retry
 			}
 			return Fail
-		case first && !t.staleUsed && try.Stale && t.staleRetryable(err):
+		case first && !t.staleUsed && try.Stale && t.staleRetryable(err, try.BodyUnsent):
 			t.staleUsed = true
 			t.Retries++
 			return RetryFresh
@@ -224,9 +230,11 @@ func (t *Tries) inTime() bool { return time.Now().Before(t.deadline) }
 
 // staleRetryable: a request that met a stale pooled connection (closed
 // by the upstream while idle) is sent once more on a fresh one when the
-// whole request went in the try and repeating it is safe.
-func (t *Tries) staleRetryable(err error) bool {
-	if !t.replayable || !t.idempotent || IsTimeout(err) {
+// whole request went in the try and repeating it is safe, or when only
+// its head went (bodyUnsent): an upstream that never got the body did
+// not act on the request.
+func (t *Tries) staleRetryable(err error, bodyUnsent bool) bool {
+	if !(t.replayable && t.idempotent) && !bodyUnsent || IsTimeout(err) {
 		return false
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) ||

@@ -244,3 +244,29 @@ func TestIdempotent(t *testing.T) {
 		}
 	}
 }
+
+// A request whose body streams (not replayable) goes again on a fresh
+// connection after a stale one only when none of its body was taken
+// (BodyUnsent: an Expect: 100-continue client waiting), a POST too.
+func TestTriesStaleBodyUnsent(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		try  Try
+		want Verdict
+	}{
+		{"head alone sent", io.EOF, Try{Endpoint: 0, Stale: true, BodyUnsent: true}, RetryFresh},
+		{"head alone sent, reset", syscall.ECONNRESET, Try{Endpoint: 0, Stale: true, BodyUnsent: true}, RetryFresh},
+		{"body partly sent", io.EOF, Try{Endpoint: 0, Stale: true}, Fail},
+		{"not a reused connection", io.EOF, Try{Endpoint: 0, BodyUnsent: true}, Fail},
+		{"timing out", os.ErrDeadlineExceeded, Try{Endpoint: 0, Stale: true, BodyUnsent: true}, Fail},
+		{"after a 1xx", io.EOF, Try{Endpoint: 0, Interim: true}, Fail},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, _ := start(t, RetryPolicy{}, false, false)
+			if v := tr.Next(tt.err, 0, tt.try); v != tt.want {
+				t.Fatalf("Next(%v, %+v) = %v, want %v", tt.err, tt.try, v, tt.want)
+			}
+		})
+	}
+}

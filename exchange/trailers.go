@@ -1,31 +1,250 @@
 package exchange
 
-import "golang.org/x/net/http2/hpack"
+import (
+	"github.com/hotproxy/hotproxy/http1"
+	"golang.org/x/net/http2/hpack"
+)
 
-// TrailerMayCarry reports whether a trailer field named name (lower
-// case, as HTTP/2 carries it) passes into an HTTP/1.1 chunked body's
-// trailer section: framing, routing and hop-by-hop fields may not be
-// trailers (RFC 9110 §6.5.1), whichever side the trailers come from.
+// Trailers cross the proxy under two rules, one per direction, for every
+// pair of client and upstream protocol.
+//
+// A request's trailer section comes after the body, when the head's
+// fields have been checked and rewritten: a backend that merges trailers
+// into the header section (Go's net/http hands them out in
+// Request.Trailer, frameworks merge them) would otherwise take from it
+// what the head may not say. RequestTrailerMayCarry keeps only what RFC
+// 9110 §6.5.1 lets a trailer carry and nothing the proxy sets or strips
+// in the head (ForwardedFields): no framing, routing, request modifiers,
+// authentication, content metadata, hop-by-hop fields, forwarding fields
+// or request ids.
+//
+// A response's trailers come from the backend the proxy chose: they keep
+// all but framing, routing and hop-by-hop fields (TrailerMayCarry), so
+// grpc-status and grpc-message pass.
+
+// TrailerMayCarry reports whether a response trailer field named name
+// (lower case, as HTTP/2 carries it) passes to the client: framing,
+// routing and hop-by-hop fields may not be trailers (RFC 9110 §6.5.1).
 func TrailerMayCarry(name string) bool {
 	switch name {
-	case "content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer", "upgrade":
+	case "content-length", "transfer-encoding", "host", "connection", "keep-alive", "te", "trailer", "upgrade", "proxy-connection":
 		return false
 	}
 	return true
 }
 
-// AppendHTTP1Trailers writes HTTP/2 trailer fields as HTTP/1.1 field
-// lines (those TrailerMayCarry lets through), each name written by
-// appendName: as it is for an upstream, canonical for a client.
+// RequestTrailerMayCarry reports whether a client's request trailer field
+// named name (any case; '_' for '-' too where a backend folds the two)
+// may go upstream. It does not allocate.
+func RequestTrailerMayCarry(name string) bool {
+	if upstreamFieldOf(name, false) != fieldForward {
+		// X-Forwarded-*, Forwarded, X-Real-IP, X-Request-Id,
+		// Proxy-Authorization, HTTP2-Settings: the proxy's own in
+		// the head, never the client's in a trailer.
+		return false
+	}
+	switch len(name) {
+	case 2:
+		return !foldName(name, "te")
+	case 4:
+		return !foldName(name, "host")
+	case 5:
+		return !foldName(name, "range")
+	case 6:
+		return !foldName(name, "expect") && !foldName(name, "pragma")
+	case 7:
+		return !foldName(name, "trailer") && !foldName(name, "upgrade")
+	case 8:
+		return !foldName(name, "if-match") && !foldName(name, "if-range")
+	case 10:
+		return !foldName(name, "connection") && !foldName(name, "keep-alive")
+	case 12:
+		return !foldName(name, "content-type") && !foldName(name, "max-forwards")
+	case 13:
+		return !foldName(name, "authorization") && !foldName(name, "cache-control") &&
+			!foldName(name, "content-range") && !foldName(name, "if-none-match")
+	case 14:
+		return !foldName(name, "content-length")
+	case 16:
+		return !foldName(name, "content-encoding") && !foldName(name, "proxy-connection") &&
+			!foldName(name, "www-authenticate")
+	case 17:
+		return !foldName(name, "transfer-encoding") && !foldName(name, "if-modified-since")
+	case 19:
+		return !foldName(name, "if-unmodified-since")
+	}
+	return true
+}
+
+// AppendHTTP1Trailers writes an upstream's HTTP/2 response trailer fields
+// as HTTP/1.1 field lines (those TrailerMayCarry lets through), each name
+// written by appendName (canonical for a client).
 func AppendHTTP1Trailers(b []byte, fields []hpack.HeaderField, appendName func([]byte, string) []byte) []byte {
 	for _, f := range fields {
 		if !TrailerMayCarry(f.Name) {
 			continue
 		}
-		b = appendName(b, f.Name)
-		b = append(b, ": "...)
-		b = append(b, f.Value...)
-		b = append(b, "\r\n"...)
+		b = appendHTTP1Field(b, f.Name, f.Value, appendName)
 	}
 	return b
+}
+
+// KeepResponseTrailers removes from an upstream's HTTP/2 response
+// trailer fields, in place, those TrailerMayCarry refuses, and returns
+// the rest (fields' own array: the caller gives up the list).
+func KeepResponseTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
+	kept := fields[:0]
+	for _, f := range fields {
+		if TrailerMayCarry(f.Name) {
+			kept = append(kept, f)
+		}
+	}
+	clear(fields[len(kept):])
+	return kept
+}
+
+// AppendHTTP1RequestTrailers writes a client's HTTP/2 request trailer
+// fields as HTTP/1.1 field lines, those RequestTrailerMayCarry lets
+// through, each name written by appendName.
+func AppendHTTP1RequestTrailers(b []byte, fields []hpack.HeaderField, appendName func([]byte, string) []byte) []byte {
+	for _, f := range fields {
+		if !RequestTrailerMayCarry(f.Name) {
+			continue
+		}
+		b = appendHTTP1Field(b, f.Name, f.Value, appendName)
+	}
+	return b
+}
+
+func appendHTTP1Field(b []byte, name, value string, appendName func([]byte, string) []byte) []byte {
+	b = appendName(b, name)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// KeepRequestTrailers removes from a client's HTTP/2 request trailer
+// fields, in place, those RequestTrailerMayCarry refuses, and returns
+// the rest (fields' own array: the caller gives up the list).
+func KeepRequestTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
+	kept := fields[:0]
+	for _, f := range fields {
+		if RequestTrailerMayCarry(f.Name) {
+			kept = append(kept, f)
+		}
+	}
+	clear(fields[len(kept):])
+	return kept
+}
+
+// AppendHTTP1RequestTrailer re-writes an HTTP/1.1 client's chunked
+// trailer section (field lines with their CRLFs, as http1.ChunkedDecoder
+// validated it) field by field: those RequestTrailerMayCarry lets through
+// and f's request did not name in Connection. Names and values are
+// written as the client spelt them. It does not allocate beyond b.
+func (f *ForwardedFields) AppendHTTP1RequestTrailer(b, trailer []byte) []byte {
+	for pos := 0; ; {
+		name, value, next, ok := http1.NextTrailerField(trailer, pos)
+		if !ok {
+			return b
+		}
+		pos = next
+		if !RequestTrailerMayCarry(bytesString(name)) || f.connectionNamed(name) {
+			continue
+		}
+		b = append(b, name...)
+		b = append(b, ": "...)
+		b = append(b, value...)
+		b = append(b, "\r\n"...)
+	}
+}
+
+// maxConnectionNamed bounds the bytes of the field names an HTTP/1.1
+// request's Connection header named (beyond the hop-by-hop ones) that a
+// trailer is checked against; past it every trailer field is dropped.
+const maxConnectionNamed = 128
+
+// NoteConnection records the field names an HTTP/1.1 request's
+// Connection field value lists: stripped from the head as hop-by-hop
+// (RFC 9110 §7.6.1), none may come back in the trailer either. Call it
+// after Reset, with each Connection field's value.
+func (f *ForwardedFields) NoteConnection(value []byte) {
+	for len(value) > 0 {
+		name := value
+		if i := indexByte(value, ','); i >= 0 {
+			name, value = value[:i], value[i+1:]
+		} else {
+			value = nil
+		}
+		name = trimOWS(name)
+		if len(name) == 0 || !RequestTrailerMayCarry(bytesString(name)) {
+			continue // refused in a trailer anyway (close, keep-alive, upgrade...)
+		}
+		if f.connNamedLen+len(name)+1 > maxConnectionNamed {
+			f.connNamedOverflow = true
+			return
+		}
+		f.connNamedLen += copy(f.connNamed[f.connNamedLen:], name)
+		f.connNamed[f.connNamedLen] = ','
+		f.connNamedLen++
+	}
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// connectionNamed reports whether the request's Connection header named
+// name (or named more than maxConnectionNamed holds).
+func (f *ForwardedFields) connectionNamed(name []byte) bool {
+	if f.connNamedOverflow {
+		return true
+	}
+	names := f.connNamed[:f.connNamedLen]
+	for len(names) > 0 {
+		i := 0
+		for names[i] != ',' {
+			i++
+		}
+		if equalFoldBytes(names[:i], name) {
+			return true
+		}
+		names = names[i+1:]
+	}
+	return false
+}
+
+// equalFoldBytes reports whether a and b are equal but for ASCII case.
+func equalFoldBytes(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

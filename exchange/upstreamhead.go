@@ -43,6 +43,13 @@ type ForwardedFields struct {
 	teTrailers bool // the client sent TE: trailers (passed to HTTP/2 only)
 	newID      [32]byte
 	own        int // the next field Own yields
+
+	// connNamed holds the names, each ended by ',', of the fields an
+	// HTTP/1.1 request's Connection header named, for its trailer
+	// (NoteConnectionNamed).
+	connNamed         [maxConnectionNamed]byte
+	connNamedLen      int
+	connNamedOverflow bool
 }
 
 // Reset readies f for a request to host (its Host or :authority; empty:

@@ -322,3 +322,24 @@ func AppendLastChunk(dst, trailer []byte) []byte {
 	dst = append(dst, trailer...)
 	return append(dst, '\r', '\n')
 }
+
+// NextTrailerField returns the field line of a trailer section (as
+// ChunkedDecoder.Next returned it, validated) that starts at trailer[pos]:
+// its name, its value without surrounding whitespace, and where the next
+// line starts. ok is false past the last line, or for a line that is not
+// a valid field line (a section not from the decoder), which ends the
+// walk. It does not allocate.
+func NextTrailerField(trailer []byte, pos int) (name, value []byte, next int, ok bool) {
+	if pos >= len(trailer) {
+		return nil, nil, 0, false
+	}
+	cr, code := nextLine(trailer, pos, len(trailer))
+	if code != errNone || cr == pos {
+		return nil, nil, 0, false
+	}
+	var f Field
+	if parseFieldLine(trailer, pos, cr, &f) != errNone {
+		return nil, nil, 0, false
+	}
+	return f.Name.Bytes(trailer), f.Value.Bytes(trailer), cr + 2, true
+}

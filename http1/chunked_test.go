@@ -196,3 +196,23 @@ func TestAppendChunk(t *testing.T) {
 		t.Errorf("AppendLastChunk with trailer = %q", got)
 	}
 }
+
+// TestNextTrailerField walks a decoded trailer section field by field.
+func TestNextTrailerField(t *testing.T) {
+	trailer := []byte("X-A: 1\r\nX-B:\t two \r\n")
+	var got []string
+	for pos := 0; ; {
+		name, value, next, ok := NextTrailerField(trailer, pos)
+		if !ok {
+			break
+		}
+		got = append(got, string(name)+"="+string(value))
+		pos = next
+	}
+	if strings.Join(got, ",") != "X-A=1,X-B=two" {
+		t.Fatalf("got %q", got)
+	}
+	if _, _, _, ok := NextTrailerField([]byte("bad line\r\n"), 0); ok {
+		t.Fatal("a line without a colon is a field")
+	}
+}

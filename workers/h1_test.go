@@ -87,8 +87,10 @@ const okResponse = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 // Every framing the proxy and a backend could disagree on is refused with
 // 400 (414, 431, 505), the connection closes, and nothing reaches the
-// backend: the cases of internal/smuggle, which scripts/smuggle-check.sh
-// also runs against nginx and HAProxy.
+// backend; a forwarding field forged in a request trailer never reaches
+// it either (the request itself is answered): the cases of
+// internal/smuggle, which scripts/smuggle-check.sh also runs against
+// nginx and HAProxy.
 func TestSmugglingRefused(t *testing.T) {
 	b, err := smuggle.Listen("127.0.0.1:0")
 	if err != nil {

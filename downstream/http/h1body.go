@@ -30,6 +30,7 @@ func (x *h1Exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err e
 			bodyRef = cc.rbuf[cc.r : cc.r+int(n)]
 		}
 		cc.r += int(n)
+		x.bodyTaken = n > 0
 		x.bodyLeft = req.ContentLength - n
 		x.bodyDone = x.bodyLeft == 0
 	case http1.FramingChunked:
@@ -45,7 +46,8 @@ func (x *h1Exchange) takeBufferedBody(b []byte) (_ []byte, bodyRef []byte, err e
 				break
 			}
 			cc.r += n
-			b = appendChunk(b, data, trailer, done)
+			x.bodyTaken = true
+			b = x.appendRequestChunk(b, data, trailer, done)
 			if done {
 				x.bodyDone = true
 				break
@@ -65,6 +67,20 @@ func appendChunk(b, data, trailer []byte, done bool) []byte {
 	}
 	if done {
 		b = http1.AppendLastChunk(b, trailer)
+	}
+	return b
+}
+
+// appendRequestChunk is appendChunk for the request body: its trailer is
+// re-written field by field under the request trailer rule
+// (exchange.ForwardedFields.AppendHTTP1RequestTrailer), never passed on
+// as the client's bytes.
+func (x *h1Exchange) appendRequestChunk(b, data, trailer []byte, done bool) []byte {
+	b = appendChunk(b, data, nil, false)
+	if done {
+		b = append(b, "0\r\n"...)
+		b = x.cc.ex.fwd.AppendHTTP1RequestTrailer(b, trailer)
+		b = append(b, "\r\n"...)
 	}
 	return b
 }
@@ -132,6 +148,7 @@ func (x *h1Exchange) pumpBody() (err error) {
 			if n == x.bodyLeft {
 				x.bodyRead.Store(true)
 			}
+			x.bodyTaken = true // even a write that fails may have sent some
 			if err := writeUp(cc.rbuf[cc.r : cc.r+int(n)]); err != nil {
 				return err
 			}
@@ -150,13 +167,14 @@ func (x *h1Exchange) pumpBody() (err error) {
 					break
 				}
 				cc.r += n
+				x.bodyTaken = true
 				if len(out)+len(data)+32 > cap(out) && len(out) > 0 {
 					if err := writeUp(out); err != nil {
 						return err
 					}
 					out = out[:0]
 				}
-				out = appendChunk(out, data, trailer, done)
+				out = x.appendRequestChunk(out, data, trailer, done)
 				if done {
 					x.bodyLeft = 0
 					x.bodyRead.Store(true)

@@ -50,6 +50,10 @@ type h1Exchange struct {
 	// bodyRead: the pump has read the client's whole body, and what is
 	// left of its work is writing the last of it to the upstream.
 	bodyRead atomic.Bool
+	// bodyTaken: some of the body was taken from the client (with the
+	// head, or by the pump): the request can no longer go again on a
+	// fresh connection (read by the try once the pump stopped).
+	bodyTaken bool
 
 	// The upstream's read buffer and its unconsumed bytes, and the read
 	// deadline last set while a response body is copied (ReadUpstream).
@@ -102,10 +106,6 @@ func (cc *Conn) proxy(lv *View, rt *route.Route, start time.Time, keep bool) boo
 		cc.upAddr = x.up.Endpoint()
 	}
 	cc.retries = x.retries
-	if err == nil && !x.bodyDone {
-		x.startPump()
-		err = x.readResponseHead()
-	}
 	if err != nil {
 		return cc.failBeforeResponse(x, err)
 	}
@@ -132,7 +132,16 @@ func (cc *Conn) appendUpstreamHead(b, head []byte, upstreamHost string) []byte {
 	fwd := &cc.ex.fwd
 	fwd.Reset(cc.client(), req.Host.Bytes(head), false)
 	for i := range req.NFields {
-		if f := &req.Fields[i]; !f.Hop && fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
+		f := &req.Fields[i]
+		if f.Hop {
+			// The fields Connection names are stripped here and
+			// must not come back in the trailer.
+			if req.Framing == http1.FramingChunked && http1.EqualFold(f.Name.Bytes(head), "connection") {
+				fwd.NoteConnection(f.Value.Bytes(head))
+			}
+			continue
+		}
+		if fwd.Take(f.Name.Bytes(head), f.Value.Bytes(head)) {
 			b = appendField(b, f.Name.Bytes(head), f.Value.Bytes(head))
 		}
 	}

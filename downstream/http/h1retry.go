@@ -14,10 +14,12 @@ import (
 // body is complete, reads the response head; it sends it again where the
 // route's retry policy (exchange.Tries) says so, to another endpoint
 // where there is one. On return, x.up is the connection of the last try
-// (nil if none connected) and, on success with x.bodyDone, cc.ex.resp its
-// response head. A try is repeated only while the whole request is in b
-// and bodyRef (x.bodyDone: nothing streams from the client) and nothing
-// of a response reached the client; a response it repeats is read no
+// (nil if none connected) and, on success, cc.ex.resp its response head
+// (with a body that streams from the client, its pump running). A try
+// is repeated only while the whole request is in b and bodyRef
+// (x.bodyDone: nothing streams from the client), or, on a stale pooled
+// connection, nothing of the streamed body was taken yet; and nothing
+// of a response reached the client. A response it repeats is read no
 // further and its connection closed.
 func (x *h1Exchange) tryUntilResponse(lv *View, rt *route.Route, b, bodyRef []byte) error {
 	t := &x.tries
@@ -51,22 +53,43 @@ func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 	}
 	x.up.SetDeadline(tryDeadline)
 	status := 0
+	unsent := false
 	if x.bodyDone {
 		// The whole request goes with its head: written from inside
 		// the wait for the answer (sendThenReadHead). A stale pooled
 		// connection shows itself now, as EOF or a reset.
-		if err = x.sendThenReadHead(x.out, x.outBody); err == nil {
-			status = int(x.cc.ex.resp.Status)
-		}
-	} else {
-		err = x.sendHead(x.out, x.outBody)
+		err = x.sendThenReadHead(x.out, x.outBody)
+	} else if err = x.sendHead(x.out, x.outBody); err == nil {
+		// The rest of the body streams from the client while the
+		// response head is awaited: a 100 Continue reaches the client
+		// first, an early answer (401, 413) at once.
+		x.startPump()
+		err = x.readResponseHead()
 	}
-	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: x.up.Reused() && x.in.W == 0, Interim: x.interim}, err
+	stale := x.up.Reused() && x.in.W == 0
+	if err != nil && !x.bodyDone && stale {
+		// A stale connection with the body still to come: stopped,
+		// the pump tells whether any of it was taken from the
+		// client. None (an Expect: 100-continue client waits): the
+		// request may go again on a fresh connection.
+		if perr := x.waitPump(true); perr != nil {
+			err = perr
+		}
+		unsent = !x.bodyTaken
+	}
+	if err == nil {
+		status = int(x.cc.ex.resp.Status)
+	}
+	return status, exchange.Try{Endpoint: x.up.EndpointIndex(), Stale: stale, BodyUnsent: unsent, Interim: x.interim}, err
 }
 
-// Abandon closes the try's connection: a response to repeat is read no
-// further.
-func (x *h1Exchange) Abandon() { exchange.AbandonHTTP1(&x.up, &x.in) }
+// Abandon closes the try's connection, its body pump stopped first: a
+// response to repeat is read no further.
+func (x *h1Exchange) Abandon() {
+	x.waitPump(true)
+	x.stop.Store(false)
+	exchange.AbandonHTTP1(&x.up, &x.in)
+}
 
 // hashKey finds the request's hash_on key (upstream.HashKey; 0: the
 // request has none) without allocating.

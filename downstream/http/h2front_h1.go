@@ -92,7 +92,7 @@ func (f *h2Front) proxyToHTTP1(st *h2.Stream, s *h2StreamState, lv *View, rt *ro
 			s.head = http1.AppendChunkHeader(s.head, len(body))
 			s.head = append(append(s.head, body...), crlf...)
 		}
-		s.pumpBuf = exchange.AppendHTTP1Trailers(s.pumpBuf[:0], st.Trailers(), appendName)
+		s.pumpBuf = exchange.AppendHTTP1RequestTrailers(s.pumpBuf[:0], st.Trailers(), appendName)
 		s.head = http1.AppendLastChunk(s.head, s.pumpBuf)
 	case complete:
 		s.head = append(s.head, body...)
@@ -338,7 +338,7 @@ func pumpStreamBody(up *upstream.Conn, st *h2.Stream, chunked bool, idle time.Du
 		if rerr == io.EOF {
 			if chunked {
 				// Request trailers are known once the body has ended.
-				*trailerBuf = exchange.AppendHTTP1Trailers((*trailerBuf)[:0], st.Trailers(), appendName)
+				*trailerBuf = exchange.AppendHTTP1RequestTrailers((*trailerBuf)[:0], st.Trailers(), appendName)
 				_, err = up.Write(http1.AppendLastChunk(hdr[:0], *trailerBuf))
 			}
 			return err

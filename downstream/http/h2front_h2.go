@@ -42,7 +42,9 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *View, rt *ro
 	}
 	replayable := true
 	var body *h2StreamBody
-	if buffered, complete := st.Body(); complete {
+	// A whole body goes with the head, unless trailers came after it:
+	// Head.Body carries none, the streamed body's Trailers do.
+	if buffered, complete := st.Body(); complete && len(st.Trailers()) == 0 {
 		x.Head.Body = buffered
 		if len(buffered) > 0 || st.ContentLength() == 0 {
 			x.AddOwnFields(fwd, int64(len(buffered)))
@@ -113,7 +115,10 @@ func (f *h2Front) proxyToHTTP2(st *h2.Stream, s *h2StreamState, lv *View, rt *ro
 		resetStream(st) // the client must not take it for a whole response
 		return
 	}
-	if tr := up.Trailers(); len(tr) > 0 {
+	// The response trailer rule: no framing or routing field (the
+	// HTTP/2 codec refuses the hop-by-hop ones); grpc-status passes.
+	// None left: the stream ends as if there were none.
+	if tr := exchange.KeepResponseTrailers(up.Trailers()); len(tr) > 0 {
 		st.WriteTrailers(tr)
 	}
 }

@@ -20,7 +20,8 @@ import (
 )
 
 // Marker is the path of the request hidden in each case's bytes: it must
-// never reach the backend as a request of its own.
+// never reach the backend as a request of its own (nor, in a trailer
+// case, as a forged field's value).
 const Marker = "/smuggled-request"
 
 const smuggled = "GET " + Marker + " HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -32,7 +33,8 @@ type Case struct {
 	// the backend has seen Wait (a request cut in two: the upstream is
 	// chosen before the bad bytes arrive).
 	Raw, Wait, Then string
-	// Status is what a strict proxy answers ("400", "414", "431", "505").
+	// Status is what a strict proxy answers ("400", "414", "431", "505";
+	// "200" for a request whose trailer it filters).
 	Status string
 	// HeadOnly: nothing at all may reach the backend (the head itself is
 	// bad); otherwise only the hidden request must not.
@@ -43,7 +45,8 @@ type Case struct {
 // issue 10: Content-Length and Transfer-Encoding together, every
 // Transfer-Encoding but a single final chunked, bad Content-Length
 // values, obs-fold, bare CR and LF, whitespace before a colon, control
-// bytes, Host confusion, bad chunk sizes, limits.
+// bytes, Host confusion, bad chunk sizes, limits; and issue 21's
+// forwarding fields hidden in a request trailer.
 func Cases() []Case {
 	te := "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 	return []Case{
@@ -74,8 +77,21 @@ func Cases() []Case {
 		{Name: "request line too long", Raw: "GET /" + strings.Repeat("a", 9000) + " HTTP/1.1\r\nHost: x\r\n\r\n", Status: "414", HeadOnly: true},
 		{Name: "head too large", Raw: "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 100<<10) + "\r\n\r\n", Status: "431", HeadOnly: true},
 		{Name: "HTTP/2.0 request line", Raw: "GET / HTTP/2.0\r\nHost: x\r\n\r\n", Status: "505", HeadOnly: true},
+		// Issue 21: a forwarding field or credential in the trailer,
+		// after the body, where a backend that merges trailers into the
+		// header section would trust it. The request itself is fine
+		// (200); the field, Marker as its value, must not reach the
+		// backend.
+		{Name: "X-Forwarded-For in trailer", Raw: teClose + "5\r\nhello\r\n0\r\nX-Forwarded-For: " + Marker + "\r\n\r\n", Status: "200"},
+		{Name: "X_Forwarded_For in trailer", Raw: teClose + "5\r\nhello\r\n0\r\nX_Forwarded_For: " + Marker + "\r\n\r\n", Status: "200"},
+		{Name: "X-Request-Id in trailer", Raw: teClose + "5\r\nhello\r\n0\r\nX-Request-Id: " + Marker + "\r\n\r\n", Status: "200"},
+		{Name: "Forwarded in trailer", Raw: teClose + "5\r\nhello\r\n0\r\nForwarded: for=\"" + Marker + "\"\r\n\r\n", Status: "200"},
+		{Name: "Proxy-Authorization in trailer", Raw: teClose + "5\r\nhello\r\n0\r\nProxy-Authorization: " + Marker + "\r\n\r\n", Status: "200"},
 	}
 }
+
+// teClose is a chunked request head whose connection closes after it.
+const teClose = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
 
 // Result is what one case did.
 type Result struct {
