@@ -66,7 +66,7 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 					}
 					continue
 				}
-				if c := a.awaitDeferred(until); c != nil {
+				if c := a.awaitHandshakes(until); c != nil {
 					if a.admit(c) {
 						return c, nil
 					}
@@ -113,27 +113,38 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 	}
 }
 
-// awaitDeferred is a stopped loop's wait on a TCP_DEFER_ACCEPT socket
-// (listen.go) whose queue is empty: a connection whose handshake is done
-// but whose first bytes are still on their way is not in the queue yet,
-// and closing the socket now would drop it, to be reset when its request
-// arrives. So the socket stays open, waiting in the poller for such
-// connections until deferredAcceptGrace after accepting stopped (never
-// past until); nil once that has passed. The steering program refuses
-// new connections meanwhile where this generation stops for good. Not on
-// a socket handed over to a successor, which accepts them itself: this
+// awaitHandshakes is a stopped loop's wait on a socket that closes for
+// good (no successor accepts on it) once its queue is empty: a connection
+// whose handshake is under way, or done on a TCP_DEFER_ACCEPT socket
+// (listen.go) but with its first bytes still on their way, is not in the
+// queue yet, and closing the socket now would reset it. So the socket
+// stays open, accepting what completes, while the kernel still holds such
+// a connection for its port (handshakesPending), never past until; nil
+// once there is none. The steering program refuses new connections
+// meanwhile, so the wait ends; without it, until bounds it. Not on a
+// socket handed over to a successor, which accepts them itself: this
 // generation would take new connections from it.
-func (a *acceptor) awaitDeferred(until int64) *net.TCPConn {
-	if !a.s.deferred || a.s.handedOver.Load() {
+func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
+	if a.s.handedOver.Load() {
 		return nil
 	}
-	end := min(until, until-int64(queueDrainMax)+int64(deferredAcceptGrace))
+	port := 0
+	if ta, ok := a.s.ln.Addr().(*net.TCPAddr); ok {
+		port = ta.Port
+	}
 	for {
+		// Looked at before the queue: a connection no longer pending is
+		// in the queue by then (or gone), and one that arrives after is
+		// a new one, which the steering program refuses.
+		pending := handshakesPending(port)
+		if c := acceptQueued(a.s.ln); c != nil {
+			return c
+		}
 		now := monotime()
-		if now >= end {
+		if now >= until || !pending {
 			return nil
 		}
-		a.s.ln.SetDeadline(time.Now().Add(time.Duration(end - now)))
+		a.s.ln.SetDeadline(time.Now().Add(min(time.Duration(until-now), handshakePoll)))
 		c, err := a.s.ln.AcceptTCP()
 		if err == nil {
 			return c
@@ -141,10 +152,11 @@ func (a *acceptor) awaitDeferred(until int64) *net.TCPConn {
 		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 			return nil
 		}
-		// A timeout: the end, or stopAccepting's wake-up (a deadline in
-		// the past) set after ours; the loop tells which.
 	}
 }
+
+// handshakePoll is how often awaitHandshakes looks again.
+const handshakePoll = 5 * time.Millisecond
 
 // admit takes a connection slot for c and counts it, or closes c at once
 // if a bound refuses it or the process is out of descriptors.

@@ -88,10 +88,10 @@ type DrainOptions struct {
 	// HandedOver are the sockets a successor has taken over and accepts
 	// on (the same sockets, not copies): what is queued or on its way in
 	// them is the successor's. A socket not in it closes for good with
-	// this drain, and one that defers accept (HTTP listeners,
-	// TCP_DEFER_ACCEPT) is kept open a moment after its queue is empty,
-	// for connections whose first bytes are on their way
-	// (acceptor.awaitDeferred). nil: none, as at a last shutdown.
+	// this drain, and is kept open after its queue is empty while the
+	// kernel still holds connections to it mid-handshake (or, deferring
+	// accept, waiting for their first bytes): acceptor.awaitHandshakes.
+	// nil: none, as at a last shutdown.
 	HandedOver map[SocketKey]bool
 }
 

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/hotproxy/hotproxy/config"
 )
@@ -61,11 +60,10 @@ type socket struct {
 	// acceptors counts the accept loops on this socket still running
 	// (for the last one to close it when a drain empties it).
 	acceptors atomic.Int32
-	// deferred: TCP_DEFER_ACCEPT is set (deferAccept), so a drain that
-	// closes the socket for good keeps it open a moment after its queue
-	// is empty (awaitDeferred); handedOver: the drain's successor accepts
-	// on this socket (DrainOptions.HandedOver), so it does not.
-	deferred   bool
+	// handedOver: the drain's successor accepts on this socket
+	// (DrainOptions.HandedOver), so a drain does not keep it open for the
+	// handshakes under way (awaitHandshakes), as it does one that closes
+	// for good.
 	handedOver atomic.Bool
 
 	closeOnce sync.Once
@@ -222,13 +220,6 @@ func adopt(f *os.File) (*net.TCPListener, error) {
 // connection).
 const deferAcceptSeconds = 1
 
-// deferredAcceptGrace is how long after accepting stops a drain keeps a
-// deferred socket open once its queue is empty (acceptor.awaitDeferred):
-// long enough for a client whose connect has returned to send its first
-// bytes, which clients do at once (a TLS ClientHello, a request head).
-// Not beyond queueDrainMax.
-const deferredAcceptGrace = 100 * time.Millisecond
-
 // deferAccept sets TCP_DEFER_ACCEPT on every socket of an HTTP listener
 // (plaintext or TLS: the client speaks first), inherited ones included,
 // so that accept returns a connection with its first bytes in: its first
@@ -243,7 +234,6 @@ func deferAccept(ml *mlistener) error {
 		if err := setDeferAccept(s.ln, deferAcceptSeconds); err != nil {
 			return fmt.Errorf("listener %q: address %q: %w", ml.name, ml.addr, err)
 		}
-		s.deferred = deferAcceptSupported
 	}
 	return nil
 }

@@ -69,9 +69,6 @@ func acceptQueued(ln *net.TCPListener) *net.TCPConn {
 // schedule), so that the first read of an accepted connection finds the
 // request head already there instead of returning EAGAIN and waiting in
 // the poller. Only for protocols whose client speaks first.
-// deferAcceptSupported: setDeferAccept sets the option.
-const deferAcceptSupported = true
-
 func setDeferAccept(ln *net.TCPListener, secs int) error {
 	raw, err := ln.SyscallConn()
 	if err != nil {

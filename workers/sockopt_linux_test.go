@@ -5,6 +5,7 @@ package workers
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -299,7 +300,17 @@ func TestHTTPListenerDefersAccept(t *testing.T) {
 // in the accept queue yet, and a socket closed at the first empty queue
 // (as before awaitDeferred) dropped it, so its request was answered with
 // a reset.
+//
+// The slow client takes 300ms to send it (a loaded machine: the drain's
+// old fixed 100ms grace reset it; now the socket stays open while the
+// kernel holds the connection, up to queueDrainMax).
 func TestDrainServesDeferredConnection(t *testing.T) {
+	for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
+		t.Run(fmt.Sprint("request after ", delay), func(t *testing.T) { drainServesDeferred(t, delay) })
+	}
+}
+
+func drainServesDeferred(t *testing.T, delay time.Duration) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(be.Close)
 	m := startManager(t, proxyConfig(hostOf(be.URL)), 1)
@@ -311,6 +322,9 @@ func TestDrainServesDeferredConnection(t *testing.T) {
 	drained := make(chan error, 1)
 	go func() { drained <- m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{}) }()
 	waitFor(t, 5*time.Second, "accepting to stop", m.acceptStopped)
+	if delay > 0 {
+		time.Sleep(delay) // the scenario: a client slow to send, not a wait for readiness
+	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
 		t.Fatal(err)
@@ -385,5 +399,42 @@ func TestDrainLeavesHandedOverSocketsToTheSuccessor(t *testing.T) {
 	}
 	if err := <-drained; err != nil {
 		t.Errorf("drain: %v", err)
+	}
+}
+
+// TestHandshakesPending: a connection the kernel holds for a listening
+// socket (here: a TCP_DEFER_ACCEPT socket's, whose client has connected
+// but sent nothing) is seen for its port, and no longer once its first
+// bytes put it in the accept queue and it is accepted.
+func TestHandshakesPending(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := setDeferAccept(ln, 5); err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if handshakesPending(port) {
+		t.Fatal("a connection is pending before any dial")
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 5*time.Second, "the connected client's connection to be seen as pending", func() bool { return handshakesPending(port) })
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ln.SetDeadline(time.Now().Add(5 * time.Second))
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if handshakesPending(port) {
+		t.Error("still pending after it was accepted")
 	}
 }

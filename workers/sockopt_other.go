@@ -21,5 +21,3 @@ func acceptQueued(*net.TCPListener) *net.TCPConn { return nil }
 // setDeferAccept: TCP_DEFER_ACCEPT is Linux's; elsewhere a connection is
 // accepted at the handshake, as without it.
 func setDeferAccept(*net.TCPListener, int) error { return nil }
-
-const deferAcceptSupported = false
