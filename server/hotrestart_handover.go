@@ -184,14 +184,20 @@ func (s *Server) beginHandover(child hotrestart.Identity, unused []hotrestart.So
 		s.log.Error("cannot keep the listening sockets for a rollback; handing over without one", "error", err)
 	}
 	var released []string
+	unusedKeys := make(map[workers.SocketKey]bool, len(unused))
 	for _, u := range unused {
 		k := workers.SocketKey{Network: u.Network, Address: u.Address, Worker: u.Worker}
+		unusedKeys[k] = true
 		if f, ok := kept[k]; ok {
 			f.Close()
 			delete(kept, k)
 			released = append(released, fmt.Sprintf("%s/%d", k.Address, k.Worker))
 		}
 	}
+	// Sockets let go of their steering for the next generation; those it
+	// did not take get theirs back, so that the drain refuses new
+	// connections to them instead of queueing ones it would reset.
+	s.workers.Resteer(unusedKeys)
 	if len(released) > 0 {
 		s.log.Info("the next generation does not take these sockets: they close once their queues are empty",
 			"sockets", released)

@@ -428,6 +428,35 @@ func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
 	return m.SocketDups()
 }
 
+// Resteer takes back the steering of every listener none of whose
+// sockets the successor took (unused: a listener its config dropped),
+// which Sockets had let go of for it: so that the drain's RefuseNew
+// refuses new connections to it in the kernel while its queue empties.
+// Without that the kernel's flow hash kept queueing them, and the
+// socket's close at the end of queueDrainMax reset them
+// (TestHotRestartRemovedListenerIsNeverReset). Where it cannot, the
+// listener stays on the kernel's spread and the drain closes it as soon
+// as its queue is empty.
+func (m *Manager) Resteer(unused map[SocketKey]bool) {
+	for _, ml := range m.listeners {
+		if ml.steer == nil || len(ml.sockets) == 0 {
+			continue
+		}
+		all := true
+		for _, s := range ml.sockets {
+			all = all && unused[s.key]
+		}
+		if !all {
+			continue
+		}
+		attachSteering(ml, len(m.workers), false)
+		if ml.steer == nil {
+			m.log.Warn("listener balance: cannot take back the steering of a listener the next generation dropped; its queue is emptied without it",
+				"listener", ml.name, "error", ml.steerErr)
+		}
+	}
+}
+
 // SocketDups returns the listening sockets by key, as files (dups), and
 // leaves their steering alone: for a copy that nobody accepts on while
 // this generation serves (the supervisor's, see hotrestart.SupervisorLink).
