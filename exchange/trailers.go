@@ -80,13 +80,7 @@ func RequestTrailerMayCarry(name string) bool {
 // as HTTP/1.1 field lines (those TrailerMayCarry lets through), each name
 // written by appendName (canonical for a client).
 func AppendHTTP1Trailers(b []byte, fields []hpack.HeaderField, appendName func([]byte, string) []byte) []byte {
-	for _, f := range fields {
-		if !TrailerMayCarry(f.Name) {
-			continue
-		}
-		b = appendHTTP1Field(b, f.Name, f.Value, appendName)
-	}
-	return b
+	return appendHTTP1TrailersIf(b, fields, TrailerMayCarry, appendName)
 }
 
 // KeepResponseTrailers removes from an upstream's HTTP/2 response
@@ -107,11 +101,16 @@ func KeepResponseTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
 // fields as HTTP/1.1 field lines, those RequestTrailerMayCarry lets
 // through, each name written by appendName.
 func AppendHTTP1RequestTrailers(b []byte, fields []hpack.HeaderField, appendName func([]byte, string) []byte) []byte {
+	return appendHTTP1TrailersIf(b, fields, RequestTrailerMayCarry, appendName)
+}
+
+// appendHTTP1TrailersIf writes the fields that may passes as HTTP/1.1
+// field lines.
+func appendHTTP1TrailersIf(b []byte, fields []hpack.HeaderField, may func(string) bool, appendName func([]byte, string) []byte) []byte {
 	for _, f := range fields {
-		if !RequestTrailerMayCarry(f.Name) {
-			continue
+		if may(f.Name) {
+			b = appendHTTP1Field(b, f.Name, f.Value, appendName)
 		}
-		b = appendHTTP1Field(b, f.Name, f.Value, appendName)
 	}
 	return b
 }
@@ -221,30 +220,10 @@ func (f *ForwardedFields) connectionNamed(name []byte) bool {
 		for names[i] != ',' {
 			i++
 		}
-		if equalFoldBytes(names[:i], name) {
+		if http1.EqualFoldBytes(names[:i], name) {
 			return true
 		}
 		names = names[i+1:]
 	}
 	return false
-}
-
-// equalFoldBytes reports whether a and b are equal but for ASCII case.
-func equalFoldBytes(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

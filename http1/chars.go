@@ -55,8 +55,8 @@ func isToken(b []byte) bool {
 	return true
 }
 
-// equalFoldBytes is EqualFold for two byte slices.
-func equalFoldBytes(a, b []byte) bool {
+// EqualFoldBytes is EqualFold for two byte slices (ASCII case only).
+func EqualFoldBytes(a, b []byte) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -108,8 +108,8 @@ func TestEqualFold(t *testing.T) {
 		if got := EqualFold([]byte(tc.b), tc.s); got != tc.want {
 			t.Errorf("EqualFold(%q, %q) = %v", tc.b, tc.s, got)
 		}
-		if got := equalFoldBytes([]byte(tc.b), []byte(tc.s)); got != tc.want {
-			t.Errorf("equalFoldBytes(%q, %q) = %v", tc.b, tc.s, got)
+		if got := EqualFoldBytes([]byte(tc.b), []byte(tc.s)); got != tc.want {
+			t.Errorf("EqualFoldBytes(%q, %q) = %v", tc.b, tc.s, got)
 		}
 	}
 }

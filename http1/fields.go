@@ -266,7 +266,7 @@ func analyzeFields(buf []byte, fields *[MaxHeaders]Field, kinds *[MaxHeaders]fie
 					hf.upgradeToken = true
 				}
 				for j := 0; j < n; j++ {
-					if !fields[j].Hop && equalFoldBytes(fields[j].Name.Bytes(buf), opt) {
+					if !fields[j].Hop && EqualFoldBytes(fields[j].Name.Bytes(buf), opt) {
 						fields[j].Hop = true
 					}
 				}

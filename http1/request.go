@@ -108,7 +108,7 @@ func (r *Request) parse(buf []byte, lim Limits) errCode {
 	}
 	r.Host = hf.host
 	if authority := r.absoluteAuthority(buf); authority.Len() > 0 && hf.hosts == 1 &&
-		!equalFoldBytes(authority.Bytes(buf), hf.host.Bytes(buf)) {
+		!EqualFoldBytes(authority.Bytes(buf), hf.host.Bytes(buf)) {
 		return errHostMismatch
 	}
 	r.Close = hf.closeToken || (r.Minor == 0 && !hf.keepAliveToken)
