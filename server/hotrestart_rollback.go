@@ -37,6 +37,18 @@ func (s *Server) rollback() error {
 	if s.hr.kept == nil || s.hr.keptAdmin == nil {
 		return errors.New("the sockets were not kept")
 	}
+	// The sockets of a listener the successor dropped may still be open,
+	// their queues being emptied: served again as they are, not bound
+	// afresh beside them.
+	if s.hr.draining != nil {
+		for k, f := range s.hr.draining.TakeBackClosing() {
+			if _, dup := s.hr.kept[k]; dup {
+				f.Close()
+				continue
+			}
+			s.hr.kept[k] = f
+		}
+	}
 	m, err := workers.New(workers.Options{
 		Concurrency: s.concurrency,
 		Logger:      s.log,

@@ -457,6 +457,30 @@ func (m *Manager) Resteer(unused map[SocketKey]bool) {
 	}
 }
 
+// TakeBackClosing returns, as files (dups), the sockets this draining
+// Manager was closing for good and still has open (a listener the
+// successor dropped), and leaves them to whoever takes the files: a
+// rollback serves that listener on them, with what is queued in them,
+// where a fresh bind would fail with "address already in use" while they
+// are open and a close would reset their queues. This Manager stops
+// waiting on them as it does on sockets handed over.
+func (m *Manager) TakeBackClosing() map[SocketKey]*os.File {
+	out := make(map[SocketKey]*os.File)
+	for _, ml := range m.listeners {
+		for _, s := range ml.sockets {
+			if s.handedOver.Swap(true) {
+				continue
+			}
+			f, err := s.ln.File()
+			if err != nil {
+				continue // closed already: the rollback binds afresh
+			}
+			out[s.key] = f
+		}
+	}
+	return out
+}
+
 // SocketDups returns the listening sockets by key, as files (dups), and
 // leaves their steering alone: for a copy that nobody accepts on while
 // this generation serves (the supervisor's, see hotrestart.SupervisorLink).
