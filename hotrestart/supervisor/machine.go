@@ -174,27 +174,27 @@ type machine struct {
 	// them must not fail forever).
 	dropKept func(why string)
 
-	cfg           *config.Config
-	gens          []*generation
-	lastEpoch     int // the highest epoch started, -1 before the first
-	reloads       int
-	failed        int
-	lastFailure   *Failure
-	op            *reloadOp // in progress
-	queued        *reloadOp // the one coalesced reload after it
+	cfg         *config.Config
+	gens        []*generation
+	lastEpoch   int // the highest epoch started, -1 before the first
+	reloads     int
+	failed      int
+	lastFailure *Failure
+	op          *reloadOp // in progress
+	queued      *reloadOp // the one coalesced reload after it
 	// reloadsDeferred: a re-execution waits for the machine to be idle,
 	// so a reload nobody waits on (a signal's, the config watcher's) is
 	// queued rather than started, and handed to the new image; without
 	// that, a steady stream of SIGHUP never leaves the machine idle and
 	// the re-execution waits for ever (seen: 2 min under a SIGHUP flood).
 	reloadsDeferred bool
-	startAt       time.Time // op waits until then to start (commit window, back-off)
-	crashes       []time.Time
-	stopping      bool
-	quitWhenEmpty bool // the serving generation drained by itself: stop once nothing is left
-	stopDeadline  time.Time
-	killed        bool
-	exitErr       error
+	startAt         time.Time // op waits until then to start (commit window, back-off)
+	crashes         []time.Time
+	stopping        bool
+	quitWhenEmpty   bool // the serving generation drained by itself: stop once nothing is left
+	stopDeadline    time.Time
+	killed          bool
+	exitErr         error
 }
 
 func newMachine(procs processTable, cfg *config.Config, log hclog.Logger) *machine {
