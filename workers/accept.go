@@ -120,13 +120,18 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 // queue yet, and closing the socket now would reset it. So the socket
 // stays open, accepting what completes, while the kernel still holds such
 // a connection for its port (handshakesPending), never past until; nil
-// once there is none. The steering program refuses new connections
-// meanwhile, so the wait ends; without it, until bounds it. Not on a
+// once there is none. Where the steering program refuses new connections
+// meanwhile, the wait ends as the handshakes do; without it new ones keep
+// coming, and the wait is bounded by unrefusedGrace after accepting
+// stopped instead (each look reads the namespace's TCP table). Not on a
 // socket handed over to a successor, which accepts them itself: this
 // generation would take new connections from it.
 func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 	if a.s.handedOver.Load() {
 		return nil
+	}
+	if !a.s.refusing.Load() {
+		until = min(until, until-int64(queueDrainMax)+int64(unrefusedGrace))
 	}
 	port := 0
 	if ta, ok := a.s.ln.Addr().(*net.TCPAddr); ok {
@@ -157,6 +162,11 @@ func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 
 // handshakePoll is how often awaitHandshakes looks again.
 const handshakePoll = 5 * time.Millisecond
+
+// unrefusedGrace bounds awaitHandshakes where nothing refuses new
+// connections: long enough for a client whose connect has returned to
+// send its first bytes, which clients do at once.
+const unrefusedGrace = 250 * time.Millisecond
 
 // admit takes a connection slot for c and counts it, or closes c at once
 // if a bound refuses it or the process is out of descriptors.

@@ -41,6 +41,9 @@ func (m *Manager) stopAccepting(emptyQueues bool) {
 		for _, ml := range m.listeners {
 			if ml.steer != nil {
 				ml.steer.RefuseNew()
+				for _, s := range ml.sockets {
+					s.refusing.Store(true)
+				}
 			}
 		}
 	}

@@ -65,6 +65,10 @@ type socket struct {
 	// handshakes under way (awaitHandshakes), as it does one that closes
 	// for good.
 	handedOver atomic.Bool
+	// refusing: the drain's steering program refuses new connections to
+	// this socket's group (RefuseNew), so the handshakes under way only
+	// end, and awaitHandshakes may wait for all of them.
+	refusing atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
