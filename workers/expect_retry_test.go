@@ -59,17 +59,17 @@ func readStatusLine(t *testing.T, br *bufio.Reader) string {
 	return strings.TrimSpace(line)
 }
 
-// TestExpectContinueRetriedOnStaleConnection: a POST with Expect:
-// 100-continue sent on a pooled connection the upstream has just closed
-// has sent nothing of its body (the client waits for 100 Continue), so
-// it goes on a fresh connection: the client gets the 100 and the 200,
-// not a 502.
-func TestExpectContinueRetriedOnStaleConnection(t *testing.T) {
-	var stale atomic.Int64
+// clientBehindStalePool starts a proxy in front of a backend that closes
+// each connection after its first response, leaves one such connection in
+// the pool with a first request, and returns a client connection to the
+// proxy (closed with the test), with the backend's count of requests on
+// closed connections and the bodies it received.
+func clientBehindStalePool(t *testing.T) (net.Conn, *atomic.Int64, chan string) {
+	t.Helper()
+	stale := new(atomic.Int64)
 	bodies := make(chan string, 4)
-	m := startManager(t, proxyConfig(closingAfterFirstBackend(t, &stale, bodies)), 1)
+	m := startManager(t, proxyConfig(closingAfterFirstBackend(t, stale, bodies)), 1)
 	a := addr(t, m, "web")
-	// A first request leaves its upstream connection in the pool.
 	if resp := rawRequest(t, a, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("GET: %d", resp.StatusCode)
 	}
@@ -77,8 +77,18 @@ func TestExpectContinueRetriedOnStaleConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(15 * time.Second))
+	return c, stale, bodies
+}
+
+// TestExpectContinueRetriedOnStaleConnection: a POST with Expect:
+// 100-continue sent on a pooled connection the upstream has just closed
+// has sent nothing of its body (the client waits for 100 Continue), so
+// it goes on a fresh connection: the client gets the 100 and the 200,
+// not a 502.
+func TestExpectContinueRetriedOnStaleConnection(t *testing.T) {
+	c, stale, bodies := clientBehindStalePool(t)
 	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: close\r\n\r\n")
 	br := bufio.NewReader(c)
 	if got := readStatusLine(t, br); got != "HTTP/1.1 100 Continue" {
@@ -105,19 +115,7 @@ func TestExpectContinueRetriedOnStaleConnection(t *testing.T) {
 // go upstream when the pooled connection turned out closed is not sent
 // again: the client gets the 502.
 func TestPartlyForwardedBodyNotRetried(t *testing.T) {
-	var stale atomic.Int64
-	bodies := make(chan string, 4)
-	m := startManager(t, proxyConfig(closingAfterFirstBackend(t, &stale, bodies)), 1)
-	a := addr(t, m, "web")
-	if resp := rawRequest(t, a, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); resp.StatusCode != 200 {
-		t.Fatalf("GET: %d", resp.StatusCode)
-	}
-	c, err := net.DialTimeout("tcp", a, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(15 * time.Second))
+	c, stale, bodies := clientBehindStalePool(t)
 	// Part of the body comes with the head, so it goes with it.
 	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhello")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -126,6 +124,9 @@ func TestPartlyForwardedBodyNotRetried(t *testing.T) {
 	}
 	if resp.StatusCode != 502 {
 		t.Fatalf("got %d, want 502: a partly sent body is not sent again", resp.StatusCode)
+	}
+	if stale.Load() != 1 {
+		t.Fatalf("the upstream saw %d requests on a connection it closed, want 1: the test proves nothing", stale.Load())
 	}
 	select {
 	case got := <-bodies:
