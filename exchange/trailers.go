@@ -158,6 +158,39 @@ func (f *ForwardedFields) AppendHTTP1RequestTrailer(b, trailer []byte) []byte {
 	}
 }
 
+// AppendHTTP2RequestTrailer is AppendHTTP1RequestTrailer for an HTTP/2
+// upstream: the fields of an HTTP/1.1 client's chunked trailer section
+// that pass, appended to fields with their names in lower case (RFC 9113
+// §8.2.2). Their names and values are copied into one buffer of their
+// own, made for the request (a request with trailers allocates once;
+// one without never comes here), so trailer's bytes may be reused as
+// soon as it returns.
+func (f *ForwardedFields) AppendHTTP2RequestTrailer(fields []hpack.HeaderField, trailer []byte) []hpack.HeaderField {
+	// Names and values fit in the section's length, so buf never grows
+	// and the strings made over it stay where they are.
+	buf := make([]byte, 0, len(trailer))
+	for pos := 0; ; {
+		name, value, next, ok := http1.NextTrailerField(trailer, pos)
+		if !ok {
+			return fields
+		}
+		pos = next
+		if !RequestTrailerMayCarry(bytesString(name)) || f.connectionNamed(name) {
+			continue
+		}
+		start := len(buf)
+		for _, c := range name {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf = append(buf, c)
+		}
+		mid := len(buf)
+		buf = append(buf, value...)
+		fields = append(fields, hpack.HeaderField{Name: bytesString(buf[start:mid]), Value: bytesString(buf[mid:])})
+	}
+}
+
 // maxConnectionNamed bounds the bytes of the field names an HTTP/1.1
 // request's Connection header named (beyond the hop-by-hop ones) that a
 // trailer is checked against; past it every trailer field is dropped.

@@ -73,7 +73,15 @@ func (cc *Conn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time.Time,
 	for i := range req.NFields {
 		f := &req.Fields[i]
 		name, value := f.Name.Bytes(head), f.Value.Bytes(head)
-		if f.Hop || !fwd.Take(name, value) {
+		if f.Hop {
+			// The fields Connection names are stripped here and
+			// must not come back in the trailer.
+			if req.Framing == http1.FramingChunked && http1.EqualFold(name, "connection") {
+				fwd.NoteConnection(value)
+			}
+			continue
+		}
+		if !fwd.Take(name, value) {
 			continue
 		}
 		if expect && len(name) == 6 && http1.EqualFold(name, "expect") {
@@ -301,6 +309,9 @@ type h1RequestBody struct {
 	pending []byte // decoded chunk data not yet returned (in rbuf)
 	done    bool   // the body ended where its framing says
 	failed  bool
+	// trailers: the chunked trailer's fields that pass, once the body
+	// ended (Trailers).
+	trailers []hpack.HeaderField
 }
 
 var _ exchange.H2Body = (*h1RequestBody)(nil)
@@ -334,10 +345,15 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if b.left < 0 && cc.r < cc.w {
-			n, data, _, end, err := cc.ex.reqChunks.Next(cc.rbuf[cc.r:cc.w])
+			n, data, trailer, end, err := cc.ex.reqChunks.Next(cc.rbuf[cc.r:cc.w])
 			if err != nil {
 				b.failed = true
 				continue
+			}
+			if end && len(trailer) > 0 {
+				// Copied out now: rbuf is read into again once
+				// the body is done.
+				b.trailers = cc.ex.fwd.AppendHTTP2RequestTrailer(b.trailers[:0], trailer)
 			}
 			if n > 0 {
 				// data stays valid: rbuf is refilled only once it
@@ -375,8 +391,14 @@ func (b *h1RequestBody) Read(p []byte) (int, error) {
 	}
 }
 
-// Trailers: an HTTP/1.1 request's chunked trailers are not forwarded.
-func (b *h1RequestBody) Trailers() []hpack.HeaderField { return nil }
+// Trailers are the fields of the client's chunked trailer section that
+// the request trailer rule lets through (exchange.RequestTrailerMayCarry,
+// and none that the head's Connection named), once Read returned io.EOF.
+func (b *h1RequestBody) Trailers() []hpack.HeaderField {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.trailers
+}
 
 // stop ends the body's reads of the client connection, waiting for one
 // in progress, and reports whether the body had ended cleanly.
