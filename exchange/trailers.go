@@ -143,14 +143,11 @@ func KeepRequestTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
 // written as the client spelt them. It does not allocate beyond b.
 func (f *ForwardedFields) AppendHTTP1RequestTrailer(b, trailer []byte) []byte {
 	for pos := 0; ; {
-		name, value, next, ok := http1.NextTrailerField(trailer, pos)
+		name, value, next, ok := f.nextKeptTrailerField(trailer, pos)
 		if !ok {
 			return b
 		}
 		pos = next
-		if !RequestTrailerMayCarry(bytesString(name)) || f.connectionNamed(name) {
-			continue
-		}
 		b = append(b, name...)
 		b = append(b, ": "...)
 		b = append(b, value...)
@@ -170,14 +167,11 @@ func (f *ForwardedFields) AppendHTTP2RequestTrailer(fields []hpack.HeaderField, 
 	// and the strings made over it stay where they are.
 	buf := make([]byte, 0, len(trailer))
 	for pos := 0; ; {
-		name, value, next, ok := http1.NextTrailerField(trailer, pos)
+		name, value, next, ok := f.nextKeptTrailerField(trailer, pos)
 		if !ok {
 			return fields
 		}
 		pos = next
-		if !RequestTrailerMayCarry(bytesString(name)) || f.connectionNamed(name) {
-			continue
-		}
 		start := len(buf)
 		for _, c := range name {
 			if 'A' <= c && c <= 'Z' {
@@ -188,6 +182,19 @@ func (f *ForwardedFields) AppendHTTP2RequestTrailer(fields []hpack.HeaderField, 
 		mid := len(buf)
 		buf = append(buf, value...)
 		fields = append(fields, hpack.HeaderField{Name: bytesString(buf[start:mid]), Value: bytesString(buf[mid:])})
+	}
+}
+
+// nextKeptTrailerField is http1.NextTrailerField skipping the fields
+// that RequestTrailerMayCarry refuses and those f's request named in
+// Connection.
+func (f *ForwardedFields) nextKeptTrailerField(trailer []byte, pos int) (name, value []byte, next int, ok bool) {
+	for {
+		name, value, next, ok = http1.NextTrailerField(trailer, pos)
+		if !ok || RequestTrailerMayCarry(bytesString(name)) && !f.connectionNamed(name) {
+			return name, value, next, ok
+		}
+		pos = next
 	}
 }
 
