@@ -1,0 +1,641 @@
+package workers
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hotproxy/hotproxy/config"
+)
+
+// The tests of UpdateListeners (update.go). Each runs against the way
+// listeners changed before it, too: with HOTPROXY_TEST_LDS_REBUILD=1 the
+// harness builds a whole new Manager on the serving one's sockets and
+// drains the old one, as server.replaceWorkers did, and the tests fail
+// there (that is what they are for).
+const ldsRebuildEnv = "HOTPROXY_TEST_LDS_REBUILD"
+
+// ldsHarness serves a sequence of configurations, each applied to the
+// serving Manager by UpdateListeners (or, rebuilding, by a new Manager).
+type ldsHarness struct {
+	tb      testing.TB
+	n       int
+	rebuild bool
+	m       *Manager
+	tls     map[string]*tls.Config // the ServerTLS of the last config
+}
+
+func newLDSHarness(tb testing.TB, cfg *config.Config, n int) *ldsHarness {
+	tb.Helper()
+	h := &ldsHarness{tb: tb, n: n, rebuild: os.Getenv(ldsRebuildEnv) == "1"}
+	snap := h.snapshot(cfg)
+	m, err := New(Options{Concurrency: n, Logger: testLogger(), ServerTLS: h.tls}, snap)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() { h.m.Close() })
+	m.Start()
+	h.m = m
+	return h
+}
+
+func (h *ldsHarness) snapshot(cfg *config.Config) *Snapshot {
+	h.tb.Helper()
+	cfg.SetDefaults()
+	snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, h.n)
+	if err != nil {
+		h.tb.Fatalf("BuildSnapshotN: %v", err)
+	}
+	h.tls = map[string]*tls.Config{}
+	for i := range cfg.Listeners {
+		if l := &cfg.Listeners[i]; l.TLS != nil {
+			h.tls[l.Name] = serverTLSFor(h.tb, l)
+		}
+	}
+	return snap
+}
+
+// apply serves cfg; the channel closes once what it retired has drained.
+func (h *ldsHarness) apply(cfg *config.Config, opts UpdateOptions) <-chan struct{} {
+	h.tb.Helper()
+	snap := h.snapshot(cfg)
+	opts.ServerTLS = h.tls
+	if !h.rebuild {
+		u, err := h.m.UpdateListeners(snap, opts)
+		if err != nil {
+			h.tb.Fatalf("UpdateListeners: %v", err)
+		}
+		return u.Done()
+	}
+	// The whole-Manager rebuild, as server.replaceWorkers did it.
+	old := h.m
+	inherited, err := old.Sockets()
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	handedOver := map[SocketKey]bool{}
+	for k := range inherited {
+		handedOver[k] = true
+	}
+	m, err := New(Options{Concurrency: h.n, Logger: testLogger(), Inherited: inherited, Stats: old.Stats(), ServerTLS: h.tls}, snap)
+	if err != nil {
+		h.tb.Fatalf("New: %v", err)
+	}
+	for k, f := range m.Unused() {
+		delete(handedOver, k)
+		f.Close()
+	}
+	m.Start()
+	h.m = m
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := context.Background()
+		if opts.ShutdownTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, opts.ShutdownTimeout)
+			defer cancel()
+		}
+		old.Drain(ctx, DrainOptions{HTTPTimeout: opts.HTTPTimeout, HandedOver: handedOver})
+		old.Close()
+	}()
+	h.tb.Cleanup(func() { old.Close(); <-done })
+	return done
+}
+
+func (h *ldsHarness) addr(name string) string { return addr(h.tb, h.m, name) }
+
+// fixedAddr is a loopback address for a listener, free when asked: with
+// port 0, a new Manager rebuilt on inherited sockets could not tell two
+// listeners apart by address.
+func fixedAddr(tb testing.TB) string { return deadPort(tb) }
+
+// directListener is an http listener at address answering body.
+func directListener(name, address, body string) config.Listener {
+	l := httpListener(name, config.Route{Prefix: "/", DirectResponse: &config.DirectResponse{Status: 200, Body: body}})
+	l.Address = address
+	return l
+}
+
+// keepAliveConn is one HTTP/1.1 client connection that sends request
+// after request on the same socket and fails the test on anything but a
+// 200 that keeps the connection open.
+type keepAliveConn struct {
+	tb   testing.TB
+	c    net.Conn
+	br   *bufio.Reader
+	port int // the client's local port: the same connection throughout
+	host string
+}
+
+func dialKeepAlive(tb testing.TB, addr string) *keepAliveConn {
+	tb.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return &keepAliveConn{tb: tb, c: c, br: bufio.NewReader(c), port: c.LocalAddr().(*net.TCPAddr).Port, host: addr}
+}
+
+// do sends one request and returns the body, or an error saying what went
+// wrong with the connection.
+func (k *keepAliveConn) do(path string) (string, error) {
+	k.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(k.c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, k.host); err != nil {
+		return "", fmt.Errorf("write: %w", err)
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		return "", fmt.Errorf("read: %w", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("body: %w", err)
+	case resp.StatusCode != 200:
+		return "", fmt.Errorf("status %d: %q", resp.StatusCode, b)
+	case resp.Close:
+		return "", fmt.Errorf("the response says Connection: close (%q)", b)
+	}
+	return string(b), nil
+}
+
+// keepAliveLoad sends requests on conn until stop, counting them, and
+// reports the first failure.
+func keepAliveLoad(conn *keepAliveConn, path string, stop <-chan struct{}) (served *atomic.Int64, failed <-chan error) {
+	served = new(atomic.Int64)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := conn.do(path); err != nil {
+				errc <- err
+				return
+			}
+			served.Add(1)
+		}
+	}()
+	return served, errc
+}
+
+// TestUpdateListenersLeavesOthersAlone: a keep-alive HTTP/1.1 client of
+// listener "b" keeps its very connection, served throughout and never
+// told to close, while listener "a" is added, changed and removed.
+func TestUpdateListenersLeavesOthersAlone(t *testing.T) {
+	be := echoBackend(t)
+	bAddr, aAddr := fixedAddr(t), fixedAddr(t)
+	cfgWith := func(a ...config.Listener) *config.Config {
+		b := httpListener("b", toCluster("/", "backend"))
+		b.Address = bAddr
+		return &config.Config{Listeners: append([]config.Listener{b}, a...), Clusters: []config.Cluster{cluster("backend", hostOf(be.URL))}}
+	}
+	h := newLDSHarness(t, cfgWith(), 2)
+	conn := dialKeepAlive(t, h.addr("b"))
+	if _, err := conn.do("/first"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	served, failed := keepAliveLoad(conn, "/load", stop)
+	waitServed := func(what string, more int64) {
+		t.Helper()
+		want := served.Load() + more
+		deadline := time.Now().Add(10 * time.Second)
+		for served.Load() < want {
+			select {
+			case err := <-failed:
+				t.Fatalf("%s: b's keep-alive connection: %v", what, err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: b served %d requests, want %d", what, served.Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitServed("before", 20)
+	opts := UpdateOptions{HTTPTimeout: 2 * time.Second, ShutdownTimeout: 3 * time.Second}
+
+	// Added: served at once.
+	a := directListener("a", aAddr, "a1")
+	<-h.apply(cfgWith(a), opts)
+	if resp, body := get(t, newClient(t), "http://"+h.addr("a")+"/"); resp.StatusCode != 200 || body != "a1" {
+		t.Fatalf("added listener: %d %q", resp.StatusCode, body)
+	}
+	waitServed("after the add", 20)
+
+	// Changed: new settings, same address. What it retires drains for
+	// longer than drainIdleGrace, in which b's client keeps sending.
+	a.IdleTimeout = dur(42 * time.Second)
+	a.Routes[0].DirectResponse.Body = "a2"
+	done := h.apply(cfgWith(a), opts)
+	if resp, body := get(t, newClient(t), "http://"+aAddr+"/"); resp.StatusCode != 200 || body != "a2" {
+		t.Fatalf("changed listener: %d %q", resp.StatusCode, body)
+	}
+	waitServed("while the changed listener drains", 20)
+	<-done
+	time.Sleep(drainIdleGrace + 200*time.Millisecond) // what a drain of b would close: nothing
+	waitServed("after the change", 20)
+
+	// Removed: refused once drained; b unaffected.
+	<-h.apply(cfgWith(), opts)
+	if c, err := net.DialTimeout("tcp", aAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("removed listener still accepts")
+	}
+	time.Sleep(drainIdleGrace + 200*time.Millisecond)
+	waitServed("after the removal", 20)
+	close(stop)
+	if err := <-failed; err != nil {
+		t.Fatalf("b's keep-alive connection: %v", err)
+	}
+	if _, err := conn.do("/last"); err != nil {
+		t.Fatalf("b's connection after all changes: %v", err)
+	}
+	if got := conn.c.LocalAddr().(*net.TCPAddr).Port; got != conn.port {
+		t.Fatalf("b's client moved from port %d to %d", conn.port, got)
+	}
+	// One connection, counted once, on b.
+	if got := counter(h.m, "listener.b."+statCxTotal); got != 1 {
+		t.Fatalf("listener.b.downstream_cx_total = %d, want 1 (b's client never reconnected)", got)
+	}
+	t.Logf("b served %d requests on one connection", served.Load())
+}
+
+// TestUpdateListenersTCPSessionOutlivesRemoval: a TCP-proxy session on
+// listener "b" stays open, echoing, well past the shutdown timeout of the
+// drain of listener "a", which is removed.
+func TestUpdateListenersTCPSessionOutlivesRemoval(t *testing.T) {
+	echo := rawBackend(t, func(c net.Conn) { io.Copy(c, c) })
+	bAddr, aAddr := fixedAddr(t), fixedAddr(t)
+	cfgWith := func(a ...config.Listener) *config.Config {
+		b := tcpListener("b", "echo")
+		b.Address = bAddr
+		return &config.Config{Listeners: append([]config.Listener{b}, a...), Clusters: []config.Cluster{cluster("echo", echo)}}
+	}
+	h := newLDSHarness(t, cfgWith(directListener("a", aAddr, "a")), 2)
+	s := dialTCP(t, h.addr("b"))
+	ping := func(what string) {
+		t.Helper()
+		if _, err := s.Write([]byte("ping")); err != nil {
+			t.Fatalf("%s: write: %v", what, err)
+		}
+		if _, err := io.ReadFull(s, make([]byte, 4)); err != nil {
+			t.Fatalf("%s: b's TCP session: %v", what, err)
+		}
+	}
+	ping("before")
+	const shutdown = 300 * time.Millisecond
+	start := time.Now()
+	<-h.apply(cfgWith(), UpdateOptions{HTTPTimeout: shutdown / 2, ShutdownTimeout: shutdown})
+	if time.Since(start) < 3*shutdown {
+		time.Sleep(3*shutdown - time.Since(start))
+	}
+	ping("past the removed listener's shutdown timeout")
+	if got := gauge(h.m, "listener.b."+statCxActive); got != 1 {
+		t.Fatalf("listener.b.downstream_cx_active = %d, want 1", got)
+	}
+}
+
+// TestUpdateListenersRemovedUnderLoad: listener "a", under
+// connection-per-request load, is removed: every connection the kernel
+// accepted is answered (0 failed, nothing reset), then connects are
+// refused; "b"'s keep-alive client is not even told to close.
+func TestUpdateListenersRemovedUnderLoad(t *testing.T) {
+	bAddr, aAddr := fixedAddr(t), fixedAddr(t)
+	b := directListener("b", bAddr, "b")
+	h := newLDSHarness(t, &config.Config{Listeners: []config.Listener{b, directListener("a", aAddr, "a")}}, 2)
+	conn := dialKeepAlive(t, h.addr("b"))
+	stop := make(chan struct{})
+	bServed, bFailed := keepAliveLoad(conn, "/", stop)
+
+	var served, refused atomic.Int64
+	failures := make(chan error, 64)
+	var wg sync.WaitGroup
+	loadStop := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-loadStop:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", aAddr, 5*time.Second)
+				if err != nil {
+					if errors.Is(err, syscall.ECONNREFUSED) {
+						refused.Add(1)
+						time.Sleep(2 * time.Millisecond) // no busy loop on a refusing port
+						continue
+					}
+					failures <- fmt.Errorf("dial: %w", err)
+					return
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				_, werr := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err == nil {
+					var body []byte
+					body, err = io.ReadAll(resp.Body)
+					if err == nil && (resp.StatusCode != 200 || string(body) != "a") {
+						err = fmt.Errorf("status %d %q", resp.StatusCode, body)
+					}
+				}
+				c.Close()
+				if err != nil {
+					failures <- fmt.Errorf("a connection the kernel accepted (write: %v): %w", werr, err)
+					return
+				}
+				served.Add(1)
+			}
+		}()
+	}
+	waitFor(t, 10*time.Second, "load on a", func() bool { return served.Load() >= 200 })
+	<-h.apply(&config.Config{Listeners: []config.Listener{b}}, UpdateOptions{HTTPTimeout: 2 * time.Second, ShutdownTimeout: 3 * time.Second})
+	waitFor(t, 10*time.Second, "connects to the removed listener refused", func() bool { return refused.Load() >= 50 })
+	close(loadStop)
+	wg.Wait()
+	close(failures)
+	for err := range failures {
+		t.Error(err)
+	}
+	close(stop)
+	if err := <-bFailed; err != nil {
+		t.Fatalf("b's keep-alive connection: %v", err)
+	}
+	t.Logf("a: %d served, %d refused after the removal; b: %d on one connection", served.Load(), refused.Load(), bServed.Load())
+	if got := counter(h.m, "listener.b."+statCxTotal); got != 1 {
+		t.Fatalf("listener.b.downstream_cx_total = %d, want 1", got)
+	}
+}
+
+// TestUpdateListenersChangedSettings: listener "a" changes on the same
+// address; a new connection gets the new settings at once, a connection
+// in the middle of a request when it changed finishes it with the old
+// ones, and "b"'s client keeps its connection.
+func TestUpdateListenersChangedSettings(t *testing.T) {
+	be := echoBackend(t)
+	t.Run("header_timeout", func(t *testing.T) {
+		bAddr, aAddr := fixedAddr(t), fixedAddr(t)
+		b := directListener("b", bAddr, "b")
+		a := httpListener("a", toCluster("/", "backend"))
+		a.Address = aAddr
+		a.HeaderTimeout = dur(20 * time.Second)
+		clusters := []config.Cluster{cluster("backend", hostOf(be.URL))}
+		h := newLDSHarness(t, &config.Config{Listeners: []config.Listener{b, a}, Clusters: clusters}, 2)
+		bConn := dialKeepAlive(t, h.addr("b"))
+		if _, err := bConn.do("/"); err != nil {
+			t.Fatal(err)
+		}
+		// Mid-request: half a head sent.
+		old := dialTCP(t, aAddr)
+		io.WriteString(old, "GET /old HTTP/1.1\r\nHost: a\r\n")
+		waitFor(t, 5*time.Second, "the old connection accepted", func() bool { return gauge(h.m, "listener.a."+statCxActive) == 1 })
+
+		const short = 300 * time.Millisecond
+		a.HeaderTimeout = dur(short)
+		done := h.apply(&config.Config{Listeners: []config.Listener{b, a}, Clusters: clusters}, UpdateOptions{HTTPTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second})
+		if got := h.addr("a"); got != aAddr {
+			t.Fatalf("changed listener moved from %s to %s", aAddr, got)
+		}
+		// A new connection that sends half a head is cut at the new
+		// header_timeout.
+		fresh := dialTCP(t, aAddr)
+		io.WriteString(fresh, "GET /new HTTP/1.1\r\nHost: a\r\n")
+		start := time.Now()
+		fresh.SetDeadline(time.Now().Add(10 * time.Second))
+		io.ReadAll(fresh) // a 408 or a plain close, either way an end
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("a new connection was held %v: not the new header_timeout %v", took, short)
+		}
+		// The old one, past the new timeout, finishes its request under
+		// the old one, told to close after it.
+		time.Sleep(3 * short)
+		io.WriteString(old, "\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(old), nil)
+		if err != nil {
+			t.Fatalf("the request in the middle of its head when the listener changed: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "Path: /old") {
+			t.Fatalf("the old connection's request: %d %q", resp.StatusCode, body)
+		}
+		if !resp.Close {
+			t.Errorf("the replaced listener's response lacks Connection: close")
+		}
+		<-done
+		if _, err := bConn.do("/"); err != nil {
+			t.Fatalf("b's keep-alive connection: %v", err)
+		}
+	})
+
+	t.Run("certificate", func(t *testing.T) {
+		bAddr, aAddr := fixedAddr(t), fixedAddr(t)
+		b := directListener("b", bAddr, "b")
+		a := directListener("a", aAddr, "a")
+		withTLS(&a) // a.example.com is the default certificate
+		h := newLDSHarness(t, &config.Config{Listeners: []config.Listener{b, a}}, 2)
+		bConn := dialKeepAlive(t, h.addr("b"))
+		if _, err := bConn.do("/"); err != nil {
+			t.Fatal(err)
+		}
+		leaf := func(c *tls.Conn) string { return c.ConnectionState().PeerCertificates[0].Subject.CommonName }
+		// An old connection, half its request sent.
+		oldCfg := clientTLS(t, "")
+		oldCfg.InsecureSkipVerify = true
+		old, err := tls.Dial("tcp", aAddr, oldCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { old.Close() })
+		old.SetDeadline(time.Now().Add(20 * time.Second))
+		io.WriteString(old, "GET / HTTP/1.1\r\nHost: a\r\n")
+		before := leaf(old)
+
+		a.TLS = &config.ListenerTLS{Certificates: []config.CertificatePair{demoOrg}}
+		done := h.apply(&config.Config{Listeners: []config.Listener{b, a}}, UpdateOptions{HTTPTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second})
+		fresh, err := tls.Dial("tcp", aAddr, oldCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh.Close()
+		if after := leaf(fresh); after == before {
+			t.Fatalf("a new connection still gets the old certificate %q", before)
+		}
+		io.WriteString(old, "\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(old), nil)
+		if err != nil {
+			t.Fatalf("the old TLS connection's request: %v", err)
+		}
+		if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "a" {
+			t.Fatalf("the old TLS connection's request: %d %q", resp.StatusCode, body)
+		}
+		old.Close()
+		<-done
+		if _, err := bConn.do("/"); err != nil {
+			t.Fatalf("b's keep-alive connection: %v", err)
+		}
+	})
+}
+
+// TestUpdateListenersOneBudget: server.max_connections bounds the old
+// instance of a changed listener and the new one together, and so does
+// the listener's own max_connections: never more open than the bound.
+func TestUpdateListenersOneBudget(t *testing.T) {
+	for _, bound := range []string{"server", "listener"} {
+		t.Run(bound, func(t *testing.T) {
+			echo := rawBackend(t, func(c net.Conn) { io.Copy(c, c) })
+			const max = 4
+			aAddr := fixedAddr(t)
+			cfg := func(idle time.Duration) *config.Config {
+				a := tcpListener("a", "echo")
+				a.Address, a.IdleTimeout = aAddr, dur(idle)
+				c := &config.Config{Listeners: []config.Listener{a}, Clusters: []config.Cluster{cluster("echo", echo)}}
+				if bound == "server" {
+					c.Server.MaxConnections = max
+				} else {
+					c.Listeners[0].MaxConnections = max
+				}
+				return c
+			}
+			h := newLDSHarness(t, cfg(time.Minute), 2)
+			// echoes reports whether s is served (not closed at once).
+			echoes := func(s *net.TCPConn) bool {
+				s.SetDeadline(time.Now().Add(2 * time.Second))
+				if _, err := s.Write([]byte("ping")); err != nil {
+					return false
+				}
+				_, err := io.ReadFull(s, make([]byte, 4))
+				return err == nil
+			}
+			for i := range max - 1 {
+				if s := dialTCP(t, aAddr); !echoes(s) {
+					t.Fatalf("session %d under the bound not served", i)
+				}
+			}
+			h.apply(cfg(2*time.Minute), UpdateOptions{ShutdownTimeout: time.Minute})
+			servedAfter := 0
+			for range max {
+				if echoes(dialTCP(t, aAddr)) {
+					servedAfter++
+				}
+			}
+			if servedAfter != 1 {
+				t.Fatalf("after the change, %d new sessions served beside the %d old ones, want 1 (bound %d)", servedAfter, max-1, max)
+			}
+			if open, _ := h.m.OpenConnections(); open > max {
+				t.Fatalf("%d connections open, bound %d", open, max)
+			}
+		})
+	}
+}
+
+// TestUpdateListenersThenHandOver: after listeners were added and changed
+// in place, a hot restart's Sockets hands over the current ones (the
+// changed listener's new instance, on the same socket), a next Manager
+// serves them with nothing refused, and the old Manager's Drain and Close
+// end the listener still draining from the change too.
+func TestUpdateListenersThenHandOver(t *testing.T) {
+	if os.Getenv(ldsRebuildEnv) == "1" {
+		t.Skip("UpdateListeners only: the rebuild has no listener draining alone")
+	}
+	aAddr, bAddr := fixedAddr(t), fixedAddr(t)
+	h := newLDSHarness(t, &config.Config{Listeners: []config.Listener{directListener("a", aAddr, "a1")}}, 2)
+	// A TCP-proxy session on the old "a" would outlive everything; an
+	// HTTP request in flight keeps the changed listener's drain going.
+	slowArrived, release := make(chan struct{}), make(chan struct{})
+	slow := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		http.ReadRequest(br)
+		close(slowArrived)
+		<-release
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow")
+	})
+	a := httpListener("a", toCluster("/", "slow"))
+	a.Address = aAddr
+	clusters := []config.Cluster{cluster("slow", slow)}
+	h.apply(&config.Config{Listeners: []config.Listener{a}, Clusters: clusters}, UpdateOptions{})
+	inFlight := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + aAddr + "/slow")
+		if err == nil {
+			resp.Body.Close()
+		}
+		inFlight <- err
+	}()
+	<-slowArrived
+	a.IdleTimeout = dur(time.Minute)
+	retired := h.apply(&config.Config{Listeners: []config.Listener{a, directListener("b", bAddr, "b")}, Clusters: clusters}, UpdateOptions{})
+	old := h.m
+	files, err := old.Sockets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for k := range files {
+		keys[k.Address]++
+	}
+	if keys[aAddr] != 2 || keys[bAddr] != 2 || len(keys) != 2 {
+		t.Fatalf("Sockets handed over %v, want a's and b's two each", keys)
+	}
+	handedOver := map[SocketKey]bool{}
+	for k := range files {
+		handedOver[k] = true
+	}
+	next, err := New(Options{Concurrency: 2, Logger: testLogger(), Inherited: files, Stats: old.Stats()}, h.snapshot(&config.Config{Listeners: []config.Listener{directListener("a", aAddr, "a3"), directListener("b", bAddr, "b")}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { next.Close() })
+	if n := len(next.Unused()); n != 0 {
+		t.Fatalf("the next Manager left %d sockets unused", n)
+	}
+	next.Start()
+	drained := make(chan error, 1)
+	go func() { drained <- old.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HTTPTimeout: 10 * time.Second, HandedOver: handedOver}) }()
+	c := newClient(t)
+	waitFor(t, 10*time.Second, "the next Manager serving a", func() bool {
+		resp, body := get(t, c, "http://"+aAddr+"/")
+		return resp.StatusCode == 200 && body == "a3"
+	})
+	select {
+	case err := <-drained:
+		t.Fatalf("the old Manager drained (%v) with a request in flight on its replaced listener", err)
+	default:
+	}
+	close(release)
+	if err := <-inFlight; err != nil {
+		t.Fatalf("the request in flight on the replaced listener: %v", err)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	select {
+	case <-retired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replaced listener's drain did not end with the Manager's")
+	}
+	if err := old.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
