@@ -612,7 +612,9 @@ func TestUpdateListenersThenHandOver(t *testing.T) {
 	}
 	next.Start()
 	drained := make(chan error, 1)
-	go func() { drained <- old.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HTTPTimeout: 10 * time.Second, HandedOver: handedOver}) }()
+	go func() {
+		drained <- old.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HTTPTimeout: 10 * time.Second, HandedOver: handedOver})
+	}()
 	c := newClient(t)
 	waitFor(t, 10*time.Second, "the next Manager serving a", func() bool {
 		resp, body := get(t, c, "http://"+aAddr+"/")

@@ -145,8 +145,8 @@ type Manager struct {
 	// the listeners added after it.
 	overload *OverloadState
 
-	stopAccept chan struct{} // closed when accepting stops
-	force      chan struct{} // closed: close whatever is left now
+	stopAccept chan struct{}  // closed when accepting stops
+	force      chan struct{}  // closed: close whatever is left now
 	connWG     sync.WaitGroup // TCP-proxy sessions
 	retireWG   sync.WaitGroup // the drains of retiring listeners (update.go)
 
