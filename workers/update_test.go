@@ -566,9 +566,15 @@ func TestUpdateListenersThenHandOver(t *testing.T) {
 	slowArrived, release := make(chan struct{}), make(chan struct{})
 	slow := rawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
-		http.ReadRequest(br)
-		close(slowArrived)
-		<-release
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.URL.Path == "/slow" {
+			close(slowArrived)
+			<-release
+		}
+		// Until the drain stops it, the old Manager's "a" serves too.
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow")
 	})
 	a := httpListener("a", toCluster("/", "slow"))
@@ -615,7 +621,7 @@ func TestUpdateListenersThenHandOver(t *testing.T) {
 	go func() {
 		drained <- old.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{HTTPTimeout: 10 * time.Second, HandedOver: handedOver})
 	}()
-	c := newClient(t)
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	waitFor(t, 10*time.Second, "the next Manager serving a", func() bool {
 		resp, body := get(t, c, "http://"+aAddr+"/")
 		return resp.StatusCode == 200 && body == "a3"
