@@ -228,6 +228,17 @@ var errClosed = errors.New("workers: manager closed")
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		m.forceDrain(errClosed)
+		// A retiring listener may be emptying its queue for up to
+		// queueDrainMax: at Close its sockets close now, which ends
+		// that (stopAccepting waits for its accept loops).
+		m.mu.Lock()
+		retiring := m.retiring
+		m.mu.Unlock()
+		for _, ml := range retiring {
+			for _, s := range ml.sockets {
+				s.close()
+			}
+		}
 		m.stopAccepting(false)
 		all := m.allListeners()
 		var errs []error

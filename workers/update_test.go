@@ -647,3 +647,84 @@ func TestUpdateListenersThenHandOver(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// TestUpdateListenersHeartbeats: the accept loops of a listener that an
+// update removed stop beating once it stops accepting; the watchdog's ages
+// leave them out, and those of the listeners added are in.
+func TestUpdateListenersHeartbeats(t *testing.T) {
+	if os.Getenv(ldsRebuildEnv) == "1" {
+		t.Skip("UpdateListeners only")
+	}
+	aAddr, bAddr, cAddr := fixedAddr(t), fixedAddr(t), fixedAddr(t)
+	cfg := func(ls ...config.Listener) *config.Config { return &config.Config{Listeners: ls} }
+	a, b, c := directListener("a", aAddr, "a"), directListener("b", bAddr, "b"), directListener("c", cAddr, "c")
+	first := cfg(a, b)
+	first.SetDefaults()
+	snap, err := BuildSnapshotN(first, Identity{Version: "test"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 20 * time.Millisecond
+	m, err := New(Options{Concurrency: 2, Logger: testLogger(), HeartbeatInterval: interval}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	m.Start()
+	next := cfg(b, c)
+	next.SetDefaults()
+	snap, err = BuildSnapshotN(next, Identity{Version: "test"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a request keeps a's drain going for a while.
+	held := dialTCP(t, aAddr)
+	io.WriteString(held, "GET / HTTP/1.1\r\n")
+	waitFor(t, 5*time.Second, "a's connection accepted", func() bool { return gauge(m, "listener.a."+statCxActive) == 1 })
+	u, err := m.UpdateListeners(snap, UpdateOptions{HTTPTimeout: 2 * time.Second, ShutdownTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := 25 * interval
+	deadline := time.Now().Add(2 * bound)
+	for samples := 0; time.Now().Before(deadline) || samples < 10; samples++ {
+		select {
+		case <-u.Done():
+			t.Fatal("a's drain ended before the heartbeats were sampled during it")
+		default:
+		}
+		ages := m.WorkerHeartbeatAges(nil)
+		if len(ages) != 2 {
+			t.Fatalf("%d ages for 2 workers", len(ages))
+		}
+		for w, age := range ages {
+			if age > bound {
+				t.Fatalf("worker %d's heartbeat is %s old with an interval of %s while removed listener a drains", w, age, interval)
+			}
+		}
+		time.Sleep(interval)
+	}
+	<-u.Done()
+	deadline = time.Now().Add(2 * bound)
+	for samples := 0; time.Now().Before(deadline) || samples < 10; samples++ {
+		ages := m.WorkerHeartbeatAges(nil)
+		if len(ages) != 2 {
+			t.Fatalf("%d ages for 2 workers", len(ages))
+		}
+		for w, age := range ages {
+			if age > bound {
+				t.Fatalf("worker %d's heartbeat is %s old with an interval of %s after listener a was removed", w, age, interval)
+			}
+		}
+		time.Sleep(interval)
+	}
+	m.mu.Lock()
+	loops := map[string]int{}
+	for _, lb := range m.beats {
+		loops[lb.ml.name]++
+	}
+	m.mu.Unlock()
+	if loops["a"] != 0 || loops["b"] != 2 || loops["c"] != 2 {
+		t.Fatalf("heartbeats by listener %v, want b's and c's two each, none of a's", loops)
+	}
+}
