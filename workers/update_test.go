@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/hotproxy/hotproxy/config"
 )
 
@@ -726,5 +728,79 @@ func TestUpdateListenersHeartbeats(t *testing.T) {
 	m.mu.Unlock()
 	if loops["a"] != 0 || loops["b"] != 2 || loops["c"] != 2 {
 		t.Fatalf("heartbeats by listener %v, want b's and c's two each, none of a's", loops)
+	}
+}
+
+// h2Outcome reads rc's frames until a GOAWAY (true), the end of stream's
+// response with the status it had, or d passing (neither: "", false).
+func (rc *rawH2Conn) until(tb testing.TB, d time.Duration, stream uint32) (status string, goAway bool) {
+	tb.Helper()
+	rc.c.SetReadDeadline(time.Now().Add(d))
+	defer rc.c.SetReadDeadline(time.Time{})
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				return "", false
+			}
+			tb.Fatalf("reading frames: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			return "", true
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				rc.fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				rc.fr.WritePing(true, f.Data)
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == stream {
+				status = f.PseudoValue("status")
+				if f.StreamEnded() {
+					return status, false
+				}
+			}
+		case *http2.DataFrame:
+			if f.StreamID == stream && f.StreamEnded() {
+				return status, false
+			}
+		}
+	}
+}
+
+// TestUpdateListenersHTTP2: the HTTP/2 connection of a replaced listener
+// gets its GOAWAY; that of a listener the update left alone gets none and
+// goes on serving streams.
+func TestUpdateListenersHTTP2(t *testing.T) {
+	aAddr, bAddr := fixedAddr(t), fixedAddr(t)
+	cfg := func(aBody string) *config.Config {
+		a, b := directListener("a", aAddr, aBody), directListener("b", bAddr, "b")
+		h2cListener(&a)
+		h2cListener(&b)
+		a.IdleTimeout = dur(time.Minute + time.Duration(len(aBody))*time.Second) // a's body changes its settings
+		return &config.Config{Listeners: []config.Listener{a, b}}
+	}
+	h := newLDSHarness(t, cfg("a"), 2)
+	ra, rb := dialRawH2(t, aAddr), dialRawH2(t, bAddr)
+	ra.get(t, 1, aAddr, "/")
+	rb.get(t, 1, bAddr, "/")
+	for name, rc := range map[string]*rawH2Conn{"a": ra, "b": rb} {
+		if status, goAway := rc.until(t, 5*time.Second, 1); status != "200" || goAway {
+			t.Fatalf("%s before the change: status %q, GOAWAY %v", name, status, goAway)
+		}
+	}
+	h.apply(cfg("a, changed"), UpdateOptions{HTTPTimeout: 10 * time.Second, ShutdownTimeout: 10 * time.Second})
+	if _, goAway := ra.until(t, 5*time.Second, 0); !goAway {
+		t.Fatal("the replaced listener's HTTP/2 connection got no GOAWAY")
+	}
+	if _, goAway := rb.until(t, drainIdleGrace+500*time.Millisecond, 0); goAway {
+		t.Fatal("an HTTP/2 connection of the listener the update left alone got a GOAWAY")
+	}
+	rb.get(t, 3, bAddr, "/")
+	if status, goAway := rb.until(t, 5*time.Second, 3); status != "200" || goAway {
+		t.Fatalf("b's next stream after the change: status %q, GOAWAY %v", status, goAway)
 	}
 }
