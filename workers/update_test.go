@@ -804,3 +804,79 @@ func TestUpdateListenersHTTP2(t *testing.T) {
 		t.Fatalf("b's next stream after the change: status %q, GOAWAY %v", status, goAway)
 	}
 }
+
+// TestUpdateListenersAdoptsUnused: a listener added at the address of an
+// inherited socket nothing took (Unused) adopts it, with the connection
+// queued in it; a listener removed and added again counts on in the same
+// stats; a retired listener's connection count leaves the budget.
+func TestUpdateListenersAdoptsUnused(t *testing.T) {
+	if os.Getenv(ldsRebuildEnv) == "1" {
+		t.Skip("UpdateListeners only")
+	}
+	lc := net.ListenConfig{Control: reusePortControl}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aAddr := ln.Addr().String()
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bAddr := fixedAddr(t)
+	b := directListener("b", bAddr, "b")
+	cfg := &config.Config{Listeners: []config.Listener{b}}
+	cfg.SetDefaults()
+	snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{Concurrency: 2, Logger: testLogger(), Inherited: map[SocketKey]*os.File{{Network: "tcp", Address: aAddr, Worker: -1}: f}}, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	m.Start()
+	// Queued in the inherited socket, which nobody accepts on yet.
+	queued := dialTCP(t, aAddr)
+	update := func(ls ...config.Listener) {
+		t.Helper()
+		cfg := &config.Config{Listeners: ls}
+		cfg.SetDefaults()
+		snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := m.UpdateListeners(snap, UpdateOptions{HTTPTimeout: time.Second, ShutdownTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-u.Done()
+	}
+	a := directListener("a", aAddr, "a")
+	update(b, a)
+	if n := len(m.Unused()); n != 0 {
+		t.Fatalf("%d inherited sockets left unused after a listener took their address", n)
+	}
+	io.WriteString(queued, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(queued), nil)
+	if err != nil {
+		t.Fatalf("the connection queued in the inherited socket: %v", err)
+	}
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "a" {
+		t.Fatalf("the connection queued in the inherited socket: %d %q", resp.StatusCode, body)
+	}
+	update(b)
+	// Re-added (bound afresh: the adopted socket closed with the drain).
+	update(b, a)
+	if resp, body := get(t, newClient(t), "http://"+aAddr+"/"); resp.StatusCode != 200 || body != "a" {
+		t.Fatalf("re-added listener: %d %q", resp.StatusCode, body)
+	}
+	if got := counter(m, "listener.a."+statRqTotal); got != 2 {
+		t.Fatalf("listener.a.downstream_rq_total = %d, want 2: a re-added listener counts on", got)
+	}
+	if n := len(*m.budget.open.Load()); n != 2 {
+		t.Fatalf("the budget counts %d listeners, want 2 (a and b): the removed instance's count stayed", n)
+	}
+}
