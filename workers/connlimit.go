@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -55,10 +56,11 @@ type connBudget struct {
 	// open are the open-connection counts of the listeners, one each
 	// (a listener changed in process shares its count with the
 	// listener it replaced while that one drains: one bound per name).
-	// Replaced whole, copy on write, when listeners are added or
-	// retired (main goroutine); accept loads it only where the
-	// server-wide bound is set.
-	open atomic.Pointer[[]*paddedCount]
+	// Replaced whole, copy on write under openMu, when listeners are
+	// added (main goroutine) or retired (a retirement's goroutine);
+	// accept loads it only where the server-wide bound is set.
+	open   atomic.Pointer[[]*paddedCount]
+	openMu sync.Mutex
 
 	// spare is a descriptor held in reserve (on /dev/null) for the accept
 	// loop that meets EMFILE: closing it frees one slot, enough to take
@@ -135,9 +137,10 @@ func (b *connBudget) openTotal() int64 {
 	return n
 }
 
-// join counts c in the budget, unless it is counted already (main
-// goroutine).
+// join counts c in the budget, unless it is counted already.
 func (b *connBudget) join(c *paddedCount) {
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
 	old := *b.open.Load()
 	for _, o := range old {
 		if o == c {
@@ -149,11 +152,13 @@ func (b *connBudget) join(c *paddedCount) {
 
 // leave takes c out of the budget: its listener is retired and its last
 // connection closed (a count that is not 0 stays, so that nothing still
-// open escapes the bound). Main goroutine, or a retirement's.
+// open escapes the bound).
 func (b *connBudget) leave(c *paddedCount) bool {
 	if c.n.Load() != 0 {
 		return false
 	}
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
 	old := *b.open.Load()
 	b.open.Store(new(slices.DeleteFunc(slices.Clone(old), func(o *paddedCount) bool { return o == c })))
 	return true

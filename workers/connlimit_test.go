@@ -245,6 +245,8 @@ func TestShedOne(t *testing.T) {
 func BenchmarkConnSlots(b *testing.B) {
 	budget := newConnBudget(1<<30, testLogger())
 	defer budget.close()
+	budget.join(new(paddedCount)) // two more listeners' counts to sum
+	budget.join(new(paddedCount))
 	s := newConnSlots(budget, nil, &listenerSnap{name: "web", maxConnections: 1 << 30}, testLogger())
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
