@@ -341,7 +341,7 @@ func (m *Manager) retire(ml *mlistener, opts UpdateOptions) error {
 
 	m.mu.Lock()
 	m.retiring = slices.DeleteFunc(slices.Clone(m.retiring), func(o *mlistener) bool { return o == ml })
-	m.beats = slices.DeleteFunc(m.beats, func(b loopBeat) bool { return b.ml == ml })
+	m.beats = slices.DeleteFunc(slices.Clone(m.beats), func(b loopBeat) bool { return b.ml == ml })
 	shared := false
 	for _, o := range append(slices.Clip(m.listeners), m.retiring...) {
 		shared = shared || o.slots.open == ml.slots.open
