@@ -463,21 +463,64 @@ func testXDSFollows(t *testing.T, protocol string) {
 		load.WaitMore(t, 50)
 	})
 	t.Run("listener added, changed, removed", func(t *testing.T) {
+		// A change to listener "second" touches only it: web's
+		// keep-alive clients keep the connections they dialled first,
+		// never told to close (issue 23), across all of it.
+		const keptClients = 2
+		kept, err := loadgen.Start(context.Background(), loadgen.Options{
+			URL: web + "/kept", Mode: loadgen.KeepAlive, Clients: keptClients, Rate: 50, Duration: 2 * time.Minute,
+			Check: func(_ *http.Response, body []byte) error {
+				if string(body) != "B\n" {
+					return fmt.Errorf("body %q, want B", body)
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer kept.Stop()
+		if !kept.WaitTotal(20, xdsWaitTimeout) {
+			t.Fatalf("web's keep-alive load did not start: %v", kept.Snapshot())
+		}
 		addr2, addr3 := harness.FreeAddr(t), harness.FreeAddr(t)
 		snap.Listeners["second"] = addr2
 		snap.Routes["second"] = [][2]string{{"/", "extra2"}}
 		snap.Clusters["extra2"] = []string{c.Addr}
 		cp.set(snap)
 		waitBody(t, client, "http://"+addr2+"/", "C", "listener second added")
+
+		// Changed on the same address: it terminates TLS now (SDS).
+		ca := harness.NewCA(t, "xds listener change CA")
+		cert, key := ca.Issue(t, "second", "127.0.0.1").PEM(t)
+		snap.Secrets["second"] = [2]string{string(cert), string(key)}
+		cp.set(snap)
+		tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}, DisableKeepAlives: true}}
+		waitBody(t, tlsClient, "https://"+addr2+"/", "C", "listener second changed to TLS on the same address")
+
 		snap.Listeners["second"] = addr3 // its address changed: a new socket, the old one drained
 		cp.set(snap)
-		waitBody(t, client, "http://"+addr3+"/", "C", "listener second moved")
+		waitBody(t, tlsClient, "https://"+addr3+"/", "C", "listener second moved")
 		waitRefused(t, addr2, "listener second's old address")
 		delete(snap.Listeners, "second")
 		delete(snap.Routes, "second")
 		delete(snap.Clusters, "extra2")
+		delete(snap.Secrets, "second")
 		cp.set(snap)
 		waitRefused(t, addr3, "listener second removed")
+		// Past what a drain of web would take to close an idle
+		// keep-alive connection (drainIdleGrace, 1s): nothing.
+		time.Sleep(1500 * time.Millisecond)
+		res := kept.Stop()
+		if res.Failed() != 0 || res.OK() == 0 {
+			t.Fatalf("web's keep-alive load while second changed: %v\nproxy log:\n%s", res, g.Stderr())
+		}
+		if res.Conns != keptClients {
+			t.Fatalf("web's %d keep-alive clients dialled %d connections while listener second was added, changed and removed, want %d: a change to one listener closed another's connections (%v)",
+				keptClients, res.Conns, keptClients, res)
+		}
+		t.Logf("web, kept: %v", res)
 		load.WaitMore(t, 50)
 	})
 	t.Run("certificate rotated by SDS", func(t *testing.T) {

@@ -284,8 +284,10 @@ type ServerInfo struct {
 	// Goroutines and OpenFDs show leaks across many restarts.
 	Goroutines int `json:"goroutines"`
 	OpenFDs    int `json:"open_fds,omitempty"`
-	// ReplacedWorkersDraining counts the worker sets that a change of the
-	// dynamic listeners replaced and that still drain.
+	// ReplacedWorkersDraining counts the changes of the dynamic
+	// listeners whose removed or replaced listeners still drain (each
+	// alone, in place: workers.Manager.UpdateListeners). The name is
+	// from when such a change replaced the whole worker set.
 	ReplacedWorkersDraining int `json:"replaced_workers_draining"`
 }
 

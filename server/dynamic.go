@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -28,9 +27,12 @@ import (
 //	           ──────────────────▶ routes, clusters, endpoints only:
 //	                                 Publish to the serving workers (RCU)
 //	                               listeners added, removed or changed:
-//	                                 a new workers.Manager on the same
-//	                                 sockets; the old one drains as a
-//	                                 hot restart drains
+//	                                 workers.Manager.UpdateListeners, in
+//	                                 place: only those listeners; a
+//	                                 removed or replaced one drains
+//	                                 alone as a hot restart drains, the
+//	                                 others keep their sockets and
+//	                                 connections as they were
 //
 // A set that fails any step is refused with the error that names what is
 // wrong, and nothing of it is left behind: the previous configuration
@@ -81,14 +83,15 @@ type dynamicState struct {
 	// view is the dynamic set serving now, for GET /config_dump; nil:
 	// none was ever applied.
 	view atomic.Pointer[dynamicView]
-	// retired receives the end of the drain of a Manager that a listener
-	// change replaced; stop ends the goroutines that would send on it
-	// once Run has returned.
-	retired chan retiredWorkers
+	// retired receives the end of the drains that a listener change
+	// began; stop ends the goroutines that would send on it once Run has
+	// returned.
+	retired chan retiredListeners
 	stop    chan struct{}
-	// draining are the replaced Managers still draining, with the TLS
-	// set each one's connections use (closed after them).
-	draining map[*workers.Manager]*tlsconf.Set
+	// draining are the listener changes whose removed or replaced
+	// listeners still drain, with the TLS set their connections use,
+	// closed once they have drained (nil: none to close).
+	draining map[*workers.ListenerUpdate]*tlsconf.Set
 	// drainingCount is len(draining), for /server_info.
 	drainingCount atomic.Int32
 }
@@ -99,18 +102,17 @@ type dynamicView struct {
 	applied time.Time
 }
 
-// retiredWorkers is a replaced Manager whose drain has ended.
-type retiredWorkers struct {
-	m   *workers.Manager
-	err error
+// retiredListeners is a listener change whose drains have ended.
+type retiredListeners struct {
+	u *workers.ListenerUpdate
 }
 
 func newDynamicState(static *config.Config) dynamicState {
 	return dynamicState{
 		merged:   static,
-		retired:  make(chan retiredWorkers),
+		retired:  make(chan retiredListeners),
 		stop:     make(chan struct{}),
-		draining: map[*workers.Manager]*tlsconf.Set{},
+		draining: map[*workers.ListenerUpdate]*tlsconf.Set{},
 	}
 }
 
@@ -188,7 +190,7 @@ func (s *Server) applyDynamic(d DynamicSet) error {
 	}
 	relisten := listenersChanged(s.dyn.merged, merged)
 	if relisten {
-		if err := s.replaceWorkers(prep); err != nil {
+		if err := s.updateListeners(prep); err != nil {
 			return err
 		}
 	} else {
@@ -202,14 +204,16 @@ func (s *Server) applyDynamic(d DynamicSet) error {
 	s.dyn.merged = merged
 	s.dyn.view.Store(s.viewOf(merged, &d))
 	s.log.Info("dynamic configuration applied", "listeners", len(d.Listeners), "clusters", len(d.Clusters),
-		"listeners_rebuilt", relisten, "versions", fmt.Sprint(d.Versions), "took", time.Since(start).Round(time.Microsecond))
+		"listeners_changed", relisten, "versions", fmt.Sprint(d.Versions), "took", time.Since(start).Round(time.Microsecond))
 	return nil
 }
 
 // listenersChanged reports whether b's listeners differ from a's in
-// anything that a workers.Manager fixes when it is built (their set,
-// address, protocol, TLS, timeouts of the connection, access logs...):
-// all but routes and a tcp listener's cluster, which a snapshot carries.
+// anything that a listener of workers.Manager fixes when it is built
+// (their set, address, protocol, TLS, timeouts of the connection, access
+// logs...): all but routes and a tcp listener's cluster, which a snapshot
+// carries. Which listeners changed, UpdateListeners tells by the same
+// rule (workers' sameFixed).
 func listenersChanged(a, b *config.Config) bool {
 	if len(a.Listeners) != len(b.Listeners) {
 		return true
@@ -231,61 +235,51 @@ func listenersChanged(a, b *config.Config) bool {
 	return false
 }
 
-// replaceWorkers serves prep's listeners with a new Manager, the way a
-// next generation takes over, but within this process: it adopts the
-// serving Manager's sockets (a listener that kept its address keeps its
-// socket and the connections queued in it; only a new address is bound),
-// starts, and then the old Manager drains as a hot restart drains: it
-// stops accepting, empties the queues of the sockets no one took (a
-// removed listener), tells its HTTP connections to close after their
-// response (GOAWAY for HTTP/2), and its connections finish within
-// drain_time (TCP: parent_shutdown_time). On error the old Manager serves
-// on and prep is released.
-func (s *Server) replaceWorkers(prep *Prepared) error {
-	old := s.workers
-	// Sockets (not SocketDups): a steered listener's program lets go of
-	// its sockets so that the new Manager's takes them.
-	inherited, err := old.Sockets()
+// updateListeners serves prep's listeners with the serving Manager, in
+// place (workers.Manager.UpdateListeners): a listener added is bound, a
+// removed one drains alone as a hot restart drains (its queue emptied,
+// its HTTP connections told to close and closed within drain_time, the
+// rest within parent_shutdown_time), a changed one serves new
+// connections with its new settings at once, on the same sockets, while
+// its old connections finish the same way; every other listener keeps
+// its sockets and connections. prep's TLS set serves every new
+// handshake from now on (an unchanged listener's too: the same
+// certificates, the session-ticket keys handed over); the old set is
+// closed once the listeners it served that drain have drained (a
+// connection that outlives that keeps the config it handshook with,
+// which a closed set leaves as it is). On error nothing changed and prep
+// is released.
+func (s *Server) updateListeners(prep *Prepared) error {
+	// A client's session ticket from before resumes after.
+	prep.TLS.InstallTicketKeys(s.tls.TicketKeys())
+	u, err := s.workers.UpdateListeners(prep.Snapshot, workers.UpdateOptions{
+		ServerTLS:       prep.TLS.ServerConfigs(),
+		HTTPTimeout:     s.cfg.Server.DrainTime.D(),
+		ShutdownTimeout: s.cfg.Server.ParentShutdownTime.D(),
+	})
 	if err != nil {
 		prep.Close()
 		return fmt.Errorf("dynamic listeners: %w", err)
 	}
-	// What the new Manager takes of them it accepts on: the old one's
-	// drain leaves what is on its way in those to it.
-	handedOver := make(map[workers.SocketKey]bool, len(inherited))
-	for k := range inherited {
-		handedOver[k] = true
-	}
-	// A client's session ticket from before resumes after.
-	prep.TLS.InstallTicketKeys(s.tls.TicketKeys())
-	m, err := workers.New(workers.Options{
-		Concurrency: s.concurrency,
-		Logger:      s.log,
-		Inherited:   inherited, // New owns them now, on success and failure
-		Stats:       s.stats,
-		ServerTLS:   prep.TLS.ServerConfigs(),
-
-		HeartbeatInterval: s.wd.interval(),
-	}, prep.Snapshot)
-	if err != nil {
-		prep.Close()
-		return err
-	}
-	// Sockets of removed listeners (and of old addresses): the old
-	// Manager's drain empties their queues and its close is their last.
-	for k, f := range m.Unused() {
-		delete(handedOver, k)
-		f.Close()
-	}
 	prep.TLS.Start(tlsconf.StartOptions{Stats: s.stats, Logger: s.log})
-	m.Start()
 	oldTLS := s.tls
-	s.workers = m
 	s.setTLS(prep.TLS)
-	s.wd.manager.Store(m)
-	s.overload.follow(m)
+	// The supervisor's copies follow: a listener added or moved is
+	// kept there too.
 	s.keepSocketsWithSupervisor()
-	s.retireWorkers(old, oldTLS, handedOver)
+	s.dyn.draining[u] = oldTLS
+	s.dyn.drainingCount.Store(int32(len(s.dyn.draining)))
+	go func() {
+		select {
+		case <-u.Done():
+		case <-s.dyn.stop:
+			return
+		}
+		select {
+		case s.dyn.retired <- retiredListeners{u: u}:
+		case <-s.dyn.stop:
+		}
+	}()
 	return nil
 }
 
@@ -295,46 +289,24 @@ func (s *Server) setTLS(set *tlsconf.Set) {
 	s.tlsNow.Store(set)
 }
 
-// retireWorkers drains m, replaced by a listener change, on a goroutine
-// of its own; the main loop closes it (and tls, its connections' TLS)
-// once the drain has ended (onDynamicRetired). handedOver are the
-// sockets the new Manager accepts on (workers.DrainOptions).
-func (s *Server) retireWorkers(m *workers.Manager, tls *tlsconf.Set, handedOver map[workers.SocketKey]bool) {
-	s.dyn.draining[m] = tls
-	s.dyn.drainingCount.Store(int32(len(s.dyn.draining)))
-	// SIGUSR1 reaches its access logs, and a generation that stops
-	// closes it (closeRetired).
-	s.hr.retired = append(s.hr.retired, m)
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ParentShutdownTime.D())
-	drainTime := s.cfg.Server.DrainTime.D()
-	go func() {
-		defer cancel()
-		err := m.Drain(ctx, workers.DrainOptions{HTTPTimeout: drainTime, HandedOver: handedOver})
-		select {
-		case s.dyn.retired <- retiredWorkers{m: m, err: err}:
-		case <-s.dyn.stop:
-		}
-	}()
-}
-
-// onDynamicRetired closes a replaced Manager whose drain has ended.
-func (s *Server) onDynamicRetired(r retiredWorkers) {
-	r.m.Close()
-	if tls := s.dyn.draining[r.m]; tls != nil {
+// onDynamicRetired closes the TLS set of a listener change whose drains
+// have ended.
+func (s *Server) onDynamicRetired(r retiredListeners) {
+	if tls := s.dyn.draining[r.u]; tls != nil {
 		tls.Close()
 	}
-	delete(s.dyn.draining, r.m)
+	delete(s.dyn.draining, r.u)
 	s.dyn.drainingCount.Store(int32(len(s.dyn.draining)))
-	s.hr.retired = slices.DeleteFunc(s.hr.retired, func(m *workers.Manager) bool { return m == r.m })
-	if r.err != nil {
-		s.log.Warn("the workers a listener change replaced: drain ended before every connection finished", "error", r.err)
+	if err := r.u.Err(); err != nil {
+		s.log.Warn("the listeners a dynamic change removed or replaced: drain ended before every connection finished", "error", err)
 	} else {
-		s.log.Debug("the workers a listener change replaced have drained")
+		s.log.Debug("the listeners a dynamic change removed or replaced have drained",
+			"changed", r.u.Changed, "removed", r.u.Removed)
 	}
 }
 
-// stopRetiredDynamic, at the end of Run: the replaced Managers still
-// draining are closed (closeRetired has them) and so are their TLS sets.
+// stopRetiredDynamic, at the end of Run: the TLS sets of listener changes
+// still draining are closed (the Manager's Close ends their drains).
 func (s *Server) stopRetiredDynamic() {
 	select {
 	case <-s.dyn.stop:
@@ -342,11 +314,13 @@ func (s *Server) stopRetiredDynamic() {
 	default:
 	}
 	close(s.dyn.stop)
-	for m, tls := range s.dyn.draining {
-		m.Close()
-		tls.Close()
+	for _, tls := range s.dyn.draining {
+		if tls != nil {
+			tls.Close()
+		}
 	}
 	clear(s.dyn.draining)
+	s.dyn.drainingCount.Store(0)
 }
 
 // followClusters keeps the health monitors in step with the clusters of

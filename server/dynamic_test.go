@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -394,19 +395,15 @@ func TestDynamicListenersUnderLoad(t *testing.T) {
 	small := web
 	small.MaxHeaderBytes = 1024
 	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{small, api}, Clusters: clusters})
-	// The replaced workers, as a generation that hands over, may still
-	// take a connection queued on the shared socket while they empty its
-	// queue (at most a second); from then on, every new one is the new
-	// workers'.
-	waitFor(t, "a new connection to get the new max_header_bytes", func() bool {
-		return bigHeader(webAddr) == http.StatusRequestHeaderFieldsTooLarge
-	})
-	waitFor(t, "the replaced workers to drain", func() bool { return ds.replacedDraining(t) == 0 })
+	// The replaced listener stops accepting before the new one starts,
+	// on the same socket: the very next connection gets the new
+	// settings, and so does every one after.
 	for i := range 5 {
 		if code := bigHeader(webAddr); code != http.StatusRequestHeaderFieldsTooLarge {
-			t.Fatalf("after max_header_bytes = 1024 and the old workers' drain, new connection %d with a 2 KiB header: %d, want 431", i, code)
+			t.Fatalf("after max_header_bytes = 1024, new connection %d with a 2 KiB header: %d, want 431", i, code)
 		}
 	}
+	waitFor(t, "the replaced listener to drain", func() bool { return ds.replacedDraining(t) == 0 })
 	l.waitSeen(t, "A", 100)
 
 	// Removed, with a request in flight on it.
@@ -933,5 +930,55 @@ cluster = "cp"
 	plain := startDynamicServer(t, staticListener)
 	if plain.srv.XDSControlPlane() != nil {
 		t.Error("a control plane without [xds]")
+	}
+}
+
+// TestDynamicListenerChangeLeavesOthersAlone: a keep-alive client of the
+// file's listener keeps its one connection, never told to close, while a
+// dynamic listener is added, changed and removed (issue 23: a listener
+// change touches that listener only).
+func TestDynamicListenerChangeLeavesOthersAlone(t *testing.T) {
+	ds := startDynamicServer(t, staticListener)
+	staticAddr := ds.srv.workers.Addr("static").String()
+	c, err := net.DialTimeout("tcp", staticAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	ask := func(what string) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: static\r\n\r\n"); err != nil {
+			t.Fatalf("%s: write: %v", what, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: the static listener's keep-alive connection: %v", what, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != "static" || resp.Close {
+			t.Fatalf("%s: %d %q, Connection: close %v; want 200 static on a connection kept open", what, resp.StatusCode, b, resp.Close)
+		}
+	}
+	ask("before")
+	a := backend(t, "A")
+	webAddr := freeAddr(t)
+	clusters := []config.Cluster{dynCluster("a", a)}
+	web := dynListener("web", webAddr, routeTo("/", "a"))
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{web}, Clusters: clusters})
+	if got := body(t, "http://"+webAddr+"/"); got != "A" {
+		t.Fatalf("added listener: %q", got)
+	}
+	ask("after the add")
+	web.MaxHeaderBytes = 4096
+	ds.mustApply(t, DynamicSet{Listeners: []config.Listener{web}, Clusters: clusters})
+	ask("after the change")
+	ds.mustApply(t, DynamicSet{Clusters: clusters})
+	waitFor(t, "the removed listener to drain", func() bool { return ds.replacedDraining(t) == 0 })
+	time.Sleep(1500 * time.Millisecond) // past what a drain's idle close would take
+	ask("after the removal")
+	if n := ds.srv.stats.Counter("listener.static.downstream_cx_total").Value(); n != 1 {
+		t.Fatalf("listener.static.downstream_cx_total = %d, want 1: its client reconnected", n)
 	}
 }

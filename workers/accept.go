@@ -19,9 +19,11 @@ const (
 // acceptor is one worker's accept loop on one socket.
 type acceptor struct {
 	m  *Manager
+	ml *mlistener
 	s  *socket
 	wk *worker
-	li int // the listener's index
+	lw *listenerWorker // what wk holds of ml
+	li int             // the listener's index (ml.idx)
 	st *listenerStats
 	// slots bounds the listener's open connections (connlimit.go): every
 	// connection accept returns holds one, which its close gives back.
@@ -54,8 +56,8 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 			}
 			continue
 		}
-		if a.m.acceptStopped() {
-			until := a.m.emptyQueuesUntil.Load()
+		if a.ml.acceptStopped() {
+			until := a.ml.emptyQueuesUntil.Load()
 			if until == 0 {
 				return nil, net.ErrClosed
 			}
@@ -107,7 +109,7 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
-		case <-a.m.stopAccept:
+		case <-a.ml.stopAccept:
 			t.Stop()
 		}
 	}
@@ -193,42 +195,42 @@ func (a *acceptor) admit(c *net.TCPConn) bool {
 // connection in its worker's connection set, so that a drain can tell idle
 // connections from busy ones and close what is left at its deadline.
 func (m *Manager) acceptHTTP(a *acceptor) {
-	defer m.acceptWG.Done()
+	defer a.ml.acceptWG.Done()
 	for {
 		c, err := a.accept()
 		if err != nil {
 			return
 		}
 		cc := m.newClientConn(a, c)
-		if !a.wk.conns.add(cc) {
+		if !a.wk.conns.add(cc, a.ml) {
 			cc.Close() // gives the slot back and counts the close
 			continue
 		}
-		m.httpWG.Add(1)
+		a.ml.httpWG.Add(1)
 		m.serveHTTP(a.wk, cc)
 	}
 }
 
 // acceptTCP is a TCP-proxy listener's accept loop for one worker.
-func (m *Manager) acceptTCP(a *acceptor, li int) {
-	defer m.acceptWG.Done()
+func (m *Manager) acceptTCP(a *acceptor) {
+	defer a.ml.acceptWG.Done()
 	for {
 		c, err := a.accept()
 		if err != nil {
 			return
 		}
 		var clientTLS *tls.Conn
-		if lt := m.listeners[li].tls; lt != nil {
+		if lt := a.ml.tls; lt != nil {
 			clientTLS = tls.Server(c, lt.config)
 		}
 		s := tcp.NewSession(c, clientTLS)
-		if !a.wk.conns.add(s) {
+		if !a.wk.conns.add(s, a.ml) {
 			c.Close()
 			a.st.closed()
 			a.slots.release()
 			continue
 		}
 		m.connWG.Add(1)
-		go m.serveTCP(a.wk, li, a.st, a.slots, s)
+		go m.serveTCP(a.wk, a.ml, a.st, a.slots, s)
 	}
 }

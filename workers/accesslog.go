@@ -42,7 +42,7 @@ func (m *Manager) openAccessLogs(ml *mlistener, specs []accessLogSpec, epoch int
 // old file. A log that cannot be reopened keeps writing to its old file,
 // and its writer logs why.
 func (m *Manager) ReopenAccessLogs() {
-	for _, ml := range m.listeners {
+	for _, ml := range m.allListeners() {
 		for _, al := range ml.accessLogs {
 			al.Reopen()
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -51,8 +53,14 @@ type connBudget struct {
 	max int64
 	// maxKey says where max comes from, for the refusal warning.
 	maxKey string
-	// open is the open client connections by listener index.
-	open []paddedCount
+	// open are the open-connection counts of the listeners, one each
+	// (a listener changed in process shares its count with the
+	// listener it replaced while that one drains: one bound per name).
+	// Replaced whole, copy on write under openMu, when listeners are
+	// added (main goroutine) or retired (a retirement's goroutine);
+	// accept loads it only where the server-wide bound is set.
+	open   atomic.Pointer[[]*paddedCount]
+	openMu sync.Mutex
 
 	// spare is a descriptor held in reserve (on /dev/null) for the accept
 	// loop that meets EMFILE: closing it frees one slot, enough to take
@@ -78,15 +86,15 @@ type paddedCount struct {
 	_ [56]byte
 }
 
-// newConnBudget sizes the budget of listeners listeners: maxConnections
-// (server.max_connections), or when 0 the bound derived from the
-// open-file limit.
-func newConnBudget(listeners, maxConnections int, log hclog.Logger) *connBudget {
+// newConnBudget sizes the budget: maxConnections (server.max_connections),
+// or when 0 the bound derived from the open-file limit. Listeners join it
+// with newConnSlots.
+func newConnBudget(maxConnections int, log hclog.Logger) *connBudget {
 	b := &connBudget{
-		open:             make([]paddedCount, listeners),
 		outOfDescriptors: ratelog.Limiter{Log: log},
 		acceptErrors:     ratelog.Limiter{Log: log},
 	}
+	b.open.Store(&[]*paddedCount{})
 	limit, limitErr := openFileLimit()
 	switch {
 	case maxConnections > 0:
@@ -123,10 +131,37 @@ func (b *connBudget) close() {
 // openTotal is the number of open client connections of all listeners.
 func (b *connBudget) openTotal() int64 {
 	var n int64
-	for i := range b.open {
-		n += b.open[i].n.Load()
+	for _, c := range *b.open.Load() {
+		n += c.n.Load()
 	}
 	return n
+}
+
+// join counts c in the budget, unless it is counted already.
+func (b *connBudget) join(c *paddedCount) {
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
+	old := *b.open.Load()
+	for _, o := range old {
+		if o == c {
+			return
+		}
+	}
+	b.open.Store(new(append(slices.Clone(old), c)))
+}
+
+// leave takes c out of the budget: its listener is retired and its last
+// connection closed (a count that is not 0 stays, so that nothing still
+// open escapes the bound).
+func (b *connBudget) leave(c *paddedCount) bool {
+	if c.n.Load() != 0 {
+		return false
+	}
+	b.openMu.Lock()
+	defer b.openMu.Unlock()
+	old := *b.open.Load()
+	b.open.Store(new(slices.DeleteFunc(slices.Clone(old), func(o *paddedCount) bool { return o == c })))
+	return true
 }
 
 // shedOne takes one connection off ln's queue and closes it, using the
@@ -191,18 +226,25 @@ const (
 // release when it closes, exactly once.
 type connSlots struct {
 	budget *connBudget
-	idx    int   // the listener's index in budget.open
-	max    int64 // the listener's max_connections; 0: no bound
+	open   *paddedCount // the listener's open connections (one of budget.open)
+	max    int64        // the listener's max_connections; 0: no bound
 	name   string
 	maxKey string // names max for the refusal warning
 	// refusals throttles the warning of connections closed over a bound.
 	refusals ratelog.Limiter
 }
 
-func newConnSlots(b *connBudget, idx int, ls *listenerSnap, log hclog.Logger) *connSlots {
+// newConnSlots joins a listener to budget b with its own count, or with
+// open, the count of the listener of the same name that it replaces
+// (nil: a new one).
+func newConnSlots(b *connBudget, open *paddedCount, ls *listenerSnap, log hclog.Logger) *connSlots {
+	if open == nil {
+		open = new(paddedCount)
+	}
+	b.join(open)
 	return &connSlots{
 		budget:   b,
-		idx:      idx,
+		open:     open,
 		max:      int64(ls.maxConnections),
 		name:     ls.name,
 		maxKey:   fmt.Sprintf("listeners %q max_connections = %d", ls.name, ls.maxConnections),
@@ -215,7 +257,7 @@ func newConnSlots(b *connBudget, idx int, ls *listenerSnap, log hclog.Logger) *c
 // bound exact: accepts racing at the bound may all be refused where one
 // would have fit (each sees the others' counts), never admitted past it.
 func (s *connSlots) take() refusal {
-	open := &s.budget.open[s.idx].n
+	open := &s.open.n
 	n := open.Add(1)
 	if s.max > 0 && n > s.max {
 		open.Add(-1)
@@ -230,7 +272,7 @@ func (s *connSlots) take() refusal {
 
 // release gives back the slot of a connection that took one, when it
 // closes. Call it exactly once per admitted connection.
-func (s *connSlots) release() { s.budget.open[s.idx].n.Add(-1) }
+func (s *connSlots) release() { s.open.n.Add(-1) }
 
 // refused closes c, which a bound refused, at once (so the kernel's queue
 // does not fill and the client learns now, not after a timeout), counts

@@ -211,7 +211,7 @@ func TestShedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	b := newConnBudget(0, 0, testLogger())
+	b := newConnBudget(0, testLogger())
 	defer b.close()
 	if b.spare.Load() == nil {
 		t.Fatal("no spare descriptor")
@@ -243,9 +243,11 @@ func TestShedOne(t *testing.T) {
 // on accept and given back on close, on every core at once, with a
 // listener bound and the server-wide bound over three listeners.
 func BenchmarkConnSlots(b *testing.B) {
-	budget := newConnBudget(3, 1<<30, testLogger())
+	budget := newConnBudget(1<<30, testLogger())
 	defer budget.close()
-	s := newConnSlots(budget, 0, &listenerSnap{name: "web", maxConnections: 1 << 30}, testLogger())
+	budget.join(new(paddedCount)) // two more listeners' counts to sum
+	budget.join(new(paddedCount))
+	s := newConnSlots(budget, nil, &listenerSnap{name: "web", maxConnections: 1 << 30}, testLogger())
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

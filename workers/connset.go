@@ -13,8 +13,10 @@ import (
 // close the rest at its deadline. Touched once when a connection starts and
 // once when it ends, by that worker's connections only: never per request.
 type connSet struct {
-	mu     sync.Mutex // guards m and killed
-	m      map[io.Closer]struct{}
+	mu sync.Mutex // guards m and killed
+	// m holds each connection with its listener, so that a listener
+	// can drain alone (update.go).
+	m      map[io.Closer]*mlistener
 	killed bool
 	// idle is the front end's state of the set's worker, whose idle
 	// poller parks idle HTTP/1.1 connections (they stay in m while
@@ -22,17 +24,18 @@ type connSet struct {
 	idle interface{ CloseIdlePoller() }
 }
 
-// add registers c; false means the set was killed and c must be closed.
-func (s *connSet) add(c io.Closer) bool {
+// add registers c, a connection of listener ml; false means the set was
+// killed and c must be closed.
+func (s *connSet) add(c io.Closer, ml *mlistener) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.killed {
 		return false
 	}
 	if s.m == nil {
-		s.m = make(map[io.Closer]struct{})
+		s.m = make(map[io.Closer]*mlistener)
 	}
-	s.m[c] = struct{}{}
+	s.m[c] = ml
 	return true
 }
 
@@ -49,16 +52,22 @@ func (s *connSet) len() int {
 }
 
 // closeIdle closes the HTTP connections idle between requests for at least
-// grace and returns how many connections remain.
-func (s *connSet) closeIdle(now int64, grace time.Duration) int {
+// grace and returns how many connections remain: of listener only, or of
+// all listeners when only is nil.
+func (s *connSet) closeIdle(now int64, grace time.Duration, only *mlistener) int {
 	var idle []*httpfront.Conn
+	left := 0
 	s.mu.Lock()
-	for c := range s.m {
+	for c, ml := range s.m {
+		if only != nil && ml != only {
+			continue
+		}
 		if tc, ok := c.(*httpfront.Conn); ok && tc.IdleFor(now) >= grace {
 			idle = append(idle, tc)
+			continue
 		}
+		left++
 	}
-	left := len(s.m) - len(idle)
 	s.mu.Unlock()
 	for _, c := range idle {
 		c.Close()
@@ -66,14 +75,35 @@ func (s *connSet) closeIdle(now int64, grace time.Duration) int {
 	return left
 }
 
-// closeHTTP closes every HTTP connection in the set, busy or not, and
-// returns how many.
-func (s *connSet) closeHTTP() int {
+// closeHTTP closes every HTTP connection in the set (of listener only;
+// nil: of all), busy or not, and returns how many.
+func (s *connSet) closeHTTP(only *mlistener) int {
 	var cs []*httpfront.Conn
 	s.mu.Lock()
-	for c := range s.m {
+	for c, ml := range s.m {
+		if only != nil && ml != only {
+			continue
+		}
 		if tc, ok := c.(*httpfront.Conn); ok {
 			cs = append(cs, tc)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return len(cs)
+}
+
+// closeListener closes every connection of listener ml in the set, HTTP
+// or not, and returns how many: the end of ml's drain alone. The others
+// and the worker's idle poller stay as they are.
+func (s *connSet) closeListener(ml *mlistener) int {
+	var cs []io.Closer
+	s.mu.Lock()
+	for c, l := range s.m {
+		if l == ml {
+			cs = append(cs, c)
 		}
 	}
 	s.mu.Unlock()

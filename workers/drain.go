@@ -5,11 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
 
-// acceptStopped reports whether accepting has stopped.
+// acceptStopped reports whether ml's accepting has stopped.
+func (ml *mlistener) acceptStopped() bool {
+	select {
+	case <-ml.stopAccept:
+		return true
+	default:
+		return false
+	}
+}
+
+// acceptStopped reports whether the whole Manager stopped accepting.
 func (m *Manager) acceptStopped() bool {
 	select {
 	case <-m.stopAccept:
@@ -19,13 +30,10 @@ func (m *Manager) acceptStopped() bool {
 	}
 }
 
-// stopAccepting stops every accept loop and then closes this generation's
-// descriptors of the listening sockets, once. With emptyQueues, each accept
-// loop first takes what is still queued on its socket (for at most
-// queueDrainMax): a socket that no successor holds — the last generation,
-// or a listener the successor dropped — resets its queue when it closes.
-// Where a successor holds the socket it accepts from the same queue, and
-// whatever this generation leaves is the successor's.
+// stopAccepting stops every accept loop of every listener (those still
+// draining after UpdateListeners included) and then closes this
+// generation's descriptors of the listening sockets, once
+// (stopListeners).
 func (m *Manager) stopAccepting(emptyQueues bool) {
 	m.mu.Lock()
 	if m.stopped {
@@ -33,12 +41,34 @@ func (m *Manager) stopAccepting(emptyQueues bool) {
 		return
 	}
 	m.stopped = true
-	if emptyQueues {
-		m.emptyQueuesUntil.Store(monotime() + int64(queueDrainMax))
-		// Where this generation's program still steers a group (it
-		// stops for good, or a successor dropped the listener), nothing
-		// new may enter the queues being emptied.
-		for _, ml := range m.listeners {
+	close(m.stopAccept)
+	all := append(slices.Clip(m.listeners), m.retiring...)
+	m.mu.Unlock()
+	m.stopListeners(all, emptyQueues)
+}
+
+// stopListeners stops the accept loops of ls (each once; a listener
+// stopped already keeps how it was stopped) and then closes their
+// descriptors of the listening sockets. With emptyQueues, each accept loop
+// first takes what is still queued on its socket (for at most
+// queueDrainMax): a socket that no successor holds — the last generation,
+// or a listener the successor dropped — resets its queue when it closes.
+// Where a successor holds the socket it accepts from the same queue, and
+// whatever this generation leaves is the successor's.
+func (m *Manager) stopListeners(ls []*mlistener, emptyQueues bool) {
+	var stopping []*mlistener
+	m.mu.Lock()
+	for _, ml := range ls {
+		if ml.stopped {
+			continue
+		}
+		ml.stopped = true
+		if emptyQueues {
+			ml.emptyQueuesUntil.Store(monotime() + int64(queueDrainMax))
+			// Where this generation's program still steers a group
+			// (it stops for good, or a successor dropped the
+			// listener), nothing new may enter the queues being
+			// emptied.
 			if ml.steer != nil {
 				ml.steer.RefuseNew()
 				for _, s := range ml.sockets {
@@ -46,19 +76,22 @@ func (m *Manager) stopAccepting(emptyQueues bool) {
 				}
 			}
 		}
+		close(ml.stopAccept)
+		stopping = append(stopping, ml)
 	}
-	close(m.stopAccept)
 	m.mu.Unlock()
 	// A deadline in the past wakes every accept loop without touching
 	// the socket itself.
 	now := time.Now()
-	for _, ml := range m.listeners {
+	for _, ml := range stopping {
 		for _, s := range ml.sockets {
 			s.ln.SetDeadline(now)
 		}
 	}
-	m.acceptWG.Wait()
-	for _, ml := range m.listeners {
+	for _, ml := range ls {
+		ml.acceptWG.Wait()
+	}
+	for _, ml := range ls {
 		for _, s := range ml.sockets {
 			s.close()
 		}
@@ -129,8 +162,12 @@ func (m *Manager) Drain(ctx context.Context, opts DrainOptions) error {
 func (m *Manager) drain(opts DrainOptions) {
 	defer close(m.drainDone)
 	m.draining.Store(true)
+	all := m.allListeners()
+	for _, ml := range all {
+		ml.draining.Store(true)
+	}
 	m.http.GoAwayHTTP2() // HTTP/2's "Connection: close" (downstream/http)
-	for _, ml := range m.listeners {
+	for _, ml := range all {
 		for _, s := range ml.sockets {
 			s.handedOver.Store(opts.HandedOver[s.key])
 		}
@@ -149,7 +186,7 @@ func (m *Manager) drain(opts DrainOptions) {
 	for done := false; !done; {
 		left, now := 0, monotime()
 		for _, wk := range m.workers {
-			left += wk.conns.closeIdle(now, drainIdleGrace)
+			left += wk.conns.closeIdle(now, drainIdleGrace, nil)
 		}
 		if left == 0 {
 			break
@@ -159,7 +196,7 @@ func (m *Manager) drain(opts DrainOptions) {
 		case <-httpDeadline:
 			httpDeadline = nil
 			for _, wk := range m.workers {
-				cut += wk.conns.closeHTTP()
+				cut += wk.conns.closeHTTP(nil)
 			}
 		case <-m.force:
 			for _, wk := range m.workers {
@@ -186,13 +223,26 @@ func (m *Manager) drain(opts DrainOptions) {
 
 var errClosed = errors.New("workers: manager closed")
 
-// Close closes every socket and connection at once.
+// Close closes every socket and connection at once, those of listeners
+// still draining after UpdateListeners included.
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		m.forceDrain(errClosed)
+		// A retiring listener may be emptying its queue for up to
+		// queueDrainMax: at Close its sockets close now, which ends
+		// that (stopAccepting waits for its accept loops).
+		m.mu.Lock()
+		retiring := m.retiring
+		m.mu.Unlock()
+		for _, ml := range retiring {
+			for _, s := range ml.sockets {
+				s.close()
+			}
+		}
 		m.stopAccepting(false)
+		all := m.allListeners()
 		var errs []error
-		for _, ml := range m.listeners {
+		for _, ml := range all {
 			for _, s := range ml.sockets {
 				if err := s.close(); err != nil && !errors.Is(err, net.ErrClosed) {
 					errs = append(errs, fmt.Errorf("listener %q: %w", ml.name, err))
@@ -202,9 +252,14 @@ func (m *Manager) Close() error {
 		for _, wk := range m.workers {
 			wk.conns.killAll()
 		}
-		m.acceptWG.Wait()
+		for _, ml := range all {
+			ml.acceptWG.Wait()
+		}
 		m.budget.close() // no accept loop uses the spare any more
 		m.connWG.Wait()
+		// The forced drains of retiring listeners end now (their
+		// connections are closed); each closes what is its own.
+		m.retireWG.Wait()
 		m.mu.Lock()
 		unused, snap := m.unused, m.snap
 		m.unused = nil
@@ -225,27 +280,38 @@ func (m *Manager) Close() error {
 			<-m.migrationsDone
 			<-m.reclaimDone
 		}
-		for _, ml := range m.listeners {
-			if ml.steer != nil {
-				errs = append(errs, ml.steer.Close())
-			}
-		}
 		// The HTTP connections' sockets are closed (killAll), so each
 		// goroutine ends at its next read or write and records the
 		// request it was finishing; wait for that, so that the log of a
 		// response already sent is not closed under it. One waiting on
 		// an upstream learns of the close only from the upstream, hence
-		// the bound.
-		waitAtMost(&m.httpWG, closeWaitForHTTP)
-		// Last: the queued lines of every request served are written.
-		for _, ml := range m.listeners {
-			for _, al := range ml.accessLogs {
-				errs = append(errs, al.Close())
-			}
+		// the bound. Last: the queued lines of every request served
+		// are written (closeResources).
+		deadline := time.Now().Add(closeWaitForHTTP)
+		for _, ml := range all {
+			waitAtMost(&ml.httpWG, time.Until(deadline))
+			errs = append(errs, ml.closeResources())
 		}
 		m.closeErr = errors.Join(errs...)
 	})
 	return m.closeErr
+}
+
+// closeResources closes the listener's steering program and, after its
+// last request, its access logs; once (a retiring listener's drain and the
+// Manager's Close may both get here).
+func (ml *mlistener) closeResources() error {
+	ml.closeOnce.Do(func() {
+		var errs []error
+		if ml.steer != nil {
+			errs = append(errs, ml.steer.Close())
+		}
+		for _, al := range ml.accessLogs {
+			errs = append(errs, al.Close())
+		}
+		ml.closeErr = errors.Join(errs...)
+	})
+	return ml.closeErr
 }
 
 // closeWaitForHTTP bounds how long Close waits for HTTP connections'

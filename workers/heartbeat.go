@@ -25,6 +25,7 @@ type heartbeat struct {
 type loopBeat struct {
 	worker int
 	hb     *heartbeat
+	ml     *mlistener // the loop's listener: its beat ends with its accepting
 }
 
 // beat stores a's heartbeat and bounds its next wait for a connection, so
@@ -38,7 +39,7 @@ type loopBeat struct {
 // heartbeat, one interval ahead, so a loop that accepts nothing more
 // wakes within an interval of its last heartbeat.
 func (a *acceptor) beat() {
-	if a.hb == nil || a.m.acceptStopped() {
+	if a.hb == nil || a.ml.acceptStopped() {
 		return
 	}
 	now := monotime()
@@ -49,8 +50,8 @@ func (a *acceptor) beat() {
 	a.beatDeadline = now + int64(a.beatEvery)
 	a.hb.deadlineMoves.Add(1)
 	a.s.ln.SetDeadline(time.Now().Add(a.beatEvery))
-	if a.m.acceptStopped() {
-		// stopAccepting's wake-up (a deadline in the past) may have
+	if a.ml.acceptStopped() {
+		// stopListeners's wake-up (a deadline in the past) may have
 		// come between the check and the deadline above: restore it.
 		a.s.ln.SetDeadline(time.Now())
 	}
@@ -59,12 +60,13 @@ func (a *acceptor) beat() {
 // WorkerHeartbeatAges returns, for every worker, how long ago the least
 // recent of its accept loops stored a heartbeat, appended to ages[:0]; nil
 // when no heartbeat is kept (Options.HeartbeatInterval is 0), before
-// Start, and once accepting has stopped (a drain: the loops end).
+// Start, and once accepting has stopped (a drain: the loops end). The
+// loops of a listener that drains alone (UpdateListeners) no longer count
+// once it stops accepting.
 func (m *Manager) WorkerHeartbeatAges(ages []time.Duration) []time.Duration {
 	m.mu.Lock()
-	beats, live := m.beats, m.started && !m.stopped
-	m.mu.Unlock()
-	if !live || len(beats) == 0 {
+	defer m.mu.Unlock()
+	if !m.started || m.stopped || len(m.beats) == 0 {
 		return nil
 	}
 	ages = ages[:0]
@@ -72,7 +74,10 @@ func (m *Manager) WorkerHeartbeatAges(ages []time.Duration) []time.Duration {
 		ages = append(ages, 0)
 	}
 	now := monotime()
-	for _, b := range beats {
+	for _, b := range m.beats {
+		if b.ml.stopped {
+			continue
+		}
 		ages[b.worker] = max(ages[b.worker], time.Duration(now-b.hb.at.Load()))
 	}
 	return ages

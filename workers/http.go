@@ -18,7 +18,8 @@ import (
 type httpHost struct {
 	m     *Manager
 	wk    *worker
-	li    int
+	ml    *mlistener
+	li    int // ml.idx
 	st    *listenerStats
 	slots *connSlots
 }
@@ -28,7 +29,7 @@ var _ httpfront.Host = (*httpHost)(nil)
 // View is the listener's view in the worker's current snapshot, or nil
 // when the snapshot has no such listener.
 func (h *httpHost) View() *httpfront.View {
-	if lv := h.wk.view.Load().listeners[h.li]; lv != nil {
+	if lv := h.wk.view.Load().listener(h.li); lv != nil {
 		return lv.http
 	}
 	return nil
@@ -37,7 +38,7 @@ func (h *httpHost) View() *httpfront.View {
 // Handshake runs the listener's TLS handshake (tls.go); a client that
 // spoke plain HTTP to it is told so.
 func (h *httpHost) Handshake(tc *tls.Conn, sock net.Conn) (tls.ConnectionState, error) {
-	cs, err := h.m.listeners[h.li].tls.handshake(tc, sock, h.st.tls)
+	cs, err := h.ml.tls.handshake(tc, sock, h.st.tls)
 	if err != nil {
 		answerPlainHTTP(err)
 	}
@@ -61,28 +62,25 @@ func (h *httpHost) RequestRefused() {
 
 // newClientConn is the front end's connection for c, accepted by a.
 func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *httpfront.Conn {
-	return httpfront.NewConn(a.wk.http[a.li], c)
+	return httpfront.NewConn(a.lw.http, c)
 }
 
-// newHTTPListeners builds worker wk's front-end listeners (nil for a tcp
-// listener), once, with the Manager.
-func (m *Manager) newHTTPListeners(wk *worker) []*httpfront.Listener {
-	ls := make([]*httpfront.Listener, len(m.listeners))
-	for i, ml := range m.listeners {
-		if ml.h1 == nil {
-			continue
-		}
-		h2cfg := httpfront.H2ServerConfig(ml.h2)
-		l := &httpfront.Listener{
-			Env: &m.http, Worker: &wk.front, Name: ml.name, Index: i,
-			Stats: &wk.stats[i].Stats, Settings: ml.h1, H2: &h2cfg, HTTP2Cleartext: ml.http2Cleartext,
-			AccessLogs: ml.accessLogs,
-			Host:       &httpHost{m: m, wk: wk, li: i, st: wk.stats[i], slots: ml.slots},
-		}
-		if ml.tls != nil {
-			l.TLS = ml.tls.config
-		}
-		ls[i] = l
+// newHTTPListener builds worker wk's front-end listener of ml (nil for a
+// tcp listener), once, with the listener.
+func (m *Manager) newHTTPListener(wk *worker, ml *mlistener, st *listenerStats) *httpfront.Listener {
+	if ml.h1 == nil {
+		return nil
 	}
-	return ls
+	h2cfg := httpfront.H2ServerConfig(ml.h2)
+	l := &httpfront.Listener{
+		Env: &m.http, Worker: &wk.front, Name: ml.name, Index: ml.idx,
+		Draining: &ml.draining, ConnWG: &ml.httpWG,
+		Stats: &st.Stats, Settings: ml.h1, H2: &h2cfg, HTTP2Cleartext: ml.http2Cleartext,
+		AccessLogs: ml.accessLogs,
+		Host:       &httpHost{m: m, wk: wk, ml: ml, li: ml.idx, st: st, slots: ml.slots},
+	}
+	if ml.tls != nil {
+		l.TLS = ml.tls.config
+	}
+	return l
 }

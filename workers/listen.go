@@ -88,10 +88,10 @@ func (s *socket) close() error {
 // (net.FileListener) cannot say so, and its accepts still pay for them.
 const noKeepAlive = -1
 
-// openListener binds or adopts every socket of listener ml. It takes the
+// openSockets binds or adopts every socket of listener ml. It takes the
 // inherited sockets it uses out of inh. On error the sockets it opened are
 // in ml.sockets for the caller to close.
-func openListener(ml *mlistener, workers int, reuse bool, inh map[SocketKey]*os.File) error {
+func openSockets(ml *mlistener, workers int, reuse bool, inh map[SocketKey]*os.File) error {
 	// Adopt every inherited socket of this address, whatever its worker:
 	// in a SO_REUSEPORT group, a socket nobody accepts on still gets its
 	// share of new connections, and they would be lost.

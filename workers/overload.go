@@ -59,9 +59,6 @@ type overloadStats struct {
 	kernelRefused *stats.Counter
 	refused       *stats.Counter
 	reset         *stats.Counter
-	// kernelSeen is, by listener index, how much of its program's
-	// ShedRefused is already in kernelRefused.
-	kernelSeen []atomic.Uint64
 }
 
 // overloadStatsOf returns the Manager's overload counters, registering
@@ -76,7 +73,6 @@ func (m *Manager) overloadStatsOf() *overloadStats {
 		kernelRefused: m.stats.Counter("overload.stop_accepting.refused"),
 		refused:       m.stats.Counter("overload.refuse_requests.refused"),
 		reset:         m.stats.Counter("overload.reset_connections.reset"),
-		kernelSeen:    make([]atomic.Uint64, len(m.listeners)),
 	}
 	if m.overloadCounters.CompareAndSwap(nil, p) {
 		return p
@@ -89,17 +85,22 @@ func (m *Manager) overloadStatsOf() *overloadStats {
 // passed its check is not affected, the next one is.
 func (m *Manager) SetOverload(st OverloadState) {
 	m.overloadStatsOf() // registered before the first shed, so a reader sees 0
+	m.mu.Lock()
+	m.overload = &st // for the listeners UpdateListeners adds later
+	all := append(slices.Clip(m.listeners), m.retiring...)
+	slots := m.nextIdx
+	m.mu.Unlock()
 	var v *httpfront.Overload
 	if st.active() {
 		v = &httpfront.Overload{StopAccepting: st.StopAccepting, RefuseRequests: st.RefuseRequests, DisableKeepAlive: st.DisableKeepAlive}
 		v.Refusal, v.RetryAfter = httpfront.NewOverloadRefusal(st.RetryAfter)
 		if p := st.TimeoutPercent; p > 0 && p < 100 {
-			v.Settings = make([]*httpfront.Settings, len(m.listeners))
-			for i, ml := range m.listeners {
+			v.Settings = make([]*httpfront.Settings, slots)
+			for _, ml := range all {
 				if ml.h1 == nil {
 					continue
 				}
-				v.Settings[i] = httpfront.ShrunkSettings(ml.h1, p)
+				v.Settings[ml.idx] = httpfront.ShrunkSettings(ml.h1, p)
 			}
 		}
 	}
@@ -108,7 +109,7 @@ func (m *Manager) SetOverload(st OverloadState) {
 	}
 	// Where the steering program is loaded it refuses in the kernel;
 	// the check at accept still closes what was queued before.
-	for _, ml := range m.listeners {
+	for _, ml := range all {
 		if ml.steer != nil {
 			ml.steer.Shed(st.StopAccepting)
 		}
@@ -132,8 +133,9 @@ const (
 // refuses new connections there: StopAcceptingKernel or
 // StopAcceptingAccept.
 func (m *Manager) StopAcceptingModes() map[string]string {
-	modes := make(map[string]string, len(m.listeners))
-	for _, ml := range m.listeners {
+	current := m.currentListeners()
+	modes := make(map[string]string, len(current))
+	for _, ml := range current {
 		modes[ml.name] = StopAcceptingAccept
 		if ml.steer != nil {
 			modes[ml.name] = StopAcceptingKernel
@@ -157,13 +159,10 @@ func (m *Manager) countKernelRefusals() {
 	if oc == nil {
 		return // never SetOverload: nothing shed, no overload stats
 	}
-	for _, ml := range m.listeners {
-		if ml.steer == nil {
-			continue
-		}
-		seen := &oc.kernelSeen[ml.idx]
+	for _, sl := range m.steeredListeners() {
+		seen := &sl.ml.kernelSeen
 		for {
-			now, before := ml.steer.ShedRefused(), seen.Load()
+			now, before := sl.g.ShedRefused(), seen.Load()
 			if now <= before {
 				break
 			}

@@ -13,9 +13,10 @@ import (
 // workers than the Manager has is refused (logged).
 //
 // Listener sockets and the HTTP connection settings (header, idle and
-// write timeouts, header size) are fixed by New; a listener missing from snap,
-// or with another protocol, answers 404 (http) or closes connections
-// (tcp) until a snapshot has it again.
+// write timeouts, header size) are fixed by New and UpdateListeners (which
+// publishes itself); a listener missing from snap, or with another
+// protocol, answers 404 (http) or closes connections (tcp) until a
+// snapshot has it again.
 func (m *Manager) Publish(snap *Snapshot) {
 	if snap == nil {
 		return
@@ -45,8 +46,19 @@ func (m *Manager) Publish(snap *Snapshot) {
 }
 
 func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
-	v := &workerView{snap: snap, listeners: make([]*listenerView, len(m.listeners))}
-	for i, ml := range m.listeners {
+	m.mu.Lock()
+	current, retiring, slots := m.listeners, m.retiring, m.nextIdx
+	m.mu.Unlock()
+	v := &workerView{snap: snap, listeners: make([]*listenerView, slots)}
+	// A listener that drains after UpdateListeners removed or replaced
+	// it keeps the routing it had: its connections finish as they
+	// started (they are told to close, never answered 404).
+	if prev := m.workers[w].view.Load(); prev != nil {
+		for _, ml := range retiring {
+			v.listeners[ml.idx] = prev.listener(ml.idx)
+		}
+	}
+	for _, ml := range current {
 		ls := snap.listeners[ml.name]
 		if ls == nil || ls.protocol != ml.protocol {
 			if w == 0 {
@@ -76,9 +88,19 @@ func (m *Manager) buildView(snap *Snapshot, w int) *workerView {
 				}
 			}
 		}
-		v.listeners[i] = lv
+		v.listeners[ml.idx] = lv
 	}
 	return v
+}
+
+// listener is the view of the listener with index i; nil: not in the
+// snapshot (a retired listener's connections get nil once the view that
+// replaced them is published).
+func (v *workerView) listener(i int) *listenerView {
+	if i >= len(v.listeners) {
+		return nil
+	}
+	return v.listeners[i]
 }
 
 // closeIdle closes the idle pooled upstream connections of every worker.

@@ -101,6 +101,26 @@ type listenerSnap struct {
 	// a client may take to send its ClientHello.
 	sniRoutes    route.SNITable
 	helloTimeout time.Duration
+
+	// fixed is the listener's configuration but what a snapshot carries
+	// (routes, a tcp listener's cluster): what its sockets, settings,
+	// TLS and access logs were built from. UpdateListeners keeps a
+	// listener whose fixed part is unchanged as it is (sameFixed).
+	fixed config.Listener
+}
+
+// fixedPart is l without what a snapshot carries: routes and a tcp
+// listener's cluster.
+func fixedPart(l *config.Listener) config.Listener {
+	f := *l
+	f.Routes, f.Cluster = nil, ""
+	return f
+}
+
+// sameFixed reports whether a and b are the same listener in everything
+// its sockets and connections are built from (fixedPart).
+func sameFixed(a, b *listenerSnap) bool {
+	return a.name == b.name && reflect.DeepEqual(a.fixed, b.fixed)
 }
 
 // accessLogSpec is one access log of a listener, compiled.
@@ -243,6 +263,7 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 		balance:        l.Balance,
 		maxConnections: l.MaxConnections,
 		http2Cleartext: l.HTTP2Cleartext,
+		fixed:          fixedPart(l),
 	}
 	if l.TLS != nil {
 		ls.tlsHandshakeTimeout = l.TLS.HandshakeTimeout.D()

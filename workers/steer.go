@@ -182,23 +182,21 @@ const migratedPoll = time.Second
 // (countKernelRefusals), until stop closes, and once more then.
 func (m *Manager) countMigrations(stop <-chan struct{}) {
 	type watched struct {
-		g    *steering.Group
 		lane stats.CounterLane
 		seen uint64
 	}
-	var ws []*watched
-	for _, ml := range m.listeners {
-		if ml.steer != nil {
-			ws = append(ws, &watched{g: ml.steer, lane: m.stats.Counter("listener." + ml.name + "." + statBalanceMigrated).Lane(0)})
-		}
-	}
-	if len(ws) == 0 {
-		return
-	}
+	// By program: the listeners UpdateListeners adds join at the next
+	// flush (a group's counts stay readable after its Close).
+	ws := map[*steering.Group]*watched{}
 	flush := func() {
 		m.countKernelRefusals()
-		for _, w := range ws {
-			if n := w.g.Migrated(); n > w.seen {
+		for _, sl := range m.steeredListeners() {
+			w := ws[sl.g]
+			if w == nil {
+				w = &watched{lane: m.stats.Counter("listener." + sl.ml.name + "." + statBalanceMigrated).Lane(0)}
+				ws[sl.g] = w
+			}
+			if n := sl.g.Migrated(); n > w.seen {
 				w.lane.Add(n - w.seen)
 				w.seen = n
 			}
@@ -215,6 +213,30 @@ func (m *Manager) countMigrations(stop <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// steeredListener is a listener with its steering program.
+type steeredListener struct {
+	ml *mlistener
+	g  *steering.Group
+}
+
+// steeredListeners returns the listeners (serving or still draining) that
+// a steering program spreads, with their programs, read under m.mu: the
+// main goroutine's Resteer replaces a program under it while the
+// migration counter reads them.
+func (m *Manager) steeredListeners() []steeredListener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []steeredListener
+	for _, ls := range [][]*mlistener{m.listeners, m.retiring} {
+		for _, ml := range ls {
+			if ml.steer != nil {
+				out = append(out, steeredListener{ml, ml.steer})
+			}
+		}
+	}
+	return out
 }
 
 // activeCount is the per-worker active-connection count a least_conn

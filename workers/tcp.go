@@ -8,7 +8,7 @@ import (
 // front end (downstream/tcp), after the TLS handshake when the listener
 // terminates TLS, and gives back what accept took: its place in the
 // connection set and its connection slot (connlimit.go, once, here).
-func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, slots *connSlots, s *tcp.Session) {
+func (m *Manager) serveTCP(wk *worker, ml *mlistener, st *listenerStats, slots *connSlots, s *tcp.Session) {
 	defer m.connWG.Done()
 	defer func() {
 		s.Close()
@@ -16,13 +16,12 @@ func (m *Manager) serveTCP(wk *worker, li int, st *listenerStats, slots *connSlo
 		st.closed()
 		slots.release()
 	}()
-	lv := wk.view.Load().listeners[li]
+	lv := wk.view.Load().listener(ml.idx)
 	if lv == nil || lv.tcp == nil {
 		return
 	}
 	if tc := s.ClientTLS(); tc != nil {
-		lt := m.listeners[li].tls
-		if _, err := lt.handshake(tc, s.Client(), st.tls); err != nil {
+		if _, err := ml.tls.handshake(tc, s.Client(), st.tls); err != nil {
 			if m.log.IsDebug() {
 				m.log.Debug("TLS handshake failed", "listener", lv.name, "client", s.Client().RemoteAddr(), "error", err)
 			}

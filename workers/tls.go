@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotproxy/hotproxy/config"
@@ -18,11 +19,26 @@ import (
 // package tlsconf's). The handshake runs on the connection's own goroutine,
 // bounded by handshake_timeout, before anything else is read.
 
-// listenerTLS is a terminating listener's TLS, fixed when the Manager is
+// listenerTLS is a terminating listener's TLS, fixed when the listener is
 // built (like its sockets).
 type listenerTLS struct {
+	// config is what the listener's connections are wrapped with: its
+	// GetConfigForClient hands every handshake current, the config the
+	// caller built (never a clone: it must see rotated session-ticket
+	// keys). An UpdateListeners that leaves the listener unchanged swaps
+	// current for the same listener's config of the caller's newer
+	// tlsconf.Set (same certificates, the ticket keys handed over), so
+	// that every handshake uses the set the server rotates and reloads,
+	// without touching the listener's sockets or connections. One atomic
+	// load per handshake.
 	config           *tls.Config
+	current          atomic.Pointer[tls.Config]
 	handshakeTimeout time.Duration
+}
+
+// configForClient is config's GetConfigForClient.
+func (lt *listenerTLS) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
+	return lt.current.Load(), nil
 }
 
 // newListenerTLS checks that the caller built a TLS config for every
@@ -35,7 +51,10 @@ func newListenerTLS(ls *listenerSnap, built map[string]*tls.Config) (*listenerTL
 	if cfg == nil {
 		return nil, fmt.Errorf("listener %q: [listeners.tls] is set but no TLS server config was built for it (workers.Options.ServerTLS has no entry %q; the server builds one per TLS listener with package tlsconf)", ls.name, ls.name)
 	}
-	return &listenerTLS{config: cfg, handshakeTimeout: ls.tlsHandshakeTimeout}, nil
+	lt := &listenerTLS{handshakeTimeout: ls.tlsHandshakeTimeout}
+	lt.current.Store(cfg)
+	lt.config = &tls.Config{GetConfigForClient: lt.configForClient}
+	return lt, nil
 }
 
 // TLS stat names, in the listener's scope (listener.<name>.): per-connection

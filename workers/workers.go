@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,23 +85,25 @@ type Manager struct {
 	// cluster that speaks HTTP/1.1 (downstream/http/h2front_h1.go).
 	grpcToHTTP1 ratelog.Limiter
 	n           int
-	listeners   []*mlistener
 	workers     []*worker
 	stats       *stats.Store
 	// budget bounds the open client connections (connlimit.go).
 	budget *connBudget
+	// reusePort is the snapshot's server.reuse_port, fixed at New: a
+	// listener added later is opened as the first ones were.
+	reusePort bool
 
 	// ctx ends at Close or when a drain is forced; it aborts upstream
 	// dials of TCP-proxy connections.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// draining makes every HTTP response carry "Connection: close".
+	// draining: the whole Manager drains (Drain); every listener's own
+	// flag is set too.
 	draining atomic.Bool
 	// emptyQueuesUntil: once accepting stops, the accept loops take what
 	// is still queued on their sockets until this monotime (0: they do
 	// not, the Manager is being closed at once).
-	// sockets, so their queues are emptied before they close.
 	emptyQueuesUntil atomic.Int64
 	// queueEmptying: a drain empties the queues (off only by
 	// queueEmptyingEnv).
@@ -127,12 +130,25 @@ type Manager struct {
 	snap     *Snapshot  // the published one
 	forceErr error      // why the drain was forced
 	beats    []loopBeat // every accept loop's heartbeat, set by Start
+	// listeners are the listeners serving now, in the snapshot's order
+	// (replaced whole by UpdateListeners: a reader may keep the slice it
+	// took under mu).
+	listeners []*mlistener
+	// retiring are the listeners that UpdateListeners removed or
+	// replaced and that still drain (update.go).
+	retiring []*mlistener
+	// nextIdx is the index the next listener gets: indices are never
+	// reused, so that a view, an overload state or a connection of a
+	// retired listener never meets another listener at its index.
+	nextIdx int
+	// overload is the state SetOverload published last (nil: none), for
+	// the listeners added after it.
+	overload *OverloadState
 
-	stopAccept chan struct{} // closed when accepting stops
-	force      chan struct{} // closed: close whatever is left now
-	acceptWG   sync.WaitGroup
+	stopAccept chan struct{}  // closed when accepting stops
+	force      chan struct{}  // closed: close whatever is left now
 	connWG     sync.WaitGroup // TCP-proxy sessions
-	httpWG     sync.WaitGroup // HTTP connections' goroutines (waited for boundedly: Close)
+	retireWG   sync.WaitGroup // the drains of retiring listeners (update.go)
 
 	drainOnce sync.Once
 	drainDone chan struct{}
@@ -142,15 +158,21 @@ type Manager struct {
 }
 
 // mlistener is one configured listener with its sockets and, for HTTP,
-// its connection settings.
+// its connection settings: one instance of a listener. A listener that
+// UpdateListeners changes is served by a new instance (same name, new
+// index) while the old one drains alone.
 type mlistener struct {
 	idx      int
 	name     string
 	addr     string
 	protocol string
 	sockets  []*socket
-	h1       *httpfront.Settings // http
-	h2       httpfront.H2Params  // http
+	// spec is the snapshot's listener this instance was built from: a
+	// later snapshot whose listener of that name has the same fixed
+	// settings (sameFixed) keeps the instance as it is.
+	spec *listenerSnap
+	h1   *httpfront.Settings // http
+	h2   httpfront.H2Params  // http
 	// http2Cleartext: a connection that opens with the HTTP/2 preface
 	// is served as HTTP/2 (h2c with prior knowledge).
 	http2Cleartext bool
@@ -168,9 +190,40 @@ type mlistener struct {
 	steerErr        error
 	steerUnloadable bool   // steerErr is the kernel refusing the program itself
 	protection      string // what protects a closing socket's queue, as logged
-	// accessLogs are the listener's access logs, opened by New and
-	// closed by Close, after the last request (accesslog.go).
+	// accessLogs are the listener's access logs, opened with it and
+	// closed after its last request (accesslog.go).
 	accessLogs []*accesslog.Logger
+	// perWorker is what each worker holds of the listener, by worker.
+	perWorker []*listenerWorker
+
+	// The listener's own stop, so that it can drain alone (update.go):
+	// stopAccept closes when its accept loops are to stop (stopped, under
+	// Manager.mu, says it did); acceptWG counts them.
+	stopAccept chan struct{}
+	stopped    bool
+	acceptWG   sync.WaitGroup
+	// emptyQueuesUntil is Manager.emptyQueuesUntil for a listener that
+	// drains alone (0: the Manager's applies).
+	emptyQueuesUntil atomic.Int64
+	// draining makes the listener's HTTP responses carry "Connection:
+	// close" (httpfront.Listener.Draining); httpWG counts its HTTP
+	// connections' goroutines (httpfront.Listener.ConnWG).
+	draining atomic.Bool
+	httpWG   sync.WaitGroup
+	// kernelSeen is how much of its program's ShedRefused is already in
+	// overload.stop_accepting.refused (overload.go).
+	kernelSeen atomic.Uint64
+
+	closeOnce sync.Once // closeResources
+	closeErr  error
+}
+
+// listenerWorker is what one worker holds of one listener.
+type listenerWorker struct {
+	stats *listenerStats
+	// http is the listener as the front end serves it on this worker
+	// (nil: tcp).
+	http *httpfront.Listener
 }
 
 // worker is one worker's state. Nothing in it is written by another
@@ -178,23 +231,19 @@ type mlistener struct {
 type worker struct {
 	id    int
 	view  atomic.Pointer[workerView]
-	stats []*listenerStats // index: listener
-	conns connSet          // long-lived connections: TCP sessions, upgrades
-	pool  servePool        // goroutines parked between HTTP connections (servepool.go)
+	conns connSet   // client connections: HTTP, upgraded, TCP sessions
+	pool  servePool // goroutines parked between HTTP connections (servepool.go)
 	// front is the HTTP front end's state of this worker: what the
 	// overload manager asks now (overload.go), the buffers its
 	// connections hold (reclaim.go), its idle poller.
 	front httpfront.Worker
-	// http are the worker's http listeners as the front end serves
-	// them, by listener index (nil: tcp); built with the Manager.
-	http []*httpfront.Listener
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
 // Publish, loaded once per connection or request).
 type workerView struct {
 	snap      *Snapshot
-	listeners []*listenerView // index: Manager listener; nil: not in the snapshot
+	listeners []*listenerView // index: mlistener.idx; nil: not in the snapshot
 }
 
 type listenerView struct {
@@ -268,6 +317,7 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		grpcToHTTP1: ratelog.Limiter{Log: log},
 		n:           n,
 		stats:       st,
+		reusePort:   snap.reusePort,
 		ctx:         ctx,
 		cancel:      cancel,
 		stopAccept:  make(chan struct{}),
@@ -279,69 +329,41 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		drainDone:      make(chan struct{}),
 		heartbeatEvery: opts.HeartbeatInterval,
 	}
-	m.http = httpfront.Env{Ctx: ctx, Log: log, Draining: &m.draining, ConnWG: &m.httpWG,
-		OverloadPass: &m.overloadPass, GRPCToHTTP1: &m.grpcToHTTP1}
+	m.http = httpfront.Env{Ctx: ctx, Log: log, OverloadPass: &m.overloadPass, GRPCToHTTP1: &m.grpcToHTTP1}
+	m.queueEmptying = os.Getenv(queueEmptyingEnv) != "off"
+	var opened []*mlistener
 	for i, name := range snap.order {
-		ls := snap.listeners[name]
-		ml := &mlistener{idx: i, name: ls.name, addr: ls.address, protocol: ls.protocol, balance: ls.balance,
-			tls: listenerTLSs[i], h1: ls.h1, h2: ls.h2, http2Cleartext: ls.http2Cleartext}
-		m.listeners = append(m.listeners, ml)
-		err := m.openAccessLogs(ml, ls.accessLogs, snap.id.Epoch)
-		if err == nil {
-			startSteering(ml, n, snap.reusePort)
-			err = openListener(ml, n, snap.reusePort, inh)
-		}
-		if err == nil {
-			err = deferAccept(ml)
-		}
+		ml, err := m.openListener(snap.listeners[name], listenerTLSs[i], snap.id.Epoch, inh)
 		if err != nil {
-			for _, ml := range m.listeners {
-				for _, s := range ml.sockets {
-					s.close()
-				}
-				if ml.steer != nil {
-					ml.steer.Close()
-				}
-				for _, al := range ml.accessLogs {
-					al.Close()
-				}
+			for _, ml := range opened {
+				ml.closeUnstarted()
 			}
 			closeInherited()
 			cancel()
 			return nil, err
 		}
+		opened = append(opened, ml)
 	}
 	// Only once every listener is open: a generation that fails in New
 	// never takes a socket group from the previous generation's program.
-	for _, ml := range m.listeners {
+	for _, ml := range opened {
 		attachSteering(ml, n, len(opts.Inherited) > 0)
 	}
 	m.unused = inh
-	m.queueEmptying = os.Getenv(queueEmptyingEnv) != "off"
-	for _, ml := range m.listeners {
+	for _, ml := range opened {
 		logSteering(log, ml, m.queueEmptying)
 	}
-	m.budget = newConnBudget(len(m.listeners), snap.maxConnections, log)
-	for i, ml := range m.listeners {
-		ml.slots = newConnSlots(m.budget, i, snap.listeners[ml.name], log)
-	}
+	m.budget = newConnBudget(snap.maxConnections, log)
 	m.workers = make([]*worker, n)
 	for w := range m.workers {
-		wk := &worker{id: w, stats: make([]*listenerStats, len(m.listeners)), pool: newServePool()}
+		wk := &worker{id: w, pool: newServePool()}
 		wk.conns.idle = &wk.front
-		for i, ml := range m.listeners {
-			wk.stats[i] = newListenerStats(st, ml.name, w)
-			wk.stats[i].steerActive = activeCount(ml, w)
-			if ml.tls != nil {
-				wk.stats[i].tls = newTLSStats(st, ml.name, w)
-			}
-			if len(snap.listeners[ml.name].sniRoutes) > 0 {
-				wk.stats[i].sniNoRoute = st.Counter("listener." + ml.name + "." + tcp.StatSNINoRoute).Lane(w + 1)
-			}
-		}
-		wk.http = m.newHTTPListeners(wk)
 		m.workers[w] = wk
 	}
+	for _, ml := range opened {
+		m.joinListener(ml, nil)
+	}
+	m.listeners = opened
 	m.Publish(snap)
 	if log.IsDebug() {
 		for _, ml := range m.listeners {
@@ -351,10 +373,85 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 	return m, nil
 }
 
+// openListener opens the access logs and the sockets of listener ls (a new
+// instance, with the next index), binding or adopting from inh
+// (openSockets). On error nothing of it stays open; inh keeps what it did
+// not take.
+func (m *Manager) openListener(ls *listenerSnap, lt *listenerTLS, epoch int, inh map[SocketKey]*os.File) (*mlistener, error) {
+	ml := &mlistener{idx: m.nextIdx, name: ls.name, addr: ls.address, protocol: ls.protocol, balance: ls.balance,
+		spec: ls, tls: lt, h1: ls.h1, h2: ls.h2, http2Cleartext: ls.http2Cleartext, stopAccept: make(chan struct{})}
+	m.nextIdx++
+	err := m.openAccessLogs(ml, ls.accessLogs, epoch)
+	if err == nil {
+		startSteering(ml, m.n, m.reusePort)
+		err = openSockets(ml, m.n, m.reusePort, inh)
+	}
+	if err == nil {
+		err = deferAccept(ml)
+	}
+	if err != nil {
+		ml.closeUnstarted()
+		return nil, err
+	}
+	return ml, nil
+}
+
+// closeUnstarted closes what openListener opened of a listener that never
+// served.
+func (ml *mlistener) closeUnstarted() {
+	for _, s := range ml.sockets {
+		s.close()
+	}
+	if ml.steer != nil {
+		ml.steer.Close()
+	}
+	for _, al := range ml.accessLogs {
+		al.Close()
+	}
+}
+
+// joinListener gives ml its connection slots (sharing open, the count of
+// the listener of the same name it replaces, if any) and its stats and
+// front-end listener on every worker. Before ml serves.
+func (m *Manager) joinListener(ml *mlistener, open *paddedCount) {
+	ls := ml.spec
+	ml.slots = newConnSlots(m.budget, open, ls, m.log)
+	ml.perWorker = make([]*listenerWorker, m.n)
+	for w, wk := range m.workers {
+		st := newListenerStats(m.stats, ml.name, w)
+		st.steerActive = activeCount(ml, w)
+		if ml.tls != nil {
+			st.tls = newTLSStats(m.stats, ml.name, w)
+		}
+		if len(ls.sniRoutes) > 0 {
+			st.sniNoRoute = m.stats.Counter("listener." + ml.name + "." + tcp.StatSNINoRoute).Lane(w + 1)
+		}
+		lw := &listenerWorker{stats: st}
+		lw.http = m.newHTTPListener(wk, ml, st)
+		ml.perWorker[w] = lw
+	}
+}
+
+// currentListeners returns the listeners serving now (a slice nobody
+// changes: UpdateListeners replaces it whole).
+func (m *Manager) currentListeners() []*mlistener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.listeners
+}
+
+// allListeners returns the listeners serving now and those still
+// draining after UpdateListeners removed or replaced them.
+func (m *Manager) allListeners() []*mlistener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append(slices.Clip(m.listeners), m.retiring...)
+}
+
 // Addr returns the local address of the named listener's first socket
 // (useful when the config says port 0), or nil.
 func (m *Manager) Addr(listener string) net.Addr {
-	for _, ml := range m.listeners {
+	for _, ml := range m.currentListeners() {
 		if ml.name == listener && len(ml.sockets) > 0 {
 			return ml.sockets[0].ln.Addr()
 		}
@@ -383,26 +480,33 @@ func (m *Manager) Start() {
 		m.runReclaimer(m.stopMigrations)
 	}()
 	for _, ml := range m.listeners {
-		for _, s := range ml.sockets {
-			for w, wk := range m.workers {
-				if s.owner >= 0 && s.owner%m.n != w {
-					continue
-				}
-				a := &acceptor{m: m, s: s, wk: wk, li: ml.idx, st: wk.stats[ml.idx], slots: ml.slots}
-				if m.heartbeatEvery > 0 {
-					// The loops of a shared socket take turns in
-					// accept(2): each gets its share of the interval.
-					a.hb, a.beatEvery = new(heartbeat), m.heartbeatEvery/time.Duration(s.loops(m.n))
-					a.hb.at.Store(monotime())
-					m.beats = append(m.beats, loopBeat{worker: w, hb: a.hb})
-				}
-				s.acceptors.Add(1)
-				m.acceptWG.Add(1)
-				if ml.protocol == config.ProtocolHTTP {
-					go m.acceptHTTP(a)
-				} else {
-					go m.acceptTCP(a, ml.idx)
-				}
+		m.startListenerLocked(ml)
+	}
+}
+
+// startListenerLocked starts ml's accept loops on every worker (m.mu
+// held).
+func (m *Manager) startListenerLocked(ml *mlistener) {
+	for _, s := range ml.sockets {
+		for w, wk := range m.workers {
+			if s.owner >= 0 && s.owner%m.n != w {
+				continue
+			}
+			lw := ml.perWorker[w]
+			a := &acceptor{m: m, ml: ml, s: s, wk: wk, lw: lw, li: ml.idx, st: lw.stats, slots: ml.slots}
+			if m.heartbeatEvery > 0 {
+				// The loops of a shared socket take turns in
+				// accept(2): each gets its share of the interval.
+				a.hb, a.beatEvery = new(heartbeat), m.heartbeatEvery/time.Duration(s.loops(m.n))
+				a.hb.at.Store(monotime())
+				m.beats = append(m.beats, loopBeat{worker: w, hb: a.hb, ml: ml})
+			}
+			s.acceptors.Add(1)
+			ml.acceptWG.Add(1)
+			if ml.protocol == config.ProtocolHTTP {
+				go m.acceptHTTP(a)
+			} else {
+				go m.acceptTCP(a)
 			}
 		}
 	}
@@ -417,7 +521,7 @@ func (m *Manager) Start() {
 // the kernel spreads by flow hash. A next generation that fails leaves
 // this one with the kernel's spread; a rollback loads the program anew.
 func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
-	for _, ml := range m.listeners {
+	for _, ml := range m.currentListeners() {
 		if ml.steer != nil {
 			if err := ml.steer.Release(); err != nil {
 				m.log.Warn("listener balance: cannot hand the sockets' steering over; the next generation will fall back to the kernel's flow hash",
@@ -438,7 +542,7 @@ func (m *Manager) Sockets() (map[SocketKey]*os.File, error) {
 // listener stays on the kernel's spread and the drain closes it as soon
 // as its queue is empty.
 func (m *Manager) Resteer(unused map[SocketKey]bool) {
-	for _, ml := range m.listeners {
+	for _, ml := range m.currentListeners() {
 		if ml.steer == nil || len(ml.sockets) == 0 {
 			continue
 		}
@@ -449,7 +553,11 @@ func (m *Manager) Resteer(unused map[SocketKey]bool) {
 		if !all {
 			continue
 		}
+		// Under mu: the migration counter reads ml.steer
+		// (steeredListeners).
+		m.mu.Lock()
 		attachSteering(ml, len(m.workers), false)
+		m.mu.Unlock()
 		if ml.steer == nil {
 			m.log.Warn("listener balance: cannot take back the steering of a listener the next generation dropped; its queue is emptied without it",
 				"listener", ml.name, "error", ml.steerErr)
@@ -466,7 +574,7 @@ func (m *Manager) Resteer(unused map[SocketKey]bool) {
 // waiting on them as it does on sockets handed over.
 func (m *Manager) TakeBackClosing() map[SocketKey]*os.File {
 	out := make(map[SocketKey]*os.File)
-	for _, ml := range m.listeners {
+	for _, ml := range m.currentListeners() {
 		for _, s := range ml.sockets {
 			if s.handedOver.Swap(true) {
 				continue
@@ -486,7 +594,7 @@ func (m *Manager) TakeBackClosing() map[SocketKey]*os.File {
 // this generation serves (the supervisor's, see hotrestart.SupervisorLink).
 func (m *Manager) SocketDups() (map[SocketKey]*os.File, error) {
 	out := make(map[SocketKey]*os.File)
-	for _, ml := range m.listeners {
+	for _, ml := range m.currentListeners() {
 		for _, s := range ml.sockets {
 			f, err := s.ln.File()
 			if err != nil {

@@ -28,13 +28,6 @@ type Env struct {
 	// closes the HTTP/2 upstream pools.
 	Ctx context.Context
 	Log hclog.Logger
-	// Draining makes every HTTP/1.1 response carry "Connection: close"
-	// (an HTTP/2 connection gets the graceful GOAWAY: GoAwayHTTP2).
-	Draining *atomic.Bool
-	// ConnWG counts the goroutines of HTTP connections: the worker adds
-	// one before it serves a connection (Conn.Serve), the connection's
-	// end takes it off.
-	ConnWG *sync.WaitGroup
 	// OverloadPass is the overload manager's pass count, the clock of
 	// a connection's buffer holding (Conn.HeldBuffers).
 	OverloadPass *atomic.Int64
@@ -65,13 +58,25 @@ type Worker struct {
 func (w *Worker) CloseIdlePoller() { w.idle.close() }
 
 // Listener is one http listener as one worker serves it, fixed for the
-// Manager's life (a socket outlives snapshots; routes do not: View).
+// listener's life in its Manager (a socket outlives snapshots; routes do
+// not: View). A listener whose settings change is served by a new
+// Listener; the old one's connections finish, draining.
 type Listener struct {
 	Env    *Env
 	Worker *Worker
 	Host   Host
 	Name   string
 	Stats  *Stats
+	// Draining makes every HTTP/1.1 response carry "Connection: close"
+	// (an HTTP/2 connection gets the graceful GOAWAY: GoAwayHTTP2,
+	// GoAwayHTTP2Of). Shared by the listener's Listeners on every
+	// worker: the whole Manager drains (a hot restart), or this
+	// listener alone (removed or changed in process).
+	Draining *atomic.Bool
+	// ConnWG counts the goroutines of the listener's HTTP connections:
+	// the worker adds one before it serves a connection (Conn.Serve),
+	// the connection's end takes it off. Shared like Draining.
+	ConnWG *sync.WaitGroup
 	// Settings are the listener's own HTTP/1.1 settings; a connection
 	// may run on a shrunk copy while overload asks (Overload.Settings).
 	Settings *Settings

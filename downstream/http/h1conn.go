@@ -201,7 +201,7 @@ func (cc *Conn) finish() {
 		cc.l.Worker.idle.release(pk)
 	}
 	cc.closeAtEnd()
-	cc.l.Env.ConnWG.Done()
+	cc.l.ConnWG.Done()
 }
 
 // start does what comes before the first request: the TLS handshake, and

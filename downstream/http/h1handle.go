@@ -28,7 +28,7 @@ func (cc *Conn) handle() bool {
 	if cc.logs != nil {
 		cc.beginRecord(buf, start)
 	}
-	keep := !req.Close && !cc.l.Env.Draining.Load()
+	keep := !req.Close && !cc.l.Draining.Load()
 	lv := cc.l.Host.View()
 	var rt *route.Route
 	switch {

@@ -297,7 +297,7 @@ func (cc *Conn) failBeforeResponse(x *h1Exchange, err error) bool {
 		return false // a forced drain: nobody to answer
 	}
 	// The request body may be partly unread: the connection closes.
-	keep := x.bodyDone && !cc.ex.req.Close && !cc.l.Env.Draining.Load()
+	keep := x.bodyDone && !cc.ex.req.Close && !cc.l.Draining.Load()
 	b := appendSimpleResponse(cc.ex.wbuf[:0], status, body, !keep)
 	cc.ex.wbuf = b
 	cc.sent(status)

@@ -121,7 +121,7 @@ func (x *h1Exchange) forwardResponse(keep bool) bool {
 	case http1.FramingUntilClose:
 		bodyLen, keep = exchange.ClientBodyUntilClose, false
 	}
-	if cc.l.Env.Draining.Load() {
+	if cc.l.Draining.Load() {
 		keep = false
 	}
 	h := cc.appendResponseHead(ex.wbuf[:0], head, keep, bodyLen)

@@ -75,7 +75,7 @@ func serveHTTP2(cc *Conn) {
 	cc.idleSince.Store(max(Monotime(), 1)) // no stream yet
 	h.fronts.add(f)
 	defer h.fronts.remove(f)
-	cc.l.Env.goAwayIfDraining(f)
+	f.goAwayIfDraining()
 	f.sc.Serve()
 }
 
@@ -122,6 +122,22 @@ func (e *Env) GoAwayHTTP2() {
 	})
 }
 
+// GoAwayHTTP2Of is GoAwayHTTP2 for the connections of one listener, the
+// one whose Listener.Draining is draining (set before the call): a
+// listener removed or changed in process drains alone, and the HTTP/2
+// upstream pools, which every listener shares, stay as they are.
+func (e *Env) GoAwayHTTP2Of(draining *atomic.Bool) {
+	h := &e.h2
+	if !h.served.Load() {
+		return
+	}
+	for _, f := range h.fronts.all() {
+		if f.cc.l.Draining == draining {
+			f.sc.Shutdown()
+		}
+	}
+}
+
 // goAwayIfDraining sends the graceful GOAWAY to an HTTP/2 connection the
 // drain's missed: one that became HTTP/2 after the drain began (accepted
 // before, its TLS handshake or its h2c preface done after). Otherwise a
@@ -132,8 +148,8 @@ func (e *Env) GoAwayHTTP2() {
 // already true here, or it was set after, and the drain's own pass over
 // the fronts (which follows that store) reaches it. The engine sends its
 // GOAWAY once however often asked.
-func (e *Env) goAwayIfDraining(f *h2Front) {
-	if e.Draining.Load() {
+func (f *h2Front) goAwayIfDraining() {
+	if f.cc.l.Draining.Load() {
 		f.sc.Shutdown()
 	}
 }

@@ -164,7 +164,7 @@ func (cc *Conn) forwardViaHTTP2(rt *route.Route, u *h2Upstream, start time.Time,
 	default:
 		bodyLen, keep = exchange.ClientBodyUntilClose, false // HTTP/1.0
 	}
-	if cc.l.Env.Draining.Load() {
+	if cc.l.Draining.Load() {
 		keep = false
 	}
 	b := appendStatusLine(cc.ex.wbuf[:0], status, "")

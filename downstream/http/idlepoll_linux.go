@@ -41,7 +41,7 @@ import (
 //   - Close closes the socket (the kernel drops it from every epoll when
 //     the last reference goes) and takes it the same way, then hands
 //     the connection to a resumer: its read fails, and it ends on a
-//     goroutine as every connection does (Env.ConnWG, access log, Host.Closed).
+//     goroutine as every connection does (Listener.ConnWG, access log, Host.Closed).
 //   - Epoll data cannot hold a Go pointer; it holds a token, the
 //     connection's slot here and a sequence number, so that an event read
 //     just before a close does not wake the next connection in that slot.

@@ -45,7 +45,7 @@ func ShrunkSettings(s *Settings, percent int) *Settings {
 // overloadSettings is the settings a new HTTP connection starts with:
 // the listener's own, or their shrunk copy while shrink_timeouts acts.
 func (w *Worker) overloadSettings(s *Settings, li int) *Settings {
-	if v := w.Overload.Load(); v != nil && v.Settings != nil && v.Settings[li] != nil {
+	if v := w.Overload.Load(); v != nil && li < len(v.Settings) && v.Settings[li] != nil {
 		return v.Settings[li]
 	}
 	return s
@@ -69,7 +69,7 @@ func (cc *Conn) overloaded(keep *bool) bool {
 
 func (cc *Conn) overloadedSlow(v *Overload, keep *bool) bool {
 	switch {
-	case v.Settings != nil && v.Settings[cc.l.Index] != nil:
+	case cc.l.Index < len(v.Settings) && v.Settings[cc.l.Index] != nil:
 		cc.settings = v.Settings[cc.l.Index]
 	case cc.settings.ShrunkFrom != nil:
 		cc.settings = cc.settings.ShrunkFrom
