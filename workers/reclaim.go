@@ -52,10 +52,18 @@ func (m *Manager) runReclaimer(stop <-chan struct{}) {
 	rc := reclaimer{freeOS: freeOSMemory}
 	t := time.NewTicker(reclaimPoll)
 	defer t.Stop()
+	var parkTick <-chan time.Time
+	if m.parkIdleAfter > 0 {
+		pt := time.NewTicker(m.parkIdleAfter)
+		defer pt.Stop()
+		parkTick = pt.C
+	}
 	for {
 		select {
 		case <-stop:
 			return
+		case <-parkTick:
+			m.sweepIdleToPark()
 		case now := <-t.C:
 			rc.poll(m.workers, now)
 			for _, wk := range m.workers {

@@ -119,6 +119,11 @@ type Manager struct {
 	// reclaimDone closes when the reclaimer (reclaim.go), which
 	// stopMigrations ends too, has returned.
 	reclaimDone chan struct{}
+	// parkIdleAfter is the park grace (parksweep.go): an HTTP/1.1
+	// connection of a listener with park_idle_connections parks once
+	// idle for this long; 0, no listener parks: no sweep. Set by New
+	// (tests may shorten it before Start).
+	parkIdleAfter time.Duration
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -188,6 +193,9 @@ type worker struct {
 	// http are the worker's http listeners as the front end serves
 	// them, by listener index (nil: tcp); built with the Manager.
 	http []*httpfront.Listener
+	// parkDue is the park sweep's list of connections to ask, kept
+	// between sweeps (parksweep.go); the reclaimer's goroutine's.
+	parkDue []*httpfront.Conn
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -278,6 +286,11 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		reclaimDone:    make(chan struct{}),
 		drainDone:      make(chan struct{}),
 		heartbeatEvery: opts.HeartbeatInterval,
+	}
+	for _, ls := range snap.listeners {
+		if ls.h1 != nil && ls.h1.ParkIdle {
+			m.parkIdleAfter = httpfront.ParkIdleAfter
+		}
 	}
 	m.http = httpfront.Env{Ctx: ctx, Log: log, Draining: &m.draining, ConnWG: &m.httpWG,
 		OverloadPass: &m.overloadPass, GRPCToHTTP1: &m.grpcToHTTP1}
