@@ -20,7 +20,7 @@ import (
 // The sweep runs on the reclaimer's goroutine, never on a request's. It
 // reads two atomics of every connection of every worker under that
 // worker's set's lock (the drain's closeIdle walks the set the same way)
-// and asks outside it: about 10 ns per connection, every grace.
+// and asks outside it: an estimated 10 ns per connection, every grace.
 
 // sweepIdleToPark asks every connection that has waited idle in its
 // goroutine for the park grace to park. It returns how many it asked.

@@ -513,7 +513,7 @@ const (
 	rawReadable  rawOp = iota // readable: the idle wait
 	rawWrite                  // writeStep: write rawBuf
 	rawHeadRead               // headReadStep: read into rbuf[w:]
-	rawWokenRead              // wokenReadStep: read into rbuf[w:], never wait
+	rawWokenRead              // readAfterWake: read into rbuf[w:], never wait
 )
 
 // rawStep is the socket's RawConn callback: true when done, false to
