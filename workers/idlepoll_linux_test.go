@@ -204,6 +204,72 @@ func TestParkedIdleTimeout(t *testing.T) {
 	})
 }
 
+// A connection that parks after the grace keeps its idle timeout from
+// its last response, not from its park: with a grace of 40 % of the
+// idle timeout, one that counted from the park would close at least that
+// much late.
+func TestParkedIdleTimeoutCountsFromLastResponse(t *testing.T) {
+	const idle = time.Second
+	const grace = 400 * time.Millisecond
+	lst := parkingListener()
+	lst.IdleTimeout = dur(idle)
+	m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{lst}}, 1, grace)
+	cs := dialKeepAliveClients(t, addr(t, m, "web"), 5)
+	for i, k := range cs {
+		if err := k.exchange("/x"); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	last := time.Now()
+	waitFor(t, 5*time.Second, "the connections to park", func() bool { return parkedConns(m) == len(cs) })
+	for i, k := range cs {
+		if err := k.waitClosedByProxy(10 * time.Second); err != nil {
+			t.Fatalf("parked connection %d: %v, want a close at the idle timeout", i, err)
+		}
+	}
+	waited := time.Since(last)
+	if early := idle - httpfront.DeadlineSlackFor(idle); waited < early {
+		t.Fatalf("closed %v after the last response, before the %v idle timeout", waited, idle)
+	}
+	if waited >= idle+grace {
+		t.Fatalf("closed %v after the last response: the %v idle timeout counted from the park, not from the last response", waited, idle)
+	}
+}
+
+// Close meets connections in every state of a park at once (a grace of
+// a millisecond, so the sweep asks them while Close runs: waiting in
+// their goroutine, asked, being armed, parked): each ends, its client
+// sees the close, and Close returns (it waits for every connection's
+// goroutine), five times over.
+func TestCloseWhileParking(t *testing.T) {
+	for round := range 5 {
+		m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{parkingListener()}}, 2, time.Millisecond)
+		cs := dialKeepAliveClients(t, addr(t, m, "web"), 40)
+		for i, k := range cs {
+			if err := k.exchange("/x"); err != nil {
+				t.Fatalf("round %d, connection %d: %v", round, i, err)
+			}
+		}
+		// Some parked, some not yet: the sweep runs every millisecond.
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		closed := make(chan error, 1)
+		go func() { closed <- m.Close() }()
+		for i, k := range cs {
+			if err := k.waitClosedByProxy(10 * time.Second); err != nil {
+				t.Fatalf("round %d, connection %d after Close: %v", round, i, err)
+			}
+		}
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("round %d: Close: %v", round, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Close did not return within 10s (a connection's goroutine never ended)", round)
+		}
+	}
+}
+
 // A drain closes parked connections once idle for its grace, and Close
 // ends every parked connection's goroutine-less wait: none is left, and
 // no goroutine either.
