@@ -33,10 +33,10 @@ import (
 // of them) and a sweep parks no more than an eighth of that wave, it is
 // over: the same GC and FreeOSMemory, under the same reclaimMinInterval.
 // Measured (4,000 idle connections, scripts/bench-peers.sh memory): 5.9
-// KB of RSS per parked connection without it, 2.75 with it (parking at
-// every idle transition, which never has that many goroutines at once,
-// measured 2.46 beside it; the rest is most likely the runtime's
-// goroutines, which it keeps once made, for the next ones).
+// KB of RSS per parked connection without it, 2.75 to 3.3 with it
+// (parking at every idle transition, which never has that many
+// goroutines at once, measured 2.46 beside it; the rest is most likely
+// the runtime's goroutines, which it keeps once made, for the next ones).
 const (
 	reclaimPoll         = 500 * time.Millisecond
 	reclaimMinPeak      = 8 << 20 // about 600 requests' state at once
