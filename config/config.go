@@ -370,10 +370,12 @@ type Listener struct {
 	HTTP2Cleartext bool `toml:"http2_cleartext,omitzero" json:"http2_cleartext,omitempty"`
 	// ParkIdleConnections makes an idle HTTP/1.1 keep-alive connection
 	// without TLS give its goroutine back and wait in its worker's epoll
-	// (Linux): about 1.9 KB of memory per idle connection instead of
-	// 6.0, for one more system call per keep-alive request (0-9% more
-	// CPU) and some latency (docs/benchmarks.md). Default false.
-	ParkIdleConnections bool `toml:"park_idle_connections,omitzero" json:"park_idle_connections,omitempty" only:"http"`
+	// (Linux) once it has been idle for a quarter of a second: about 3 KB
+	// of memory per idle connection instead of 6, and nothing per busy
+	// keep-alive request, whose client sends again sooner
+	// (docs/benchmarks.md). Default true on a listener without TLS; a
+	// listener with TLS cannot park (ListenerParksIdle).
+	ParkIdleConnections *bool `toml:"park_idle_connections" json:"park_idle_connections,omitempty" only:"http"`
 }
 
 // Cluster is a named group of upstream endpoints.

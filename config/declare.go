@@ -152,6 +152,15 @@ var conditionalDefaults = map[string]conditionalDefault{
 		}
 		return nil, false // the protocol is refused; no default to add
 	},
+	// Idle connections park by default where they can: without TLS
+	// (crypto/tls may hold the next request, which no poller would see).
+	"listeners.park_idle_connections": func(ts []reflect.Value) (any, bool) {
+		l := ts[len(ts)-1].Interface().(Listener)
+		if l.Protocol != ProtocolHTTP || l.TLS != nil {
+			return nil, false
+		}
+		return new(true), true
+	},
 	// After drain_time, which it must not be below.
 	"server.parent_shutdown_time": func(ts []reflect.Value) (any, bool) {
 		return defaultParentShutdown(ts[len(ts)-1].Interface().(Server).DrainTime), true

@@ -22,6 +22,16 @@ func (l Listener) TrustsForwardedFor() bool {
 	return l.TrustForwardedFor == nil || *l.TrustForwardedFor
 }
 
+// ParksIdleConnections reports whether an http listener's idle HTTP/1.1
+// keep-alive connections park (park_idle_connections): by default when
+// it has no TLS, never with TLS (validation refuses true there).
+func (l Listener) ParksIdleConnections() bool {
+	if l.Protocol != ProtocolHTTP || l.TLS != nil {
+		return false
+	}
+	return l.ParkIdleConnections == nil || *l.ParkIdleConnections
+}
+
 // Route matches HTTP requests by host and path and says what to do.
 type Route struct {
 	// Host matches the request's Host exactly, or "*.example.com" matches

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,4 +201,44 @@ func TestExampleCertificatesLast(t *testing.T) {
 	if left := time.Until(c.Leaf.NotAfter); left < 10*365*24*time.Hour {
 		t.Errorf("examples/tls/a.example.com.pem expires in %v: run examples/tls/make-certs.sh", left)
 	}
+}
+
+// TestParkIdleConnectionsDefault: an http listener without TLS parks idle
+// connections unless told not to; one with TLS never does, and gets no
+// default (true is refused there: TestTLSConfigProblems; false is
+// allowed, it says what happens anyway).
+func TestParkIdleConnectionsDefault(t *testing.T) {
+	plainTLS := listener("address = \"127.0.0.1:8443\"\nprotocol = \"http\"\nroutes = [{ prefix = \"/\", cluster = \"c\" }]\n" + tlsTable(""))
+	offTLS := listener("address = \"127.0.0.1:8443\"\nprotocol = \"http\"\npark_idle_connections = false\nroutes = [{ prefix = \"/\", cluster = \"c\" }]\n" + tlsTable(""))
+	for _, tc := range []struct {
+		name, data string
+		field      *bool // the key as loaded (defaults applied)
+		parks      bool
+	}{
+		{"plaintext, left out", webOK + clusterC, ptr(true), true},
+		{"plaintext, false", listener("address = \"127.0.0.1:8080\"\nprotocol = \"http\"\npark_idle_connections = false\nroutes = [{ prefix = \"/\", cluster = \"c\" }]\n") + clusterC, ptr(false), false},
+		{"tls, left out", plainTLS + clusterC, nil, false},
+		{"tls, false", offTLS + clusterC, ptr(false), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.data), "t.toml")
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			l := c.Listeners[0]
+			if (l.ParkIdleConnections == nil) != (tc.field == nil) || (l.ParkIdleConnections != nil && *l.ParkIdleConnections != *tc.field) {
+				t.Errorf("park_idle_connections loaded as %v, want %v", fmtBoolPtr(l.ParkIdleConnections), fmtBoolPtr(tc.field))
+			}
+			if got := l.ParksIdleConnections(); got != tc.parks {
+				t.Errorf("ParksIdleConnections() = %v, want %v", got, tc.parks)
+			}
+		})
+	}
+}
+
+func fmtBoolPtr(b *bool) string {
+	if b == nil {
+		return "left out"
+	}
+	return strconv.FormatBool(*b)
 }

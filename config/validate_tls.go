@@ -103,8 +103,8 @@ func (v *validator) listenerTLS(key string, l *Listener) {
 		}
 		return
 	}
-	if l.ParkIdleConnections {
-		v.ps.add(key+".park_idle_connections", "applies to connections without TLS (crypto/tls may hold a TLS connection's next request, which no poller would see); remove it, or serve this traffic on a listener without [listeners.tls]")
+	if l.ParkIdleConnections != nil && *l.ParkIdleConnections {
+		v.ps.add(key+".park_idle_connections", "applies to connections without TLS (crypto/tls may hold a TLS connection's next request, which no poller would see); remove it (a listener with TLS never parks), or serve this traffic on a listener without [listeners.tls]")
 	}
 	key += ".tls"
 	if l.HTTP2Cleartext {

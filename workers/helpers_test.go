@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hotproxy/hotproxy/config"
+	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 	"github.com/hotproxy/hotproxy/stats"
 )
 
@@ -45,6 +46,15 @@ func toCluster(prefix, cluster string) config.Route {
 // startManager builds, binds and starts cfg with n workers; Close at cleanup.
 func startManager(tb testing.TB, cfg *config.Config, n int) *Manager {
 	tb.Helper()
+	return startManagerParkingAfter(tb, cfg, n, 0)
+}
+
+// startManagerParkingAfter is startManager with the park grace
+// (parksweep.go) made parkAfter where a listener parks idle connections
+// (0: httpfront.ParkIdleAfter), so that a test of a park need not wait
+// for the real one.
+func startManagerParkingAfter(tb testing.TB, cfg *config.Config, n int, parkAfter time.Duration) *Manager {
+	tb.Helper()
 	// As config.Load leaves it: the workers take every value as given.
 	cfg.SetDefaults()
 	snap, err := BuildSnapshotN(cfg, Identity{Version: "test"}, n)
@@ -56,6 +66,9 @@ func startManager(tb testing.TB, cfg *config.Config, n int) *Manager {
 		tb.Fatalf("New: %v", err)
 	}
 	tb.Cleanup(func() { m.Close() })
+	if parkAfter > 0 && m.parkIdleAfter > 0 {
+		m.parkIdleAfter = parkAfter
+	}
 	m.Start()
 	return m
 }
@@ -195,3 +208,19 @@ func lstat(m *Manager, stat string) uint64 {
 
 // cxActive is listener.<first listener>.downstream_cx_active of m.
 func cxActive(m *Manager) int64 { return gauge(m, "listener."+m.listeners[0].name+"."+statCxActive) }
+
+// parkedConns counts the connections parked in their worker's idle
+// poller (no goroutine).
+func parkedConns(m *Manager) int {
+	n := 0
+	for _, wk := range m.workers {
+		wk.conns.mu.Lock()
+		for c := range wk.conns.m {
+			if cc, ok := c.(*httpfront.Conn); ok && cc.Parked() {
+				n++
+			}
+		}
+		wk.conns.mu.Unlock()
+	}
+	return n
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -16,22 +17,6 @@ import (
 	"github.com/hotproxy/hotproxy/config"
 	httpfront "github.com/hotproxy/hotproxy/downstream/http"
 )
-
-// parkedConns counts the connections parked in their worker's idle
-// poller (no goroutine).
-func parkedConns(m *Manager) int {
-	n := 0
-	for _, wk := range m.workers {
-		wk.conns.mu.Lock()
-		for c := range wk.conns.m {
-			if cc, ok := c.(*httpfront.Conn); ok && cc.Parked() {
-				n++
-			}
-		}
-		wk.conns.mu.Unlock()
-	}
-	return n
-}
 
 // keepAliveClient is one raw keep-alive client connection.
 type keepAliveClient struct {
@@ -176,7 +161,9 @@ func TestParkedIdleTimeout(t *testing.T) {
 	const idle = 400 * time.Millisecond
 	lst := parkingListener()
 	lst.IdleTimeout = dur(idle)
-	m := startManager(t, &config.Config{Listeners: []config.Listener{lst}}, 1)
+	// A park grace well inside the idle timeout, so that the
+	// connections park before it.
+	m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{lst}}, 1, idle/8)
 	cs := dialKeepAliveClients(t, addr(t, m, "web"), 20)
 	// A busy connection keeps its timer armed across requests: the
 	// timer must re-arm, not close it, while it keeps sending.
@@ -202,6 +189,9 @@ func TestParkedIdleTimeout(t *testing.T) {
 	if waited := time.Since(start); waited < idle {
 		t.Fatalf("idle connections closed after %v, before their %v idle timeout", waited, idle)
 	}
+	if n := lstat(m, httpfront.StatIdleParked); n < uint64(len(cs)) {
+		t.Fatalf("%s = %d, want at least %d (each connection parked)", httpfront.StatIdleParked, n, len(cs))
+	}
 	if err := busy.waitClosedByProxy(10 * time.Second); err != nil {
 		t.Fatalf("the busy connection once idle: %v", err)
 	}
@@ -214,22 +204,110 @@ func TestParkedIdleTimeout(t *testing.T) {
 	})
 }
 
+// A connection that parks after the grace keeps its idle timeout from
+// its last response, not from its park: with a grace of 40 % of the
+// idle timeout, one that counted from the park would close at least that
+// much late.
+func TestParkedIdleTimeoutCountsFromLastResponse(t *testing.T) {
+	const idle = time.Second
+	const grace = 400 * time.Millisecond
+	lst := parkingListener()
+	lst.IdleTimeout = dur(idle)
+	m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{lst}}, 1, grace)
+	cs := dialKeepAliveClients(t, addr(t, m, "web"), 5)
+	for i, k := range cs {
+		if err := k.exchange("/x"); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	last := time.Now()
+	waitFor(t, 5*time.Second, "the connections to park", func() bool { return parkedConns(m) == len(cs) })
+	for i, k := range cs {
+		if err := k.waitClosedByProxy(10 * time.Second); err != nil {
+			t.Fatalf("parked connection %d: %v, want a close at the idle timeout", i, err)
+		}
+	}
+	waited := time.Since(last)
+	if early := idle - httpfront.DeadlineSlackFor(idle); waited < early {
+		t.Fatalf("closed %v after the last response, before the %v idle timeout", waited, idle)
+	}
+	if waited >= idle+grace {
+		t.Fatalf("closed %v after the last response: the %v idle timeout counted from the park, not from the last response", waited, idle)
+	}
+}
+
+// Close meets connections in every state of a park at once (a grace of
+// a millisecond, so the sweep asks them while Close runs: waiting in
+// their goroutine, asked, being armed, parked): each ends, its client
+// sees the close, and Close returns (it waits for every connection's
+// goroutine), five times over.
+func TestCloseWhileParking(t *testing.T) {
+	for round := range 5 {
+		m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{parkingListener()}}, 2, time.Millisecond)
+		cs := dialKeepAliveClients(t, addr(t, m, "web"), 40)
+		for i, k := range cs {
+			if err := k.exchange("/x"); err != nil {
+				t.Fatalf("round %d, connection %d: %v", round, i, err)
+			}
+		}
+		// Some parked, some not yet: the sweep runs every millisecond.
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		closed := make(chan error, 1)
+		go func() { closed <- m.Close() }()
+		for i, k := range cs {
+			if err := k.waitClosedByProxy(10 * time.Second); err != nil {
+				t.Fatalf("round %d, connection %d after Close: %v", round, i, err)
+			}
+		}
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("round %d: Close: %v", round, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Close did not return within 10s (a connection's goroutine never ended)", round)
+		}
+	}
+}
+
 // A drain closes parked connections once idle for its grace, and Close
 // ends every parked connection's goroutine-less wait: none is left, and
 // no goroutine either.
 func TestDrainClosesParked(t *testing.T) {
 	runtime.GC()
 	before := runtime.NumGoroutine()
-	m := startManager(t, &config.Config{Listeners: []config.Listener{parkingListener()}}, 2)
+	m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{parkingListener()}}, 2, 20*time.Millisecond)
 	cs := dialKeepAliveClients(t, addr(t, m, "web"), 50)
 	for i, k := range cs {
 		if err := k.exchange("/x"); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the connections to park", func() bool { return parkedConns(m) == len(cs) })
+	// Idle from here: the drain's grace counts from the connections'
+	// last response, not from their park.
 	start := time.Now()
-	if err := m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{}); err != nil {
+	waitFor(t, 5*time.Second, "the connections to park", func() bool { return parkedConns(m) == len(cs) })
+	drained := make(chan error, 1)
+	go func() { drained <- m.Drain(ctxTimeout(t, 20*time.Second), DrainOptions{}) }()
+	// A parked connection whose client sends during the drain, before
+	// its grace is over, is answered with "Connection: close", and
+	// closed after it.
+	waitFor(t, 5*time.Second, "the drain to begin", m.draining.Load)
+	woken := cs[0]
+	woken.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(woken.c, "GET /during-drain HTTP/1.1\r\nHost: t\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(woken.br, nil)
+	if err != nil {
+		t.Fatalf("a parked connection woken during the drain: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("a parked connection woken during the drain: %s, Connection: close %v; want 200 with Connection: close", resp.Status, resp.Close)
+	}
+	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
 	for i, k := range cs {
@@ -308,12 +386,13 @@ func nofileLimit() (uint64, error) {
 }
 
 // BenchmarkH1ProxyKeepAliveParked is BenchmarkH1ProxyKeepAlive with
-// park_idle_connections: the A/B of what a park per idle transition
-// costs (epoll_ctl, the poller's epoll_wait, a hand-over to a resumer).
-// 0 allocs/op too.
+// park_idle_connections set. Its ping-pong client sends each request
+// within the park grace, so its connection never parks: what parking
+// by default costs a busy keep-alive connection (an atomic store and a
+// compare-and-swap per idle wait). 0 allocs/op too.
 func BenchmarkH1ProxyKeepAliveParked(b *testing.B) {
 	be := rawKeepAliveBackend(b, benchResponse)
-	m := startManager(b, proxyConfig(be, func(l *config.Listener) { l.ParkIdleConnections = true }), 1)
+	m := startManager(b, proxyConfig(be, func(l *config.Listener) { l.ParkIdleConnections = new(true) }), 1)
 	a := addr(b, m, "web")
 	req := "GET /bench HTTP/1.1\r\nHost: bench.example\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"
 	respLen := probeLen(b, a, req)
@@ -324,26 +403,127 @@ func BenchmarkH1ProxyKeepAliveParked(b *testing.B) {
 // answering "ok" itself.
 func parkingListener() config.Listener {
 	l := httpListener("web", directRoute("ok"))
-	l.ParkIdleConnections = true
+	l.ParkIdleConnections = new(true)
 	return l
 }
 
-// Without park_idle_connections (the default) nothing parks: an idle
-// connection waits in its goroutine as before.
-func TestIdleConnsDoNotParkByDefault(t *testing.T) {
+// By default (park_idle_connections left out, a listener without TLS)
+// idle connections park, but only once idle for the park grace: clients
+// that keep sending never park (not one park counted while they do),
+// and once they stop, every connection parks (its goroutine is gone),
+// then serves its next request and parks again.
+func TestIdleConnsParkByDefaultAfterGrace(t *testing.T) {
+	const n = 8
 	m := startManager(t, &config.Config{Listeners: []config.Listener{httpListener("web", directRoute("ok"))}}, 1)
-	cs := dialKeepAliveClients(t, addr(t, m, "web"), 10)
-	for i, k := range cs {
-		if err := k.exchange("/x"); err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
+	if m.parkIdleAfter != httpfront.ParkIdleAfter {
+		t.Fatalf("park grace %v, want the default %v", m.parkIdleAfter, httpfront.ParkIdleAfter)
 	}
-	waitFor(t, 5*time.Second, "every connection to be idle", func() bool { return idleConns(m) == len(cs) })
-	if n := parkedConns(m); n != 0 {
-		t.Fatalf("%d connections parked without park_idle_connections", n)
+	cs := dialKeepAliveClients(t, addr(t, m, "web"), n)
+	// Keep-alive load: each client sends its next request as soon as
+	// it has its response, for a few park graces and sweeps.
+	busyFor := 4 * httpfront.ParkIdleAfter
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	requests := make([]int, n)
+	for i, k := range cs {
+		wg.Go(func() {
+			for start := time.Now(); time.Since(start) < busyFor; requests[i]++ {
+				if err := k.exchange("/busy"); err != nil {
+					errs <- fmt.Errorf("connection %d, request %d: %w", i, requests[i]+1, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if parks := lstat(m, httpfront.StatIdleParked); parks != 0 {
+		t.Fatalf("%s = %d after %v of back-to-back keep-alive requests (%v per connection), want 0: a connection parked within the %v grace",
+			httpfront.StatIdleParked, parks, busyFor, requests, httpfront.ParkIdleAfter)
 	}
 	if _, _, started := m.workers[0].front.IdlePollerSlots(); started {
-		t.Fatal("the idle poller was started without park_idle_connections")
+		t.Fatal("the idle poller was started by busy keep-alive connections")
+	}
+	// Idle now: each parks within a grace and a sweep, and holds no
+	// goroutine (Parked: no goroutine runs it).
+	for round := 1; round <= 2; round++ {
+		waitFor(t, 5*time.Second, fmt.Sprintf("round %d: every idle connection to park", round), func() bool { return parkedConns(m) == n })
+		if parks := lstat(m, httpfront.StatIdleParked); parks != uint64(round*n) {
+			t.Fatalf("round %d: %s = %d, want %d (one park per idle connection)", round, httpfront.StatIdleParked, parks, round*n)
+		}
+		for i, k := range cs {
+			if err := k.exchange("/after-park"); err != nil {
+				t.Fatalf("round %d: parked connection %d: %v", round, i, err)
+			}
+		}
+	}
+}
+
+// Like an attacker: requests sent just as the park sweep asks their
+// connection to park (a grace of a millisecond, a client pausing for
+// about that long, 200 times, alone, pipelined in pairs, or as a head
+// split around the pause) are each answered exactly once: none lost to
+// the deadline the sweep moves, none answered twice, no hang.
+func TestParkRaceWithRequests(t *testing.T) {
+	const tries = 200
+	const grace = time.Millisecond
+	m := startManagerParkingAfter(t, &config.Config{Listeners: []config.Listener{parkingListener()}}, 1, grace)
+	cs := dialKeepAliveClients(t, addr(t, m, "web"), 2)
+	req := "GET /race HTTP/1.1\r\nHost: t\r\n\r\n"
+	sent := 0
+	for i := range tries {
+		k := cs[i%len(cs)]
+		// The client's pace around the grace, not a wait for the proxy.
+		time.Sleep(time.Duration(i%5) * grace / 2)
+		k.c.SetDeadline(time.Now().Add(10 * time.Second))
+		want := 1
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = io.WriteString(k.c, req)
+		case 1:
+			_, err = io.WriteString(k.c, req+req)
+			want = 2
+		case 2:
+			if _, err = io.WriteString(k.c, req[:10]); err == nil {
+				time.Sleep(grace)
+				_, err = io.WriteString(k.c, req[10:])
+			}
+		}
+		if err != nil {
+			t.Fatalf("try %d: send: %v", i, err)
+		}
+		sent += want
+		for j := range want {
+			resp, err := http.ReadResponse(k.br, nil)
+			if err != nil {
+				t.Fatalf("try %d, response %d of %d: %v (after %d parks)", i, j+1, want, err, lstat(m, httpfront.StatIdleParked))
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || string(b) != "ok" {
+				t.Fatalf("try %d, response %d of %d: %s %q %v", i, j+1, want, resp.Status, b, err)
+			}
+		}
+	}
+	// Nothing more comes: no response twice.
+	for i, k := range cs {
+		k.c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if n, err := k.br.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("connection %d after the last response: %d bytes, %v; want nothing more", i, n, err)
+		}
+	}
+	if got := lstat(m, statRqTotal); got != uint64(sent) {
+		t.Fatalf("%s = %d, want %d requests", statRqTotal, got, sent)
+	}
+	// The race was run: connections did park between requests.
+	if parks := lstat(m, httpfront.StatIdleParked); parks == 0 {
+		t.Fatalf("%s = 0: no connection parked in %d tries, the boundary was not reached", httpfront.StatIdleParked, tries)
+	} else {
+		t.Logf("%d requests, %d parks", sent, parks)
 	}
 }
 

@@ -106,11 +106,17 @@ func TestOverloadStopAccepting(t *testing.T) {
 }
 
 // TestOverloadResetBiggest: the connection holding buffers the longest
-// (a slow upload) is reset; one that is idle between requests, and one
-// whose buffers are newer than the bound, are not.
+// (a slow upload) is reset; one that is idle between requests (waiting
+// in its goroutine, or parked), and one whose buffers are newer than the
+// bound, are not.
 func TestOverloadResetBiggest(t *testing.T) {
+	t.Run("idle in its goroutine", func(t *testing.T) { testOverloadResetBiggest(t, false) })
+	t.Run("idle parked", func(t *testing.T) { testOverloadResetBiggest(t, true) })
+}
+
+func testOverloadResetBiggest(t *testing.T, parked bool) {
 	be := echoBackend(t)
-	m := startManager(t, proxyConfig(hostOf(be.URL)), 2)
+	m := startManagerParkingAfter(t, proxyConfig(hostOf(be.URL), func(l *config.Listener) { l.ParkIdleConnections = new(parked) }), 2, 20*time.Millisecond)
 	a := addr(t, m, "web")
 	c := newClient(t)
 	if resp, _ := get(t, c, "http://"+a+"/idle"); resp.StatusCode != 200 {
@@ -120,6 +126,9 @@ func TestOverloadResetBiggest(t *testing.T) {
 	// connection lets go of its buffers: until it is idle it counts as
 	// holding them, and the wait for the upload below would be met by it.
 	waitFor(t, 5*time.Second, "the keep-alive connection to be idle", func() bool { return m.idleConns() == 1 && m.heldConns() == 0 })
+	if parked {
+		waitFor(t, 5*time.Second, "the keep-alive connection to park", func() bool { return parkedConns(m) == 1 })
+	}
 	slowUpload := func() net.Conn {
 		nc, err := net.DialTimeout("tcp", a, 5*time.Second)
 		if err != nil {

@@ -58,3 +58,37 @@ func TestReclaimerWaitsForTheEndOfABurst(t *testing.T) {
 		t.Fatal("a burst between two polls was not reclaimed after a quiet poll")
 	}
 }
+
+// A wave of parks gives the goroutine stacks it freed back once it is
+// over: not while connections keep parking in large numbers, not for a
+// few, and within reclaimMinInterval of the last reclaim only after it.
+func TestReclaimerAfterAWaveOfParks(t *testing.T) {
+	calls := 0
+	rc := reclaimer{freeOS: func() { calls++ }}
+	now := time.Unix(1000, 0)
+	wave := int64(reclaimMinPeak / idleWaitStack) // connections whose stacks matter
+	steps := []struct {
+		asked int64
+		want  bool
+		why   string
+	}{
+		{wave / 4, false, "a few parks"},
+		{0, false, "too few to matter"},
+		{wave / 2, false, "a wave begins"},
+		{wave / 2, false, "the wave goes on (enough now, but still coming)"},
+		{wave / 64, true, "the wave is over"},
+		{0, false, "once is enough"},
+		{2 * wave, false, "a second wave"},
+		{0, false, "over, within reclaimMinInterval of the first"},
+	}
+	for i, s := range steps {
+		now = now.Add(250 * time.Millisecond)
+		if got := rc.parkSwept(s.asked, now); got != s.want {
+			t.Fatalf("step %d (%s): reclaimed %v, want %v", i, s.why, got, s.want)
+		}
+	}
+	now = now.Add(reclaimMinInterval)
+	if !rc.parkSwept(0, now) || calls != 2 {
+		t.Fatalf("the second wave, reclaimMinInterval later: %d reclaims, want 2", calls)
+	}
+}

@@ -286,7 +286,7 @@ func (s *Snapshot) compileListener(cfg *config.Config, l *config.Listener, rep *
 			IdleTimeout:   l.IdleTimeout.D(),
 			WriteTimeout:  l.WriteTimeout.D(),
 			TrustXFF:      l.TrustsForwardedFor(),
-			ParkIdle:      l.ParkIdleConnections && httpfront.ParkedSocketsSupported,
+			ParkIdle:      l.ParksIdleConnections() && httpfront.ParkedSocketsSupported,
 		}
 		ls.h2 = httpfront.H2Params{MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.IdleTimeout.D(), WriteTimeout: l.WriteTimeout.D()}
 		for j := range l.AccessLog {

@@ -83,6 +83,7 @@ func newListenerStats(st *stats.Store, listener string, worker int) *listenerSta
 	// no live generation declares is shown as retired.
 	ls.RqHTTP2 = st.Counter(p + httpfront.StatRqHTTP2).Lane(lane)
 	ls.H2Calm = st.Counter(p + httpfront.StatH2Calm).Lane(lane)
+	ls.IdleParked = st.Counter(p + httpfront.StatIdleParked).Lane(lane)
 	for i, n := range statRq {
 		ls.Rq[i] = st.Counter(p + n).Lane(lane)
 	}

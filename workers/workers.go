@@ -122,6 +122,11 @@ type Manager struct {
 	// reclaimDone closes when the reclaimer (reclaim.go), which
 	// stopMigrations ends too, has returned.
 	reclaimDone chan struct{}
+	// parkIdleAfter is the park grace (parksweep.go): an HTTP/1.1
+	// connection of a listener with park_idle_connections parks once
+	// idle for this long (a listener without it has no connection
+	// the sweep asks). Set by New (tests may shorten it before Start).
+	parkIdleAfter time.Duration
 
 	mu       sync.Mutex // guards the fields below
 	started  bool
@@ -237,6 +242,9 @@ type worker struct {
 	// overload manager asks now (overload.go), the buffers its
 	// connections hold (reclaim.go), its idle poller.
 	front httpfront.Worker
+	// parkDue is the park sweep's list of connections to ask, kept
+	// between sweeps (parksweep.go); the reclaimer's goroutine's.
+	parkDue []*httpfront.Conn
 }
 
 // workerView is one worker's view of a snapshot (RCU: replaced whole by
@@ -329,6 +337,9 @@ func New(opts Options, snap *Snapshot) (*Manager, error) {
 		drainDone:      make(chan struct{}),
 		heartbeatEvery: opts.HeartbeatInterval,
 	}
+	// Always: a listener that parks may come later (UpdateListeners),
+	// and a sweep with nothing parkable only walks the sets.
+	m.parkIdleAfter = httpfront.ParkIdleAfter
 	m.http = httpfront.Env{Ctx: ctx, Log: log, OverloadPass: &m.overloadPass, GRPCToHTTP1: &m.grpcToHTTP1}
 	m.queueEmptying = os.Getenv(queueEmptyingEnv) != "off"
 	var opened []*mlistener

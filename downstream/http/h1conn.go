@@ -3,9 +3,11 @@ package httpfront
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,6 +36,21 @@ const (
 	// timers about once a second rather than on every request; an eighth
 	// of a timeout shorter than 8s (DeadlineSlackFor).
 	deadlineSlack = time.Second
+	// ParkIdleAfter is the park grace: a plaintext keep-alive connection
+	// of a listener with park_idle_connections parks in its worker's idle
+	// poller once idle this long (the worker's park sweep asks it, every
+	// ParkIdleAfter: so between one and two of them after its last
+	// response). A client under keep-alive load sends its next request
+	// within a round trip, microseconds to milliseconds, and never
+	// parks; one with think time (a browser, a poller) or none (a pool
+	// kept warm) parks within half a second and costs a parked
+	// connection's memory for the rest of its idle_timeout (60s by
+	// default). Longer would keep more stacks after a burst for no gain;
+	// shorter would make a client pacing itself at a few requests per
+	// second park on each, which is cheap at that rate (two system
+	// calls and a hand-over per request) but gains nothing either. Not
+	// a key: no workload found where another value pays.
+	ParkIdleAfter = 250 * time.Millisecond
 )
 
 // Conn is one HTTP client connection. Its goroutine owns every
@@ -94,6 +111,9 @@ type Conn struct {
 	closeLast, rawMore bool
 	// headArmed: headReadStep armed the header timeout.
 	headArmed bool
+	// spuriousWake: readHead found nothing after the idle wait woke
+	// (readAfterWake); the connection is idle again.
+	spuriousWake bool
 	// pending is a keep-alive response's last bytes, left by writeLast
 	// for the idle wait to write (nil: none); deferLast says whether the
 	// response being sent may leave them; pendingFailed is that write's
@@ -106,9 +126,12 @@ type Conn struct {
 	idleByte [1]byte
 
 	// parking is the connection's state in the worker's idle poller
-	// (idlepoll_linux.go), made at its first park: nil for a listener
-	// without park_idle_connections, which pays one pointer for it.
-	parking atomic.Pointer[parking]
+	// (idlepoll_linux.go), made at its first park: nil until then (a
+	// connection that is never idle for the park grace pays one
+	// pointer for it). idleWaitState says whether its goroutine waits
+	// where the park sweep may ask it to park (AskToPark).
+	parking       atomic.Pointer[parking]
+	idleWaitState atomic.Int32
 
 	rbuf []byte // nil while idle; SmallBufSize until a head or body needs more (h1state.go)
 	r, w int    // rbuf[r:w] is read and not yet consumed
@@ -246,6 +269,11 @@ func (cc *Conn) serveRequests() bool {
 		fresh = false
 		cc.takeState()
 		if !cc.readHead(woke) {
+			if cc.spuriousWake {
+				// Nothing came: idle again (the buffer goes back).
+				cc.spuriousWake = false
+				continue
+			}
 			return false
 		}
 		if !cc.handle() {
@@ -254,29 +282,95 @@ func (cc *Conn) serveRequests() bool {
 	}
 }
 
-// idleWait waits, holding no buffer, for the next request: parked in the
-// worker's idle poller (parked: another goroutine owns the connection
-// now), or in its own goroutine. ok false: the connection is over.
+// idleWait waits, holding no buffer, for the next request, in its own
+// goroutine. A plaintext connection of a listener that parks idle
+// connections parks in the worker's idle poller once it has been idle
+// for the worker's park grace (parked: another goroutine owns the
+// connection now): the worker's park sweep asks it to (AskToPark), so a
+// client that sends its next request within the grace never touches the
+// poller. ok false: the connection is over.
 func (cc *Conn) idleWait() (ok, parked bool) {
-	if cc.tls == nil && cc.settings.ParkIdle {
-		// The poller's arm checks readiness itself (no peek needed), so
-		// a deferred response is written first.
-		if !cc.flushPending() {
-			return false, false
-		}
-		cc.releaseState()
-		switch cc.park() {
-		case parkParked:
-			return true, true
-		case parkWoken:
-			cc.idleSince.Store(0)
-			return true, false // readable, or closed: the read tells
-		}
-	} else if cc.pending == nil || cc.tls != nil {
+	if cc.pending == nil || cc.tls != nil {
 		cc.flushPending()
 		cc.releaseState()
 	} // else waitReadable writes it, then releases the state
-	return cc.waitForRequest(), false
+	if cc.tls != nil {
+		return cc.waitTLSRecord(), false
+	}
+	ok, asked := cc.waitReadable(cc.settings.ParkIdle)
+	if !asked {
+		return ok, false
+	}
+	// The poller's arm checks readiness itself: a request sent as the
+	// sweep asked is seen there (parkWoken, or a wake at once).
+	switch cc.park() {
+	case parkParked:
+		return true, true
+	case parkWoken:
+		cc.idleSince.Store(0)
+		return true, false // readable, or closed: the read tells
+	}
+	// Not parked (the worker is closing): wait here, not asked again.
+	ok, _ = cc.waitReadable(false)
+	return ok, false
+}
+
+// Conn.idleWaitState values: whether the connection waits idle in its
+// goroutine where the park sweep may ask it to park (AskToPark).
+const (
+	idleWaitNone     int32 = iota // not in a wait that may park
+	idleWaitParkable              // waiting in its goroutine; may be asked
+	idleWaitAsking                // the sweep is moving its read deadline to the past
+	idleWaitAsked                 // asked: the wait ends with that deadline, and the connection parks
+)
+
+// pastDeadline is the read deadline by which the park sweep ends a
+// parkable wait: any time before now.
+var pastDeadline = time.Unix(1, 0)
+
+// ParkDue reports whether the connection waits idle in its goroutine,
+// may park, and has been idle for at least grace: what the worker's park
+// sweep asks to park. Atomics only.
+func (cc *Conn) ParkDue(now int64, grace time.Duration) bool {
+	return cc.idleWaitState.Load() == idleWaitParkable && cc.IdleFor(now) >= grace
+}
+
+// AskToPark ends the idle wait of a connection that is ParkDue by moving
+// its read deadline to the past (RawConn.Read returns, nothing is read):
+// its goroutine sees that it was asked, not timed out, puts its own
+// deadline back and parks. Safe from any goroutine; a connection that
+// has left that wait since (its client sent a request), or is idle for
+// less than grace (a new wait since ParkDue), is left alone: false.
+func (cc *Conn) AskToPark(grace time.Duration) bool {
+	if !cc.idleWaitState.CompareAndSwap(idleWaitParkable, idleWaitAsking) {
+		return false
+	}
+	// The goroutine cannot leave the wait until the state is no longer
+	// idleWaitAsking (endParkableWait), so the deadline moved here never
+	// lands on a read that follows the wait.
+	if cc.IdleFor(Monotime()) < grace {
+		cc.idleWaitState.Store(idleWaitParkable)
+		return false
+	}
+	cc.tcp.SetReadDeadline(pastDeadline)
+	cc.idleWaitState.Store(idleWaitAsked)
+	return true
+}
+
+// endParkableWait ends a wait that the sweep may ask to park: true, it
+// was asked, and the socket's read deadline is in the past. While the
+// sweep is between its two steps (idleWaitAsking, a few instructions
+// and a runtime timer update) it yields to it.
+func (cc *Conn) endParkableWait() bool {
+	for {
+		if cc.idleWaitState.CompareAndSwap(idleWaitParkable, idleWaitNone) {
+			return false
+		}
+		if cc.idleWaitState.CompareAndSwap(idleWaitAsked, idleWaitNone) {
+			return true
+		}
+		runtime.Gosched()
+	}
 }
 
 // parkResult is what a park came to (idlePoller.park).
@@ -338,10 +432,15 @@ func (cc *Conn) park() parkResult {
 	// The socket's read deadline may pass while parked; the next
 	// setReadDeadline sets one afresh.
 	cc.readDeadline = time.Time{}
-	cc.idleSince.Store(max(Monotime(), 1))
+	if cc.idleSince.Load() == 0 {
+		cc.idleSince.Store(max(Monotime(), 1))
+	}
 	r := cc.l.Worker.idle.park(pk)
 	if r == parkParked {
-		pk.armIdleTimer() // atomics and the timer only: cc may run elsewhere already
+		// Atomics, immutable fields and the timer only: cc may run
+		// elsewhere already.
+		cc.st.IdleParked.Inc()
+		pk.armIdleTimer()
 	}
 	return r
 }
@@ -375,30 +474,46 @@ func (pk *parking) idleTimerFired() {
 }
 
 // waitReadable waits, holding no buffer, until the client sends something
-// or the idle timeout passes. false: the connection is over.
-func (cc *Conn) waitReadable() bool {
+// or the idle timeout passes. ok false: the connection is over. parkable:
+// the park sweep may end the wait to have the connection park (asked
+// true: it did; the connection is still idle, since idleSince, and the
+// socket's read deadline is its own again).
+func (cc *Conn) waitReadable(parkable bool) (ok, asked bool) {
 	if cc.pending == nil {
 		// Else idle once the response is out (readable): a drain
 		// closes idle connections.
 		cc.idleSince.Store(max(Monotime(), 1))
 	}
-	defer cc.idleSince.Store(0)
 	cc.setReadDeadline(cc.settings.IdleTimeout)
 	cc.waited = false
 	cc.pendingFailed = false
 	cc.rawOp = rawReadable
+	if parkable {
+		cc.idleWaitState.Store(idleWaitParkable)
+	}
 	err := cc.raw.Read(cc.rawFn)
+	if parkable && cc.endParkableWait() {
+		// Once per park, never per request: a busy connection is never
+		// asked.
+		cc.tcp.SetReadDeadline(cc.readDeadline)
+		if err != nil && isTimeout(err) && !cc.pendingFailed &&
+			(cc.readDeadline.IsZero() || time.Now().Before(cc.readDeadline)) {
+			return true, true // idleSince kept: the parked idle timeout counts from it
+		}
+	}
+	cc.idleSince.Store(0)
 	// EOF or an error shows itself to the read that follows.
-	return err == nil && !cc.pendingFailed
+	return err == nil && !cc.pendingFailed, false
 }
 
 // rawOp is what rawStep does.
 type rawOp uint8
 
 const (
-	rawReadable rawOp = iota // readable: the idle wait
-	rawWrite                 // writeStep: write rawBuf
-	rawHeadRead              // headReadStep: read into rbuf[w:]
+	rawReadable  rawOp = iota // readable: the idle wait
+	rawWrite                  // writeStep: write rawBuf
+	rawHeadRead               // headReadStep: read into rbuf[w:]
+	rawWokenRead              // readAfterWake: read into rbuf[w:], never wait
 )
 
 // rawStep is the socket's RawConn callback: true when done, false to
@@ -409,6 +524,10 @@ func (cc *Conn) rawStep(fd uintptr) bool {
 		return cc.writeStep(fd)
 	case rawHeadRead:
 		return cc.headReadStep(fd)
+	case rawWokenRead:
+		n, err := readFD(fd, cc.rbuf[cc.w:])
+		cc.rawN, cc.rawErr = n, err
+		return true
 	}
 	return cc.readable(fd)
 }
@@ -559,6 +678,38 @@ func (cc *Conn) headReadStep(fd uintptr) bool {
 	return true
 }
 
+// errSpuriousWake: the idle wait woke, and there was nothing to read.
+var errSpuriousWake = errors.New("idle wait woke without bytes")
+
+// readAfterWake is a plaintext connection's first read after its idle
+// wait woke, into rbuf[w:]: the bytes are there, nearly always, and it
+// is the read cc.read would make. When they are not, it does not wait:
+// errSpuriousWake, and the connection goes back to its idle wait,
+// without a buffer, where the park sweep can ask it to park, instead of
+// waiting in a read holding one until its idle timeout. Such a wake
+// comes from the runtime's poller reporting an edge from before the
+// wait began: bytes that came while the connection was parked, in the
+// poller's own epoll, and that it has read since.
+func (cc *Conn) readAfterWake() error {
+	cc.rawOp, cc.rawN, cc.rawErr = rawWokenRead, 0, nil
+	err := cc.raw.Read(cc.rawFn)
+	if n := cc.rawN; n > 0 {
+		cc.w += n
+		cc.st.RxBytes.Add(uint64(n))
+		return nil
+	}
+	if err == nil {
+		switch err = cc.rawErr; {
+		case err == nil:
+			return io.EOF
+		case wouldBlock(err):
+			return errSpuriousWake
+		}
+		err = &net.OpError{Op: "read", Net: "tcp", Source: cc.tcp.LocalAddr(), Addr: cc.tcp.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+	}
+	return err
+}
+
 // compact moves the unconsumed bytes to the front of rbuf.
 func (cc *Conn) compact() {
 	if cc.r > 0 {
@@ -690,11 +841,18 @@ func (cc *Conn) readHead(woke bool) bool {
 			cc.compact()
 		}
 		before := cc.w
-		if armNow {
+		switch {
+		case armNow:
 			var armed bool
 			err = cc.readArmingHeaderTimeout(&armed)
 			first = !armed
-		} else {
+		case first && cc.r == cc.w && RawIO && cc.tls == nil:
+			err = cc.readAfterWake()
+			if err == errSpuriousWake {
+				cc.spuriousWake = true
+				return false
+			}
+		default:
 			err = cc.read()
 		}
 		if err != nil {

@@ -20,16 +20,6 @@ func (cc *Conn) handshake() bool {
 	return true
 }
 
-// waitForRequest waits for the next request's first bytes on an idle
-// keep-alive connection, until the idle timeout. false: the connection is
-// over.
-func (cc *Conn) waitForRequest() bool {
-	if cc.tls != nil {
-		return cc.waitTLSRecord()
-	}
-	return cc.waitReadable()
-}
-
 // waitTLSRecord is waitReadable for a TLS connection: a blocking read of
 // one byte, then the byte goes into a fresh read buffer. A peek on the
 // socket would be wrong here: crypto/tls may already hold the next

@@ -12,9 +12,11 @@ import (
 )
 
 // The idle poller (issue 22, item 3): a plaintext HTTP/1.1 keep-alive
-// connection that goes idle gives its goroutine back and parks its socket
-// here until the client sends its next request, so that an idle
-// connection costs its structs and its kernel socket, not a stack.
+// connection that has been idle for the park grace (ParkIdleAfter; the
+// worker's park sweep asks it: Conn.AskToPark) gives its goroutine back
+// and parks its socket here until the client sends its next request, so
+// that an idle connection costs its structs and its kernel socket, not a
+// stack, and a busy one never comes here.
 //
 // One poller per worker (its connection set's), made at the first park:
 // an epoll instance of our own, in which a parked socket is registered

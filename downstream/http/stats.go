@@ -26,7 +26,15 @@ type Stats struct {
 	// H2Calm counts the HTTP/2 connections cut with a GOAWAY for a flood
 	// (downstream_cx_http2_calm_total).
 	H2Calm stats.CounterLane
+	// IdleParked counts the parks of idle HTTP/1.1 connections in the
+	// worker's idle poller (downstream_cx_idle_parked_total): one per
+	// connection idle for the park grace, none per busy keep-alive
+	// request.
+	IdleParked stats.CounterLane
 }
+
+// StatIdleParked is IdleParked's name under listener.<name>.
+const StatIdleParked = "downstream_cx_idle_parked_total"
 
 // Status counts a final response status in its class (0: not counted).
 func (s *Stats) Status(code int) {
