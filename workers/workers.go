@@ -441,6 +441,13 @@ func (m *Manager) joinListener(ml *mlistener, open *paddedCount) {
 		lw.http = m.newHTTPListener(wk, ml, st)
 		ml.perWorker[w] = lw
 	}
+	if ml.steer != nil {
+		// Declared now, not at the migration counter's first flush
+		// (up to migratedPoll later): until then hotproxy stats
+		// --retired would show the listener's count as no live
+		// generation's.
+		m.stats.Counter("listener." + ml.name + "." + statBalanceMigrated)
+	}
 }
 
 // currentListeners returns the listeners serving now (a slice nobody
