@@ -14,9 +14,17 @@
 #
 #   ROUNDS=10 DURATION=4s MODES=h2 scripts/bench-ab.sh old/hotproxy bin/hotproxy
 #
+#   XDS_B=1 scripts/bench-ab.sh bin/hotproxy bin/hotproxy
+#
+# XDS_B=1 (issue 23: the data path costs the same with xDS on) gives B
+# its http listener, route and cluster (EDS) from the demo control plane
+# (cmd/hotproxy-controlplane, built here) instead of its file: the same
+# settings as A's, over a delta ADS stream; A and B may be one binary.
+# Not with h2.
+#
 # Environment (defaults in brackets): ROUNDS [30], DURATION [1s],
-# MODES [keepalive close; h2 also], PORT_BASE [19390, uses up to +14],
-# OUT [a new /tmp/bench-ab.XXXXXX].
+# MODES [keepalive close; h2 also], XDS_B [0], PORT_BASE [19390, uses up
+# to +14], OUT [a new /tmp/bench-ab.XXXXXX].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -41,6 +49,11 @@ if [ "$h2_wanted" = 1 ]; then
 		{ echo "bench-ab: openssl could not make the h2 certificate: $(tail -3 "$out/openssl.log")" >&2; exit 1; }
 fi
 go build -o "$out/" ./scripts/benchbackend
+xds_b=${XDS_B:-0}
+if [ "$xds_b" = 1 ]; then
+	[ "$h2_wanted" = 0 ] || { echo "bench-ab: XDS_B=1 does not take the h2 mode" >&2; exit 2; }
+	go build -o "$out/" ./cmd/hotproxy-controlplane
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -53,6 +66,52 @@ bench_wait_http "http://$backend/" || { echo "bench-ab: the backend did not star
 declare -A port pid h2port
 port[A]=$((port_base + 1)) port[B]=$((port_base + 2))
 h2port[A]=$((port_base + 3)) h2port[B]=$((port_base + 4))
+
+# xds_b_bootstrap starts the demo control plane with B's listener, route
+# and cluster (A's settings: idle_timeout 120s; max_idle_per_endpoint is
+# 64 by default) and prints the [xds] table and its static cluster.
+xds_b_bootstrap() {
+	local cp=127.0.0.1:$((port_base + 5)) bport=${backend##*:}
+	cat >"$out/xds-snapshot.json" <<JSON
+{
+  "version": "1",
+  "listeners": [{
+    "name": "http",
+    "address": {"socket_address": {"address": "127.0.0.1", "port_value": ${port[B]}}},
+    "filter_chains": [{"filters": [{
+      "name": "envoy.filters.network.http_connection_manager",
+      "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "http",
+        "common_http_protocol_options": {"idle_timeout": "120s"},
+        "rds": {"route_config_name": "http_routes", "config_source": {"ads": {}, "resource_api_version": "V3"}},
+        "http_filters": [{"name": "envoy.filters.http.router",
+          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]
+      }
+    }]}]
+  }],
+  "routes": [{"name": "http_routes", "virtual_hosts": [{"name": "all", "domains": ["*"],
+    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "backend"}}]}]}],
+  "clusters": [{"name": "backend", "type": "EDS",
+    "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}}}],
+  "endpoints": [{"cluster_name": "backend", "endpoints": [{"lb_endpoints": [
+    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": $bport}}}}]}]}]
+}
+JSON
+	taskset -c 1 "$out/hotproxy-controlplane" -file "$out/xds-snapshot.json" -listen "$cp" >"$out/controlplane.log" 2>&1 &
+	pids+=($!)
+	cat <<TOML
+[xds]
+cluster = "xds_control_plane"
+node_id = "bench-ab-B"
+protocol = "delta"
+initial_fetch_timeout = "10s"
+[[clusters]]
+name = "xds_control_plane"
+endpoints = ["$cp"]
+http2 = true
+TOML
+}
 for v in A B; do
 	h2listener=""
 	[ "$h2_wanted" = 1 ] && h2listener="[[listeners]]
@@ -71,6 +130,22 @@ idle_timeout = \"120s\"
 name = \"backend_h2\"
 endpoints = [\"$backend\"]
 max_idle_per_endpoint = 256"
+	static="[[listeners]]
+name = \"http\"
+address = \"127.0.0.1:${port[$v]}\"
+protocol = \"http\"
+idle_timeout = \"120s\"
+  [[listeners.routes]]
+  prefix = \"/\"
+  cluster = \"backend\"
+[[clusters]]
+name = \"backend\"
+endpoints = [\"$backend\"]
+max_idle_per_endpoint = 64"
+	if [ "$v" = B ] && [ "$xds_b" = 1 ]; then
+		xds_b_bootstrap >"$out/xds-bootstrap.toml"
+		static=$(cat "$out/xds-bootstrap.toml")
+	fi
 	cat >"$out/$v.toml" <<TOML
 [server]
 concurrency = 1
@@ -80,18 +155,7 @@ address = "127.0.0.1:$((port[$v] + 10))"
 level = "warn"
 [stats]
 path = "$out/$v.stats"
-[[listeners]]
-name = "http"
-address = "127.0.0.1:${port[$v]}"
-protocol = "http"
-idle_timeout = "120s"
-  [[listeners.routes]]
-  prefix = "/"
-  cluster = "backend"
-[[clusters]]
-name = "backend"
-endpoints = ["$backend"]
-max_idle_per_endpoint = 64
+$static
 $h2listener
 TOML
 	taskset -c 0 env GOMAXPROCS=1 "${bin[$v]}" serve -c "$out/$v.toml" --base-id $((30000 + $$ % 1000 + ${#v} + port[$v] % 7)) >"$out/$v.log" 2>&1 &
