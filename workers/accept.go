@@ -125,9 +125,9 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 // once there is none. Where the steering program refuses new connections
 // meanwhile, the wait ends as the handshakes do; without it new ones keep
 // coming, and the wait is bounded by unrefusedGrace after accepting
-// stopped instead. Not on a
-// socket handed over to a successor, which accepts them itself: this
-// generation would take new connections from it.
+// stopped instead (each look walks the kernel's table of connections).
+// Not on a socket handed over to a successor, which accepts them itself:
+// this generation would take new connections from it.
 func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 	if a.s.handedOver.Load() {
 		return nil
