@@ -369,3 +369,35 @@ func threadCPU(tb testing.TB) time.Duration {
 	}
 	return time.Duration(ts.Nano())
 }
+
+// TestSockDiagLookClosesItsSocket: a drain looks every handshakePoll, so
+// a look that kept its netlink socket would run the process out of
+// descriptors; each one, refused by the kernel or not, leaves none open.
+func TestSockDiagLookClosesItsSocket(t *testing.T) {
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	ln := deferringListener(t, net.IPv4(127, 0, 0, 1))
+	dialSilent(t, ln)
+	port := listenerPort(ln)
+	waitFor(t, 5*time.Second, "the silent client's connection to be seen", func() bool { return handshakesPending(port, testLogger()) })
+	before := openFDs()
+	for range 200 {
+		if _, err := sockDiagRequestSocket(unix.AF_INET, port); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sockDiagRequestSocket(unix.AF_INET6, port); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sockDiagRequestSocket(0xff, port); !errors.Is(err, unix.EINVAL) {
+			t.Fatalf("a dump of address family 255: %v, want the kernel's EINVAL", err)
+		}
+	}
+	if after := openFDs(); after != before {
+		t.Errorf("%d descriptors open after 600 looks, %d before", after, before)
+	}
+}
