@@ -125,9 +125,9 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 // once there is none. Where the steering program refuses new connections
 // meanwhile, the wait ends as the handshakes do; without it new ones keep
 // coming, and the wait is bounded by unrefusedGrace after accepting
-// stopped instead (each look reads the namespace's TCP table). Not on a
-// socket handed over to a successor, which accepts them itself: this
-// generation would take new connections from it.
+// stopped instead (each look walks the kernel's table of connections).
+// Not on a socket handed over to a successor, which accepts them itself:
+// this generation would take new connections from it.
 func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 	if a.s.handedOver.Load() {
 		return nil
@@ -143,7 +143,7 @@ func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 		// Looked at before the queue: a connection no longer pending is
 		// in the queue by then (or gone), and one that arrives after is
 		// a new one, which the steering program refuses.
-		pending := handshakesPending(port)
+		pending := handshakesPending(port, a.m.log)
 		if c := acceptQueued(a.s.ln); c != nil {
 			return c
 		}

@@ -420,7 +420,7 @@ func TestHandshakesPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	if handshakesPending(port) {
+	if handshakesPending(port, testLogger()) {
 		t.Fatal("a connection is pending before any dial")
 	}
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -428,7 +428,7 @@ func TestHandshakesPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, 5*time.Second, "the connected client's connection to be seen as pending", func() bool { return handshakesPending(port) })
+	waitFor(t, 5*time.Second, "the connected client's connection to be seen as pending", func() bool { return handshakesPending(port, testLogger()) })
 	if _, err := c.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestHandshakesPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if handshakesPending(port) {
+	if handshakesPending(port, testLogger()) {
 		t.Error("still pending after it was accepted")
 	}
 }
