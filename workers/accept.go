@@ -143,6 +143,7 @@ func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 		// Looked at before the queue: a connection no longer pending is
 		// in the queue by then (or gone), and one that arrives after is
 		// a new one, which the steering program refuses.
+		looked := monotime()
 		pending := handshakesPending(port, a.m.log)
 		if c := acceptQueued(a.s.ln); c != nil {
 			return c
@@ -151,7 +152,12 @@ func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 		if now >= until || !pending {
 			return nil
 		}
-		a.s.ln.SetDeadline(time.Now().Add(min(time.Duration(until-now), handshakePoll)))
+		// At least as long as the look took: on a host with very many
+		// connections one look costs tens of milliseconds of CPU (the
+		// kernel walks its whole table), and the wait in accept(2)
+		// between looks delays no connection that completes.
+		wait := max(handshakePoll, time.Duration(now-looked))
+		a.s.ln.SetDeadline(time.Now().Add(min(time.Duration(until-now), wait)))
 		c, err := a.s.ln.AcceptTCP()
 		if err == nil {
 			return c
