@@ -174,51 +174,77 @@ func (m *Manager) drain(opts DrainOptions) {
 	}
 	m.stopAccepting(m.queueEmptying)
 
-	var httpDeadline <-chan time.Time
-	if opts.HTTPTimeout > 0 {
-		t := time.NewTimer(opts.HTTPTimeout)
+	cut, cause := m.closeAsTheyFinish(nil, opts.HTTPTimeout, 0)
+	m.connWG.Wait()
+	m.mu.Lock()
+	snap, forced := m.snap, m.forceErr
+	m.mu.Unlock()
+	if snap != nil {
+		snap.closeIdle()
+	}
+	if cut > 0 {
+		if forced != nil {
+			cause = forced // what ended the drain, not the deadline before it
+		}
+		m.drainErr = fmt.Errorf("workers: drain cut short: %d connections closed: %w", cut, cause)
+	}
+	m.log.Debug("drained", "closed_at_deadline", cut)
+}
+
+// closeAsTheyFinish waits until the connections of only (nil: of every
+// listener) have finished, closing each keep-alive connection once idle
+// for drainIdleGrace, the HTTP ones still open httpTimeout after it began
+// and all of them shutdownTimeout after (0: no such bound), and all at
+// once when the drain is forced (the connection sets refuse new ones
+// then, where only is nil). It returns how many it closed and why, nil
+// when forcing did.
+func (m *Manager) closeAsTheyFinish(only *mlistener, httpTimeout, shutdownTimeout time.Duration) (cut int, cause error) {
+	var httpDeadline, shutdown <-chan time.Time
+	if httpTimeout > 0 {
+		t := time.NewTimer(httpTimeout)
 		defer t.Stop()
 		httpDeadline = t.C
 	}
+	if shutdownTimeout > 0 {
+		t := time.NewTimer(shutdownTimeout)
+		defer t.Stop()
+		shutdown = t.C
+	}
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
-	cut := 0
-	for done := false; !done; {
+	closeAll := func() {
+		for _, wk := range m.workers {
+			if only == nil {
+				cut += wk.conns.killAll()
+			} else {
+				cut += wk.conns.closeListener(only)
+			}
+		}
+	}
+	for {
 		left, now := 0, monotime()
 		for _, wk := range m.workers {
-			left += wk.conns.closeIdle(now, drainIdleGrace, nil)
+			left += wk.conns.closeIdle(now, drainIdleGrace, only)
 		}
 		if left == 0 {
-			break
+			return cut, cause
 		}
 		select {
 		case <-tick.C:
 		case <-httpDeadline:
 			httpDeadline = nil
 			for _, wk := range m.workers {
-				cut += wk.conns.closeHTTP(nil)
+				cut += wk.conns.closeHTTP(only)
 			}
+			cause = fmt.Errorf("HTTP connections still open %v after the drain began", httpTimeout)
+		case <-shutdown:
+			closeAll()
+			return cut, fmt.Errorf("connections still open %v after the drain began", shutdownTimeout)
 		case <-m.force:
-			for _, wk := range m.workers {
-				cut += wk.conns.killAll()
-			}
-			done = true
+			closeAll()
+			return cut, nil
 		}
 	}
-	m.connWG.Wait()
-	m.mu.Lock()
-	snap, cause := m.snap, m.forceErr
-	m.mu.Unlock()
-	if snap != nil {
-		snap.closeIdle()
-	}
-	if cut > 0 {
-		if cause == nil {
-			cause = fmt.Errorf("HTTP connections still open %v after the drain began", opts.HTTPTimeout)
-		}
-		m.drainErr = fmt.Errorf("workers: drain cut short: %d connections closed: %w", cut, cause)
-	}
-	m.log.Debug("drained", "closed_at_deadline", cut)
 }
 
 var errClosed = errors.New("workers: manager closed")

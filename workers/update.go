@@ -290,48 +290,9 @@ func (m *Manager) retire(ml *mlistener, opts UpdateOptions) error {
 	m.http.GoAwayHTTP2Of(&ml.draining)
 	m.stopListeners([]*mlistener{ml}, m.queueEmptying && !ml.allHandedOver())
 
-	var httpDeadline, shutdown <-chan time.Time
-	if opts.HTTPTimeout > 0 {
-		t := time.NewTimer(opts.HTTPTimeout)
-		defer t.Stop()
-		httpDeadline = t.C
-	}
-	if opts.ShutdownTimeout > 0 {
-		t := time.NewTimer(opts.ShutdownTimeout)
-		defer t.Stop()
-		shutdown = t.C
-	}
-	tick := time.NewTicker(drainPoll)
-	defer tick.Stop()
-	cut := 0
-	var cause error
-	for done := false; !done; {
-		left, now := 0, monotime()
-		for _, wk := range m.workers {
-			left += wk.conns.closeIdle(now, drainIdleGrace, ml)
-		}
-		if left == 0 {
-			break
-		}
-		select {
-		case <-tick.C:
-		case <-httpDeadline:
-			httpDeadline = nil
-			for _, wk := range m.workers {
-				cut += wk.conns.closeHTTP(ml)
-			}
-			cause = fmt.Errorf("HTTP connections still open %v after the drain began", opts.HTTPTimeout)
-		case <-shutdown:
-			for _, wk := range m.workers {
-				cut += wk.conns.closeListener(ml)
-			}
-			cause, done = fmt.Errorf("connections still open %v after the drain began", opts.ShutdownTimeout), true
-		case <-m.force:
-			for _, wk := range m.workers {
-				cut += wk.conns.closeListener(ml)
-			}
-			cause, done = errClosed, true
-		}
+	cut, cause := m.closeAsTheyFinish(ml, opts.HTTPTimeout, opts.ShutdownTimeout)
+	if cut > 0 && cause == nil {
+		cause = errClosed // forced: the Manager closes
 	}
 	// Its connections' goroutines record their last requests before the
 	// access logs close.
