@@ -745,38 +745,33 @@ func TestUpdateListenersHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := 25 * interval
-	deadline := time.Now().Add(2 * bound)
-	for samples := 0; time.Now().Before(deadline) || samples < 10; samples++ {
-		select {
-		case <-u.Done():
-			t.Fatal("a's drain ended before the heartbeats were sampled during it")
-		default:
-		}
-		ages := m.WorkerHeartbeatAges(nil)
-		if len(ages) != 2 {
-			t.Fatalf("%d ages for 2 workers", len(ages))
-		}
-		for w, age := range ages {
-			if age > bound {
-				t.Fatalf("worker %d's heartbeat is %s old with an interval of %s while removed listener a drains", w, age, interval)
+	// sampleAges looks at every worker's heartbeat for 2*bound and at
+	// least 10 times; during: a's drain must still be going on.
+	sampleAges := func(when string, during bool) {
+		deadline := time.Now().Add(2 * bound)
+		for samples := 0; time.Now().Before(deadline) || samples < 10; samples++ {
+			if during {
+				select {
+				case <-u.Done():
+					t.Fatal("a's drain ended before the heartbeats were sampled during it")
+				default:
+				}
 			}
+			ages := m.WorkerHeartbeatAges(nil)
+			if len(ages) != 2 {
+				t.Fatalf("%d ages for 2 workers", len(ages))
+			}
+			for w, age := range ages {
+				if age > bound {
+					t.Fatalf("worker %d's heartbeat is %s old with an interval of %s %s", w, age, interval, when)
+				}
+			}
+			time.Sleep(interval)
 		}
-		time.Sleep(interval)
 	}
+	sampleAges("while removed listener a drains", true)
 	<-u.Done()
-	deadline = time.Now().Add(2 * bound)
-	for samples := 0; time.Now().Before(deadline) || samples < 10; samples++ {
-		ages := m.WorkerHeartbeatAges(nil)
-		if len(ages) != 2 {
-			t.Fatalf("%d ages for 2 workers", len(ages))
-		}
-		for w, age := range ages {
-			if age > bound {
-				t.Fatalf("worker %d's heartbeat is %s old with an interval of %s after listener a was removed", w, age, interval)
-			}
-		}
-		time.Sleep(interval)
-	}
+	sampleAges("after listener a was removed", false)
 	m.mu.Lock()
 	loops := map[string]int{}
 	for _, lb := range m.beats {
