@@ -87,9 +87,15 @@ func AppendHTTP1Trailers(b []byte, fields []hpack.HeaderField, appendName func([
 // trailer fields, in place, those TrailerMayCarry refuses, and returns
 // the rest (fields' own array: the caller gives up the list).
 func KeepResponseTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
+	return keepTrailersIf(fields, TrailerMayCarry)
+}
+
+// keepTrailersIf keeps, in place, the fields that may passes, and
+// returns them (fields' own array; what is left behind is cleared).
+func keepTrailersIf(fields []hpack.HeaderField, may func(string) bool) []hpack.HeaderField {
 	kept := fields[:0]
 	for _, f := range fields {
-		if TrailerMayCarry(f.Name) {
+		if may(f.Name) {
 			kept = append(kept, f)
 		}
 	}
@@ -126,14 +132,7 @@ func appendHTTP1Field(b []byte, name, value string, appendName func([]byte, stri
 // fields, in place, those RequestTrailerMayCarry refuses, and returns
 // the rest (fields' own array: the caller gives up the list).
 func KeepRequestTrailers(fields []hpack.HeaderField) []hpack.HeaderField {
-	kept := fields[:0]
-	for _, f := range fields {
-		if RequestTrailerMayCarry(f.Name) {
-			kept = append(kept, f)
-		}
-	}
-	clear(fields[len(kept):])
-	return kept
+	return keepTrailersIf(fields, RequestTrailerMayCarry)
 }
 
 // AppendHTTP1RequestTrailer re-writes an HTTP/1.1 client's chunked
