@@ -185,6 +185,8 @@ func FuzzRequestVsXNet(f *testing.F) {
 	f.Add(base, byte(1|8), []byte("abc"))
 	f.Add(":method=0\n:scheme=http\n:path=*\ncontent-length", byte(0), []byte(nil)) // CI's fuzzing found it: an empty content-length
 	f.Add(":method=0\n:scheme=http\n:path=*", byte(0), []byte(nil))
+	f.Add(":method=0\n:scheme=http\n:path=/\nte", byte(0), []byte(nil)) // make test's fuzzing found it: an empty te (x/net accepts it)
+	f.Add(base+"te=trailers\nte=trailers\n", byte(0), []byte(nil))
 	f.Fuzz(func(t *testing.T, fieldLines string, flags byte, body []byte) {
 		if len(fieldLines) > 4096 || len(body) > 4096 {
 			return

@@ -22,7 +22,7 @@ var (
 	errPseudoDup        = errors.New("h2: duplicate pseudo-header field")
 	errPseudoMissing    = errors.New("h2: required pseudo-header field missing or empty")
 	errConnSpecific     = errors.New("h2: connection-specific header field")
-	errTE               = errors.New("h2: te header field other than \"trailers\"")
+	errTE               = errors.New("h2: te header field other than one \"trailers\" (or empty)")
 	errContentLength    = errors.New("h2: content-length invalid or inconsistent")
 	errAuthorityHost    = errors.New("h2: :authority and host differ")
 	errScheme           = errors.New("h2: :scheme is neither http nor https")
@@ -56,6 +56,7 @@ type fieldChecker struct {
 	tooLarge   bool
 	err        error
 	sawRegular bool
+	sawTE      bool
 	pseudo     uint8
 
 	method, scheme, authority, path, status, host string
@@ -95,10 +96,15 @@ func (c *fieldChecker) add(f hpack.HeaderField) {
 		c.err = errConnSpecific
 		return
 	case "te":
-		if c.kind == blockRequest && f.Value != "trailers" {
+		// RFC 9113 §8.2.2: "trailers" or nothing else. An empty
+		// value is an empty list (RFC 9110 §10.1.4), which x/net
+		// accepts too; a second te field is refused, as x/net does,
+		// rather than joined into a list this check never saw whole.
+		if c.kind == blockRequest && (c.sawTE || f.Value != "trailers" && f.Value != "") {
 			c.err = errTE
 			return
 		}
+		c.sawTE = true
 	case "content-length":
 		if c.kind == blockTrailers {
 			break
