@@ -5,12 +5,15 @@
 #
 # Per proxy and mode (keep-alive, and a new connection per request; then
 # the same over TLS): req/s and p99 from wrk, and the CPU time of the
-# proxy's whole process tree per request completed. Then the resident
+# proxy's whole process tree per request completed, and beside it the
+# load side: how busy CPU 1 (the load tool and the backend) was, and the
+# TCP segments per request. Then the resident
 # memory each idle keep-alive connection costs, the memory a burst of
 # simultaneous first requests leaves behind, and the CPU seconds per GiB
 # through a TCP (L4) listener. Rounds are interleaved, the proxies in
 # rotating order, and the medians are compared with the better of nginx and
-# HAProxy.
+# HAProxy; plaintext HTTP/1.1 also round by round (each round's ratio to
+# the better peer of that round).
 #
 # TLS (issue 13): all three terminate the same ECDSA P-256 certificate
 # (examples/tls/a.example.com), the same version (TLS_VERSION) and cipher
@@ -681,7 +684,7 @@ to_ms() {
 }
 
 http_raw=$out/http.tsv
-printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\tresumed_pct\n' >"$http_raw"
+printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\tresumed_pct\tload_cpu_pct\tsegs_per_req\n' >"$http_raw"
 
 # skip_reason PROXY MODE: why PROXY cannot run MODE ("" if it can). Call
 # alive first, outside $(...): what alive learns must outlive a subshell.
@@ -697,15 +700,21 @@ skip_reason() {
 
 # wrk_run PROXY MODE DURATION: runs the load of MODE against PROXY (wrk;
 # tlsload for tls-close and tls-resume); the output is in $wrk_out and the proxy tree's
-# CPU ticks during the run in $wrk_ticks. Fails, with the reason in
-# $wrk_out, if the load tool failed or the proxy died.
+# CPU ticks during the run in $wrk_ticks. The load side's figures go to
+# $wrk_load_ticks ("busy total" ticks of CPU 1, where the load tool and
+# the backend run) and $wrk_segments (TCP segments the machine sent):
+# they say whether req/s was the proxy's or the load side's. Fails, with
+# the reason in $wrk_out, if the load tool failed or the proxy died.
 wrk_run() {
 	local proxy=$1 mode=$2 d=$3 before after args=() url="http://127.0.0.1:${http_port[$1]}/" resume
+	local load_before load_after segs_before
 	[ "$mode" = close ] && args=(-H "Connection: close")
 	[[ $mode == tls-* ]] && url="https://127.0.0.1:${tls_port[$proxy]}/"
 	[ "$mode" = h2 ] && url="https://127.0.0.1:${h2_port[$proxy]}/"
 	alive "$proxy" || { wrk_out="${proxy_failed[$proxy]}"; return 1; }
 	before=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	load_before=$(bench_cpu_ticks 1)
+	segs_before=$(bench_tcp_segments)
 	if [ "$mode" = h2 ]; then
 		wrk_out=$(taskset -c 1 h2load -t 1 -c "$h2_conns" -m "$h2_streams" -D "$d" --npn-list h2 "$url" 2>&1) ||
 			{ wrk_out="h2load failed against $proxy ($mode): $wrk_out"; return 1; }
@@ -723,7 +732,10 @@ wrk_run() {
 			{ wrk_out="wrk failed against $proxy ($mode): $wrk_out"; return 1; }
 	fi
 	after=$(bench_tree_ticks "${proxy_pid[$proxy]}")
+	wrk_segments=$(($(bench_tcp_segments) - segs_before))
+	load_after=$(bench_cpu_ticks 1)
 	wrk_ticks=$((after - before))
+	wrk_load_ticks="$((${load_after% *} - ${load_before% *})) $((${load_after#* } - ${load_before#* }))"
 	alive "$proxy" || { wrk_out="${proxy_failed[$proxy]}"; return 1; }
 }
 
@@ -740,7 +752,7 @@ http_run() {
 		echo "bench-peers: round $round, $proxy $mode: $why" >>"$failures"
 	fi
 	if [ -n "$why" ]; then
-		printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed\t-\n' "$round" "$proxy" "$mode" >>"$http_raw"
+		printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed\t-\t-\t-\n' "$round" "$proxy" "$mode" >>"$http_raw"
 		printf '  round %s  %-9s %-13s no figures: %s\n' "$round" "$proxy" "$mode" "$why"
 		return 0
 	fi
@@ -790,9 +802,14 @@ http_run() {
 		cpu=-
 	fi
 	core=$(awk -v t="$wrk_ticks" -v hz="$clk_tck" -v s="$seconds" 'BEGIN {printf "%.0f", t / hz / s * 100}')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" "$resumed" >>"$http_raw"
-	printf '  round %s  %-9s %-13s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  errors %s%s\n' \
-		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$errors" "$([ "$resumed" = - ] || echo "  resumed ${resumed}%")"
+	# The load side: how busy CPU 1 was (at 100 % the load tool and the
+	# backend set req/s, whatever the proxy), and the TCP segments per
+	# request (both hops, both directions, the machine's whole count).
+	load=$(awk -v b="${wrk_load_ticks% *}" -v t="${wrk_load_ticks#* }" 'BEGIN {if (t > 0) printf "%.0f", 100 * b / t; else print "-"}')
+	segs=$(awk -v s="$wrk_segments" -v n="${requests:-0}" 'BEGIN {if (n > 0) printf "%.2f", s / n; else print "-"}')
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" "$resumed" "$load" "$segs" >>"$http_raw"
+	printf '  round %s  %-9s %-13s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  load %3s%%  %5s segs/req  errors %s%s\n' \
+		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$load" "$segs" "$errors" "$([ "$resumed" = - ] || echo "  resumed ${resumed}%")"
 }
 
 tcp_raw=$out/tcp.tsv
@@ -1001,6 +1018,30 @@ better() {
 	}'
 }
 
+# paired COLUMN HIGHER|LOWER MODE: round by round, hotproxy's figure over
+# the better peer's of the same round, whose runs were back to back:
+# "median (lowest-highest, N rounds)", or "-". The medians above compare
+# runs up to a round apart, over which a shared machine's speed drifts.
+paired() {
+	awk -F'\t' -v c="$1" -v w="$2" -v m="$3" '
+		NR > 1 && $3 == m && $c ~ /^[0-9.]+$/ {v[$1, $2] = $c; r[$1] = 1}
+		END {
+			n = 0
+			for (k in r) {
+				h = v[k, "hotproxy"]; a = v[k, "nginx"]; b = v[k, "haproxy"]
+				if (h == "" || (a == "" && b == "")) continue
+				if (a == "") best = b; else if (b == "") best = a
+				else if (w == "HIGHER") best = (a + 0 > b + 0 ? a : b); else best = (a + 0 < b + 0 ? a : b)
+				if (best + 0 == 0) continue
+				x[++n] = h / best
+			}
+			if (n == 0) {print "-"; exit}
+			for (i = 2; i <= n; i++) for (j = i; j > 1 && x[j] < x[j - 1]; j--) {t = x[j]; x[j] = x[j - 1]; x[j - 1] = t}
+			med = (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
+			printf "%.2f (%.2f-%.2f, %d rounds)\n", med, x[1], x[n], n
+		}' "$http_raw"
+}
+
 # verdict RATIO OP BAR: "met" or "NOT met" for RATIO against the bar.
 verdict() {
 	awk -v r="$1" -v op="$2" -v bar="$3" 'BEGIN {
@@ -1012,17 +1053,18 @@ verdict() {
 
 {
 	echo
-	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}; h2 and grpc: -c${h2_conns} -m${h2_streams} for ${h2_duration}, p99 of grpc from grpcload, none from h2load); CPU is the proxy's whole process tree"
-	printf '%-13s %-9s %12s %10s %12s %7s %8s %9s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" errors "resumed"
+	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}; h2 and grpc: -c${h2_conns} -m${h2_streams} for ${h2_duration}, p99 of grpc from grpcload, none from h2load); CPU is the proxy's whole process tree; load % is CPU 1 busy (the load tool and the backend: at ~100 % they, not the proxy, set req/s); segs/req the TCP segments the machine sent per request"
+	printf '%-13s %-9s %12s %10s %12s %7s %7s %9s %8s %9s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" "load %" "segs/req" errors "resumed"
 	for mode in "${http_modes[@]}"; do
 		for proxy in "${proxies[@]}"; do
 			# A failed run counts as one error, so that it cannot pass for a clean one.
 			errors=$(awk -F'\t' -v p="$proxy" -v m="$mode" 'NR > 1 && $2 == p && $3 == m {n += ($11 == "failed" ? 1 : $11)} END {print n + 0}' "$http_raw")
 			resumed=$(median "$http_raw" "$proxy" 12 "$mode")
 			[ "$resumed" = - ] || resumed="${resumed}%"
-			printf '%-13s %-9s %12s %10s %12s %7s %8s %9s\n' "$mode" "$proxy" \
+			printf '%-13s %-9s %12s %10s %12s %7s %7s %9s %8s %9s\n' "$mode" "$proxy" \
 				"$(median "$http_raw" "$proxy" 4 "$mode")" "$(median "$http_raw" "$proxy" 5 "$mode")" \
-				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" "$errors" "$resumed"
+				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" \
+				"$(median "$http_raw" "$proxy" 13 "$mode")" "$(median "$http_raw" "$proxy" 14 "$mode")" "$errors" "$resumed"
 		done
 	done
 	echo
@@ -1051,6 +1093,8 @@ verdict() {
 			done
 			continue
 		fi
+		printf '%-13s %-11s %s\n' "$mode" "req/s" "round by round: $(paired 4 HIGHER "$mode")"
+		printf '%-13s %-11s %s\n' "$mode" "CPU us/req" "round by round: $(paired 9 LOWER "$mode")"
 		cpu_bar=1.10
 		[ "$mode" = close ] && cpu_bar=1.30
 		for figure in "req/s:4:HIGHER:>=:0.95" "p99:5:LOWER:<=:1.00" "CPU us/req:9:LOWER:<=:$cpu_bar"; do

@@ -77,3 +77,17 @@ bench_tree_ticks() {
 	done
 	echo "$total"
 }
+
+# bench_cpu_ticks CPU: "busy total" clock ticks of CPU since boot, from
+# /proc/stat (busy: everything but idle and iowait).
+bench_cpu_ticks() {
+	awk -v c="cpu$1" '$1 == c {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat
+}
+
+# bench_tcp_segments: TCP segments sent by the whole machine since boot
+# (Tcp OutSegs in /proc/net/snmp; on loopback every segment sent is also
+# one received).
+bench_tcp_segments() {
+	awk '$1 == "Tcp:" && !h {for (i = 2; i <= NF; i++) if ($i == "OutSegs") c = i; h = 1; next}
+		$1 == "Tcp:" && h {print $c; exit}' /proc/net/snmp
+}
