@@ -203,6 +203,14 @@ type Server struct {
 	// of descriptors for the admin API, the restart socket and upstream
 	// connections.
 	MaxConnections int `toml:"max_connections,omitzero" json:"max_connections" bound:"0..MaxConnectionsLimit" note:"0, the default, derives the bound from the open-file limit"`
+	// TimerSlack is how late the kernel may end a timed sleep of this
+	// process's threads (Linux timer slack, PR_SET_TIMERSLACK; the
+	// kernel's default is 50us). The Go runtime's sysmon sleeps 20us at a
+	// time while the process is busy, and each wake-up on a busy core
+	// preempts a worker (and takes the P from a system call that outlasts
+	// two of them); 1ms lets it wake a twentieth as often, for timers at
+	// most that much later. "50us" is the kernel's default.
+	TimerSlack Duration `toml:"timer_slack" json:"timer_slack" default:"1ms" bound:"1us..100ms"`
 }
 
 // Admin is the admin API's listener.

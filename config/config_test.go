@@ -67,7 +67,7 @@ func mustParse(tb testing.TB, data, source string) *Config {
 func TestIssueConfig(t *testing.T) {
 	c := mustParse(t, issueConfig, "hotproxy.toml")
 	want := &Config{
-		Server:     Server{Concurrency: 2, DrainTime: Duration(30 * time.Second), ParentShutdownTime: Duration(45 * time.Second), ReusePort: ptr(true)},
+		Server:     Server{Concurrency: 2, DrainTime: Duration(30 * time.Second), ParentShutdownTime: Duration(45 * time.Second), ReusePort: ptr(true), TimerSlack: Duration(time.Millisecond)},
 		Admin:      Admin{Address: "127.0.0.1:9901"},
 		Log:        Log{Level: "info", Format: "text"},
 		HotRestart: HotRestart{CommitWindow: Duration(DefaultCommitWindow), HandoffTimeout: Duration(DefaultHandoffTimeout), MaxDrainingGenerations: DefaultMaxDrainingGenerations, KeepListeners: ptr(true)},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,4 +175,39 @@ func TestSuperviseAsUnprivilegedUser(t *testing.T) {
 	if err != nil || !strings.Contains(out, "listener.web.downstream_rq_total") {
 		t.Errorf("stats as uid %d: %v\n%s", nobody, err, out)
 	}
+
+	// server.timer_slack without CAP_SYS_NICE: a generation cannot set
+	// its other threads' slack, but the supervisor starts it with the
+	// slack on its first thread, so that every thread inherits it.
+	kids, err := childPIDs(sup.Process.Pid)
+	if err != nil || len(kids) == 0 {
+		t.Fatalf("the supervisor's generations: %v %v", kids, err)
+	}
+	for _, kid := range kids {
+		checkTimerSlack(t, kid, time.Millisecond)
+	}
+	if b, _ := os.ReadFile(logFile.Name()); bytes.Contains(b, []byte("timer_slack is not on every thread")) {
+		t.Errorf("a generation of the unprivileged supervisor could not set its timer slack:\n%s", b)
+	}
+}
+
+// childPIDs lists the children of process pid.
+func childPIDs(pid int) ([]int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	var kids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, n)
+			}
+		}
+	}
+	return kids, nil
 }

@@ -254,6 +254,7 @@ func serve(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	applyTimerSlack(log, cfg)
 	if *epoch == 0 {
 		warnColdStartBesideLive(log, cfg, *baseID)
 	}

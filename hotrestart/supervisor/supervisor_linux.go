@@ -19,6 +19,7 @@ import (
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/hotrestart"
 	"github.com/hotproxy/hotproxy/internal/ratelog"
+	"github.com/hotproxy/hotproxy/internal/timerslack"
 )
 
 // The Linux process layer under the machine (machine.go): fork-exec,
@@ -378,7 +379,14 @@ func (s *Supervisor) start(g *generation, coldOK bool) error {
 		return err
 	}
 	ver := BinaryVersion(binary)
-	pid, err := syscall.ForkExec(binary, args, &syscall.ProcAttr{
+	// Started with server.timer_slack already on its first thread, the
+	// generation's threads all inherit it: setting it itself on threads
+	// other than its own would need CAP_SYS_NICE.
+	var slack time.Duration
+	if s.cfg != nil {
+		slack = s.cfg.Server.TimerSlack.D()
+	}
+	pid, err := timerslack.ForkExec(slack, binary, args, &syscall.ProcAttr{
 		Env:   s.childEnv(),
 		Files: []uintptr{devnull.Fd(), os.Stdout.Fd(), os.Stderr.Fd(), w.Fd(), linkFile.Fd()},
 	})

@@ -15,6 +15,7 @@ type Config struct {
 	Concurrency        int
 	DrainTime          string // e.g. "5s"
 	ParentShutdownTime string
+	TimerSlack         string // [server] timer_slack, e.g. "3ms"
 	LogLevel           string
 	Listeners          []Listener
 	Clusters           []Cluster
@@ -125,6 +126,9 @@ func (c Config) TOML() string {
 	}
 	if c.ParentShutdownTime != "" {
 		fmt.Fprintf(&b, "parent_shutdown_time = %s\n", q(c.ParentShutdownTime))
+	}
+	if c.TimerSlack != "" {
+		fmt.Fprintf(&b, "timer_slack = %s\n", q(c.TimerSlack))
 	}
 	fmt.Fprintf(&b, "\n[admin]\naddress = %s\n", q(c.Admin))
 	if c.LogLevel != "" {

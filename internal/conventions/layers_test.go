@@ -36,6 +36,7 @@ var layers = map[string][]string{
 	"internal/unixsock":              {"internal/safefile"},
 	"internal/safefile":              nil,
 	"internal/safefile/safefiletest": nil, // test helpers
+	"internal/timerslack":            nil, // the threads' timer slack (server.timer_slack)
 	"internal/version":               nil,
 	// Tests only: no production code may lean on them.
 	"internal/conventions": nil,
@@ -62,7 +63,7 @@ var layers = map[string][]string{
 	"workers/steering": nil,
 
 	"hotrestart":                           {"internal/ratelog", "internal/safefile", "internal/unixsock"},
-	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/unixsock", "internal/version", "shm"},
+	"hotrestart/supervisor":                {"config", "hotrestart", "internal/ratelog", "internal/safefile", "internal/timerslack", "internal/unixsock", "internal/version", "shm"},
 	"hotrestart/supervisor/supervisortest": {"config"},
 
 	// The xDS client and the mapping of Envoy resources onto config.
@@ -73,7 +74,7 @@ var layers = map[string][]string{
 	// One generation's main goroutine builds everything from the config.
 	"server": {"config", "hotrestart", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/version", "shm", "stats", "tlsconf", "upstream", "workers", "xds"},
 	// Flag parsing and verb dispatch: it may reach every verb's package.
-	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
+	"cmd/hotproxy": {"config", "hotrestart", "hotrestart/supervisor", "internal/timerslack", "internal/version", "server", "shm", "stats", "tlsconf", "workers"},
 
 	// End-to-end tests and their tools run the binary; they import no
 	// package of the proxy but the few they read or reuse.
