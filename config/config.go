@@ -378,8 +378,8 @@ type Listener struct {
 	HTTP2Cleartext bool `toml:"http2_cleartext,omitzero" json:"http2_cleartext,omitempty"`
 	// ParkIdleConnections makes an idle HTTP/1.1 keep-alive connection
 	// without TLS give its goroutine back and wait in its worker's epoll
-	// (Linux) once it has been idle for a quarter of a second: about 3 KB
-	// of memory per idle connection instead of 6, and nothing per busy
+	// (Linux) once it has been idle for a quarter of a second: 0.7 to 2.8
+	// KB of memory per idle connection instead of 6, and nothing per busy
 	// keep-alive request, whose client sends again sooner
 	// (docs/benchmarks.md). Default true on a listener without TLS; a
 	// listener with TLS cannot park (ListenerParksIdle).
