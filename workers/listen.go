@@ -228,14 +228,19 @@ const deferAcceptSeconds = 1
 // (plaintext or TLS: the client speaks first), inherited ones included,
 // so that accept returns a connection with its first bytes in: its first
 // read finds them, where it used to return EAGAIN and wait in the poller
-// for them (docs/benchmarks.md). Not for a TCP listener, whose server may
-// speak first.
+// for them (docs/benchmarks.md). And the delayed first ACK
+// (setDelayedFirstACK): the first request's ACK rides on its response.
+// Neither for a TCP listener, whose server may speak first.
 func deferAccept(ml *mlistener) error {
 	if ml.protocol != config.ProtocolHTTP {
 		return nil
 	}
 	for _, s := range ml.sockets {
-		if err := setDeferAccept(s.ln, deferAcceptSeconds); err != nil {
+		err := setDeferAccept(s.ln, deferAcceptSeconds)
+		if err == nil {
+			err = setDelayedFirstACK(s.ln)
+		}
+		if err != nil {
 			return fmt.Errorf("listener %q: address %q: %w", ml.name, ml.addr, err)
 		}
 	}

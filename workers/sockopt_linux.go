@@ -85,3 +85,37 @@ func setDeferAccept(ln *net.TCPListener, secs int) error {
 	}
 	return nil
 }
+
+// setDelayedFirstACK clears TCP_QUICKACK on the listening socket ln, which
+// the sockets it accepts inherit (the kernel copies the listener's
+// delayed-ACK mode into each child): the ACK of a connection's first
+// request then rides on the response instead of going out alone the
+// moment the request arrives. One segment less per connection, sent and
+// received in the client's own send path (on loopback, on the client's
+// CPU); HAProxy does the same on its HTTP listeners. Only for protocols
+// whose server answers the client's first bytes: the ACK still goes out
+// on its own after the delayed-ACK timeout (40ms and up) if the answer
+// takes longer, and at once for a second full segment, so a request body
+// is never held up.
+func setDelayedFirstACK(ln *net.TCPListener) error {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUICKACK, 0)
+	}); err != nil {
+		return err
+	}
+	if serr == unix.ENOPROTOOPT {
+		// An MPTCP listening socket (Go's default where the kernel has
+		// it, for a listener without the steering program) takes few
+		// TCP options: its first ACKs go out alone, as without this.
+		return nil
+	}
+	if serr != nil {
+		return fmt.Errorf("setsockopt TCP_QUICKACK: %w", serr)
+	}
+	return nil
+}

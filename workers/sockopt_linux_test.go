@@ -124,6 +124,59 @@ func TestListenerNoDelayInherited(t *testing.T) {
 	}
 }
 
+// TestListenerDelayedACKInherited: TCP_QUICKACK cleared on a listening
+// socket is inherited by the sockets it accepts (the kernel copies the
+// listener's delayed-ACK mode into the child), which setDelayedFirstACK
+// relies on; a control without it accepts sockets in quick-ACK mode.
+func TestListenerDelayedACKInherited(t *testing.T) {
+	for _, set := range []bool{true, false} {
+		t.Run(fmt.Sprint("cleared on the listener: ", set), func(t *testing.T) {
+			l := listenPlainTCP(t)
+			if set {
+				if err := setDelayedFirstACK(l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fd := rawAccept(t, listenerFile(t, l))
+			defer unix.Close(fd)
+			got, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := b2i(!set); got != want {
+				t.Errorf("TCP_QUICKACK on the accepted socket: %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// listenPlainTCP listens on 127.0.0.1:0 without MPTCP (Go's default where
+// the kernel has it), as a listener with the steering program does.
+func listenPlainTCP(tb testing.TB) *net.TCPListener {
+	tb.Helper()
+	lc := net.ListenConfig{KeepAlive: noKeepAlive}
+	lc.SetMultipathTCP(false)
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l.(*net.TCPListener)
+}
+
+// b2i is 1 for true.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // BenchmarkAcceptNet and BenchmarkAcceptRaw compare what a connection
 // costs the accepting side through net (accept4, epoll_ctl ADD,
 // getsockname, setsockopt TCP_NODELAY; epoll_ctl DEL and close) with a raw
@@ -277,14 +330,30 @@ func TestHTTPListenerDefersAccept(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got int
-			var gerr error
-			raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT) })
-			if gerr != nil {
-				t.Fatal(gerr)
+			var got, quickACK, proto int
+			var gerr, qerr, perr error
+			raw.Control(func(fd uintptr) {
+				got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT)
+				quickACK, qerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUICKACK)
+				proto, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PROTOCOL)
+			})
+			if gerr != nil || perr != nil {
+				t.Fatal(gerr, perr)
+			}
+			if proto == unix.IPPROTO_MPTCP {
+				// Without the steering program Go listens with MPTCP,
+				// whose listener takes no TCP_QUICKACK.
+				quickACK, qerr = b2i(ml.protocol != config.ProtocolHTTP), nil
+			}
+			if qerr != nil {
+				t.Fatal(qerr)
 			}
 			if got != want {
 				t.Errorf("listener %q (%s) worker %d: TCP_DEFER_ACCEPT %d, want %d", ml.name, ml.protocol, s.owner, got, want)
+			}
+			// The delayed first ACK: TCP_QUICKACK reads 0 once cleared.
+			if wantQuick := b2i(ml.protocol != config.ProtocolHTTP); quickACK != wantQuick {
+				t.Errorf("listener %q (%s) worker %d: TCP_QUICKACK %d, want %d", ml.name, ml.protocol, s.owner, quickACK, wantQuick)
 			}
 		}
 	}

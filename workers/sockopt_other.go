@@ -21,3 +21,7 @@ func acceptQueued(*net.TCPListener) *net.TCPConn { return nil }
 // setDeferAccept: TCP_DEFER_ACCEPT is Linux's; elsewhere a connection is
 // accepted at the handshake, as without it.
 func setDeferAccept(*net.TCPListener, int) error { return nil }
+
+// setDelayedFirstACK: clearing TCP_QUICKACK on a listener is Linux's;
+// elsewhere the first request's ACK goes out alone, as without it.
+func setDelayedFirstACK(*net.TCPListener) error { return nil }
