@@ -51,8 +51,11 @@ func (m *Manager) stopAccepting(emptyQueues bool) {
 // stopped already keeps how it was stopped) and then closes their
 // descriptors of the listening sockets. With emptyQueues, each accept loop
 // first takes what is still queued on its socket (for at most
-// queueDrainMax): a socket that no successor holds — the last generation,
-// or a listener the successor dropped — resets its queue when it closes.
+// queueDrainMax; where the steering program refuses new connections to a
+// socket that closes for good, what is queued when that time is up too:
+// acceptor.takeQueued): a socket that no successor holds — the last
+// generation, or a listener the successor dropped — resets its queue when
+// it closes.
 // Where a successor holds the socket it accepts from the same queue, and
 // whatever this generation leaves is the successor's.
 func (m *Manager) stopListeners(ls []*mlistener, emptyQueues bool) {

@@ -74,6 +74,14 @@ type socket struct {
 	closeErr  error
 }
 
+// queueOnlyShrinks reports whether nothing new can enter s's queue: the
+// steering program refuses new connections to its group and no successor
+// accepts on it (the socket closes for good). Then a drain empties the
+// queue to the end before the close (acceptor.takeQueued).
+func (s *socket) queueOnlyShrinks() bool {
+	return s.refusing.Load() && !s.handedOver.Load()
+}
+
 // close closes the socket once; later calls return the first result.
 func (s *socket) close() error {
 	s.closeOnce.Do(func() {

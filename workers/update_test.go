@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -334,14 +335,193 @@ func TestUpdateListenersRemovedUnderLoad(t *testing.T) {
 					t.Skipf("balance %s needs the eBPF steering program: %v", balance, err)
 				}
 			}
-			testRemovedUnderLoad(t, balance)
+			testRemovedUnderLoad(t, balance, pacedLoad)
 		})
 	}
 }
 
+// TestUpdateListenersRemovedUnderFlood is TestUpdateListenersRemovedUnderLoad
+// with its clients dialling as fast as they can, no pause between
+// connections, on the listener whose steering program refuses new
+// connections before its sockets close: nothing the kernel accepted may
+// be reset. "proc": the look for handshakes under way reads /proc/net/tcp,
+// as where the netlink one is refused (a seccomp profile, a kernel without
+// inet_diag); each look then costs tens of milliseconds per ten thousand
+// TCP sockets in the namespace (more under the race detector), so a loaded
+// host spends the whole queue-emptying bound in a few looks, and the
+// connections that completed meanwhile were reset (13 of 40 runs failed,
+// none since).
+func TestUpdateListenersRemovedUnderFlood(t *testing.T) {
+	if err := steering.Probe(); err != nil {
+		t.Skipf("balance %s needs the eBPF steering program: %v", config.BalanceLeastConn, err)
+	}
+	t.Run("sock_diag", func(t *testing.T) {
+		testRemovedUnderLoad(t, config.BalanceLeastConn, floodLoad)
+	})
+	t.Run("proc", func(t *testing.T) {
+		refuseSockDiag(t)
+		testRemovedUnderLoad(t, config.BalanceLeastConn, floodLoad)
+	})
+}
+
+// refuseSockDiag makes the netlink look for handshakes under way fail
+// for the rest of the test, so that handshakesPending reads /proc.
+func refuseSockDiag(tb testing.TB) {
+	tb.Helper()
+	saved, savedFailed := sockDiagLook, sockDiagFailed.Load()
+	sockDiagLook = func(uint8, int) (bool, error) { return false, errors.New("refused by the test") }
+	tb.Cleanup(func() { sockDiagLook = saved; sockDiagFailed.Store(savedFailed) })
+}
+
+// TestUpdateListenersRemovedAfterSlowLook: the look of a removed
+// listener's drain for handshakes under way ends after the whole
+// queue-emptying bound has passed (as one can on a host with very many
+// TCP sockets, or a loaded one), and meanwhile the connections it waits
+// for have completed into the queues. Nothing new can enter them (the
+// program refuses new connections), so they are all served; the old code
+// took one more from each queue and reset the rest with the close.
+func TestUpdateListenersRemovedAfterSlowLook(t *testing.T) {
+	h, aml, aAddr := slowLookHarness(t)
+	check := holdUntilSlowLook(t, aml, aAddr)
+	select {
+	case <-h.apply(&config.Config{Listeners: []config.Listener{directListener("b", h.addr("b"), "b")}}, UpdateOptions{HTTPTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second}):
+	case <-time.After(20 * time.Second):
+		t.Fatal("the removed listener's drain did not end within 20s")
+	}
+	check()
+}
+
+// TestDrainAfterSlowLook is TestUpdateListenersRemovedAfterSlowLook for a
+// generation's last drain (no successor: the sockets close for good, as
+// a hot restart's parent closes a listener its successor dropped).
+func TestDrainAfterSlowLook(t *testing.T) {
+	h, aml, aAddr := slowLookHarness(t)
+	check := holdUntilSlowLook(t, aml, aAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.m.Drain(ctx, DrainOptions{HTTPTimeout: 5 * time.Second}); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	check()
+}
+
+// slowLookHarness serves listeners "b" and "a" (least_conn, steered) on
+// two workers.
+func slowLookHarness(t *testing.T) (*ldsHarness, *mlistener, string) {
+	t.Helper()
+	if err := steering.Probe(); err != nil {
+		t.Skipf("balance %s needs the eBPF steering program: %v", config.BalanceLeastConn, err)
+	}
+	aAddr := fixedAddr(t)
+	a := directListener("a", aAddr, "a")
+	a.Balance = config.BalanceLeastConn
+	h := newLDSHarness(t, &config.Config{Listeners: []config.Listener{directListener("b", fixedAddr(t), "b"), a}}, 2)
+	for _, ml := range h.m.currentListeners() {
+		if ml.name == "a" && ml.steer != nil {
+			return h, ml, aAddr
+		}
+	}
+	t.Fatalf("listener a runs no steering program")
+	return nil, nil, ""
+}
+
+// holdUntilSlowLook opens connections to listener aml at aAddr that its
+// drain finds mid-handshake, and makes the drain's first look for them
+// send their requests and end only after the queue-emptying bound has
+// passed. The returned check, called once the drain is over, fails the
+// test unless every connection got its response.
+func holdUntilSlowLook(t *testing.T, aml *mlistener, aAddr string) (check func()) {
+	t.Helper()
+	_, portStr, _ := net.SplitHostPort(aAddr)
+	aPort, _ := strconv.Atoi(portStr)
+	// Connected, nothing sent yet: TCP_DEFER_ACCEPT holds them in the
+	// kernel mid-handshake, out of the queues, which is what the drain's
+	// look finds. Ten on two sockets: at least one socket has five.
+	const n = 10
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.DialTimeout("tcp", aAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		conns[i] = c
+	}
+	real := sockDiagLook
+	var looks atomic.Int32
+	var sendOnce sync.Once
+	sent := make(chan error, 1)
+	sockDiagLook = func(family uint8, port int) (bool, error) {
+		if port != aPort {
+			return real(family, port)
+		}
+		looks.Add(1)
+		sendOnce.Do(func() {
+			var err error
+			for _, c := range conns {
+				if _, werr := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"); werr != nil {
+					err = errors.Join(err, werr)
+				}
+			}
+			sent <- err
+		})
+		// The look's cost, not a synchronisation: the bound is spent
+		// when it returns.
+		if left := time.Duration(aml.emptyQueuesUntil.Load() - monotime()); left > 0 {
+			time.Sleep(left + 50*time.Millisecond)
+		}
+		return real(family, port)
+	}
+	t.Cleanup(func() { sockDiagLook = real })
+	return func() {
+		t.Helper()
+		if looks.Load() == 0 {
+			t.Fatal("the drain never looked for handshakes under way: the connections were queued before it stopped, and the test tested nothing")
+		}
+		if err := <-sent; err != nil {
+			t.Fatalf("sending the requests: %v", err)
+		}
+		served := 0
+		for i, c := range conns {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil {
+				var body []byte
+				body, err = io.ReadAll(resp.Body)
+				if err == nil && (resp.StatusCode != 200 || string(body) != "a") {
+					err = fmt.Errorf("status %d %q", resp.StatusCode, body)
+				}
+			}
+			if err != nil {
+				t.Errorf("connection %d (from %v), completed while the look was under way: %v", i, c.LocalAddr(), err)
+				continue
+			}
+			served++
+		}
+		t.Logf("%d of %d connections served after a look that outlasted the bound (%d looks)", served, n, looks.Load())
+	}
+}
+
+// loadShape is how testRemovedUnderLoad's clients dial: how many, and the
+// pause after each connection served (0: none, a flood).
+type loadShape struct {
+	clients int
+	pause   time.Duration
+}
+
+var (
+	// pacedLoad: a steady stream of connections, not a flood of the
+	// accept queue.
+	pacedLoad = loadShape{clients: 4, pause: time.Millisecond}
+	// floodLoad: connection after connection with no pause, sized so
+	// that a busy 2-core machine keeps up (16 connections in flight at
+	// most: the accept queue never overflows into SYN cookies).
+	floodLoad = loadShape{clients: 16}
+)
+
 // testRemovedUnderLoad changes listener "a" (balance) under load, then
 // removes it.
-func testRemovedUnderLoad(t *testing.T, balance string) {
+func testRemovedUnderLoad(t *testing.T, balance string, shape loadShape) {
 	bAddr, aAddr := fixedAddr(t), fixedAddr(t)
 	b := directListener("b", bAddr, "b")
 	a := directListener("a", aAddr, "a")
@@ -366,7 +546,7 @@ func testRemovedUnderLoad(t *testing.T, balance string) {
 	}
 	var wg sync.WaitGroup
 	loadStop := make(chan struct{})
-	for range 4 {
+	for range shape.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -398,14 +578,14 @@ func testRemovedUnderLoad(t *testing.T, balance string) {
 				}
 				c.Close()
 				if err != nil {
-					fail(fmt.Errorf("a connection the kernel accepted (write: %v): %w", werr, err))
+					fail(fmt.Errorf("a connection the kernel accepted (from %v; write: %v): %w", c.LocalAddr(), werr, err))
 					time.Sleep(2 * time.Millisecond)
 					continue
 				}
 				served.Add(1)
-				// Sized for a busy 2-core machine: a steady stream of
-				// connections, not a flood of the accept queue.
-				time.Sleep(time.Millisecond)
+				if shape.pause > 0 {
+					time.Sleep(shape.pause)
+				}
 			}
 		}()
 	}
