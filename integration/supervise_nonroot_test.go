@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -179,9 +178,9 @@ func TestSuperviseAsUnprivilegedUser(t *testing.T) {
 	// server.timer_slack without CAP_SYS_NICE: a generation cannot set
 	// its other threads' slack, but the supervisor starts it with the
 	// slack on its first thread, so that every thread inherits it.
-	kids, err := childPIDs(sup.Process.Pid)
-	if err != nil || len(kids) == 0 {
-		t.Fatalf("the supervisor's generations: %v %v", kids, err)
+	kids := childrenOf(t, sup.Process.Pid)
+	if len(kids) == 0 {
+		t.Fatal("the supervisor has no generation to look at")
 	}
 	for _, kid := range kids {
 		checkTimerSlack(t, kid, time.Millisecond)
@@ -189,25 +188,4 @@ func TestSuperviseAsUnprivilegedUser(t *testing.T) {
 	if b, _ := os.ReadFile(logFile.Name()); bytes.Contains(b, []byte("timer_slack is not on every thread")) {
 		t.Errorf("a generation of the unprivileged supervisor could not set its timer slack:\n%s", b)
 	}
-}
-
-// childPIDs lists the children of process pid.
-func childPIDs(pid int) ([]int, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return nil, err
-	}
-	var kids []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, n)
-			}
-		}
-	}
-	return kids, nil
 }

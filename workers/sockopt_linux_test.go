@@ -105,18 +105,7 @@ func TestListenerNoDelayInherited(t *testing.T) {
 		{"not set", false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := listenNoDelay(t, tc.listener)
-			c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			fd := rawAccept(t, listenerFile(t, l))
-			defer unix.Close(fd)
-			got, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := acceptedTCPOption(t, listenNoDelay(t, tc.listener), unix.TCP_NODELAY)
 			if (got != 0) != (tc.want != 0) {
 				t.Errorf("TCP_NODELAY on the accepted socket: %d, want %d", got, tc.want)
 			}
@@ -137,18 +126,7 @@ func TestListenerDelayedACKInherited(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			fd := rawAccept(t, listenerFile(t, l))
-			defer unix.Close(fd)
-			got, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := b2i(!set); got != want {
+			if got, want := acceptedTCPOption(t, l, unix.TCP_QUICKACK), b2i(!set); got != want {
 				t.Errorf("TCP_QUICKACK on the accepted socket: %d, want %d", got, want)
 			}
 		})
@@ -167,6 +145,25 @@ func listenPlainTCP(tb testing.TB) *net.TCPListener {
 	}
 	tb.Cleanup(func() { l.Close() })
 	return l.(*net.TCPListener)
+}
+
+// acceptedTCPOption connects to l, accepts the connection with a raw
+// accept4 (net would set TCP_NODELAY itself) and returns the accepted
+// socket's IPPROTO_TCP option opt.
+func acceptedTCPOption(t *testing.T, l *net.TCPListener, opt int) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fd := rawAccept(t, listenerFile(t, l))
+	defer unix.Close(fd)
+	got, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // b2i is 1 for true.

@@ -484,14 +484,7 @@ func holdUntilSlowLook(t *testing.T, aml *mlistener, aAddr string) (check func()
 		}
 		served := 0
 		for i, c := range conns {
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err == nil {
-				var body []byte
-				body, err = io.ReadAll(resp.Body)
-				if err == nil && (resp.StatusCode != 200 || string(body) != "a") {
-					err = fmt.Errorf("status %d %q", resp.StatusCode, body)
-				}
-			}
+			err := readAnswer(c, "a")
 			if err != nil {
 				t.Errorf("connection %d (from %v), completed while the look was under way: %v", i, c.LocalAddr(), err)
 				continue
@@ -568,14 +561,7 @@ func testRemovedUnderLoad(t *testing.T, balance string, shape loadShape) {
 				}
 				c.SetDeadline(time.Now().Add(10 * time.Second))
 				_, werr := io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-				if err == nil {
-					var body []byte
-					body, err = io.ReadAll(resp.Body)
-					if err == nil && (resp.StatusCode != 200 || string(body) != "a") {
-						err = fmt.Errorf("status %d %q", resp.StatusCode, body)
-					}
-				}
+				err = readAnswer(c, "a")
 				c.Close()
 				if err != nil {
 					fail(fmt.Errorf("a connection the kernel accepted (from %v; write: %v): %w", c.LocalAddr(), werr, err))
@@ -1111,4 +1097,18 @@ func TestUpdateListenersAdoptsUnused(t *testing.T) {
 	if n := len(*m.budget.open.Load()); n != 2 {
 		t.Fatalf("the budget counts %d listeners, want 2 (a and b): the removed instance's count stayed", n)
 	}
+}
+
+// readAnswer reads one response from c: nil if it is a 200 whose body is
+// want.
+func readAnswer(c net.Conn, want string) error {
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && (resp.StatusCode != 200 || string(body) != want) {
+		err = fmt.Errorf("status %d %q", resp.StatusCode, body)
+	}
+	return err
 }
