@@ -28,8 +28,9 @@ const maxPasses = 8
 // all will. A process that was started with it (hotproxy supervise
 // starts its generations so, as does systemd's TimerSlackNSec=) has it
 // on every thread already and needs no privilege, whereas reading or
-// setting another thread's needs CAP_SYS_NICE. The error names the first thread
-// that kept another slack and why; Result says how many did.
+// setting another thread's needs CAP_SYS_NICE. The error names the
+// first thread that kept another slack and why; Result says how many
+// did.
 func Set(slack time.Duration) (Result, error) {
 	if slack <= 0 {
 		return Result{}, fmt.Errorf("timer slack %v: must be above 0", slack)
