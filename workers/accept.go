@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/hotproxy/hotproxy/downstream/tcp"
@@ -251,6 +252,17 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 		}
 		a.ml.httpWG.Add(1)
 		m.serveHTTP(a.wk, cc)
+		// Serve it before taking the next: a connection accepted here
+		// has its request in already (TCP_DEFER_ACCEPT), and without
+		// the yield the loop took every queued connection before any
+		// was served, each one's request waiting out the whole batch's
+		// accepts. Connection per request through one worker, the load
+		// side then sat idle 4-7 % of the time, which it no longer does:
+		// req/s +2.4 % (paired median; geometric mean +6.4 %) for CPU
+		// per request +2.8 % (docs/benchmarks.md). The loop is back as
+		// soon as what is runnable has run, or the scheduler's periodic
+		// look at its global queue comes.
+		runtime.Gosched()
 	}
 }
 
