@@ -7,6 +7,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/hotproxy/hotproxy/internal/nbio"
 )
 
 // Conn is one HTTP/1.1 connection to an endpoint of a cluster, owned by the
@@ -137,18 +139,32 @@ func (c *Conn) SendThenRead(head, body, p []byte) (n int, werr, rerr error) {
 }
 
 // sendThenReadStep is SendThenRead's RawConn.Read callback: the first
-// call writes (through the socket's own Write, which takes the write lock
-// and waits in the poller if the send buffer is full) and asks to wait;
-// the calls after a wake read.
+// call writes (a head alone as one raw write where the send buffer takes
+// it whole, the rest through the socket's own Write, which takes the
+// write lock and waits in the poller if the send buffer is full) and
+// asks to wait; the calls after a wake read.
 func (c *Conn) sendThenReadStep(fd uintptr) bool {
 	sr := &c.sr
 	if !sr.sent {
 		sr.sent = true
-		sr.werr = c.writeHeadBody(sr.bufs[0], sr.bufs[1])
+		head, body := sr.bufs[0], sr.bufs[1]
+		if len(body) == 0 {
+			// The head alone, the common case: one raw write, which a
+			// send buffer with room takes whole. Anything else (a part
+			// taken, EAGAIN, an error) goes on through the socket's
+			// Write, which waits in the poller, keeps the write deadline
+			// and reports an error with the connection's addresses.
+			n, err := nbio.Write(fd, head)
+			if err == nil && n == len(head) {
+				return false
+			}
+			head = head[n:]
+		}
+		sr.werr = c.writeHeadBody(head, body)
 		return sr.werr != nil
 	}
 	for {
-		n, err := syscall.Read(int(fd), sr.p)
+		n, err := nbio.Read(fd, sr.p)
 		switch err {
 		case nil:
 			sr.n = n

@@ -2,7 +2,11 @@
 
 package httpfront
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/hotproxy/hotproxy/internal/nbio"
+)
 
 // RawIO: the client socket's reads and writes can be made inside
 // RawConn callbacks (h1conn.go: rawStep), which lets a deadline be armed
@@ -12,24 +16,12 @@ const RawIO = true
 // writeFD writes b to the non-blocking socket fd: n bytes written, or
 // the error (syscall.EAGAIN: the socket's buffer is full).
 func writeFD(fd uintptr, b []byte) (int, error) {
-	for {
-		n, err := syscall.Write(int(fd), b)
-		if err == syscall.EINTR {
-			continue
-		}
-		return max(n, 0), err
-	}
+	return nbio.Write(fd, b)
 }
 
 // readFD reads into b from the non-blocking socket fd, as writeFD.
 func readFD(fd uintptr, b []byte) (int, error) {
-	for {
-		n, err := syscall.Read(int(fd), b)
-		if err == syscall.EINTR {
-			continue
-		}
-		return max(n, 0), err
-	}
+	return nbio.Read(fd, b)
 }
 
 func wouldBlock(err error) bool { return err == syscall.EAGAIN }

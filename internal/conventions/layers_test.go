@@ -37,12 +37,13 @@ var layers = map[string][]string{
 	"internal/safefile":              nil,
 	"internal/safefile/safefiletest": nil, // test helpers
 	"internal/timerslack":            nil, // the threads' timer slack (server.timer_slack)
+	"internal/nbio":                  nil, // read(2) and write(2) on Go's non-blocking sockets, raw
 	"internal/version":               nil,
 	// Tests only: no production code may lean on them.
 	"internal/conventions": nil,
 
 	"tlsconf":  {"config", "stats"},
-	"upstream": {"config", "stats", "h2"},
+	"upstream": {"config", "stats", "h2", "internal/nbio"},
 	// The exchange core: one proxied request, whatever the protocols;
 	// below the front ends and workers that run it, above the transports.
 	"exchange": {"upstream", "h2", "http1"},
@@ -54,7 +55,7 @@ var layers = map[string][]string{
 	"downstream/tcp": {"route", "stats", "upstream"},
 	// and the HTTP front end, HTTP/1.1 and HTTP/2 (config: its ALPN
 	// name only, never its structs: configBuilders).
-	"downstream/http": {"config", "downstream/tcp", "exchange", "h2", "http1", "internal/accesslog", "internal/ratelog", "route", "stats", "upstream"},
+	"downstream/http": {"config", "downstream/tcp", "exchange", "h2", "http1", "internal/accesslog", "internal/nbio", "internal/ratelog", "route", "stats", "upstream"},
 	"workers": {"config", "downstream/http", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
 		"http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
@@ -95,7 +96,7 @@ var layers = map[string][]string{
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
 var configFree = []string{"shm", "stats", "route", "downstream/tcp", "http1", "h2", "workers/steering",
-	"internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+	"internal/nbio", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw
 // config (its types, Load, Parse): the snapshot builder, the one door into
