@@ -102,6 +102,7 @@ type Tries struct {
 	policy   *RetryPolicy
 	acct     Accounting
 	deadline time.Time
+	timeout  time.Duration
 	// left is how many retries the policy still allows: none for a
 	// request that cannot be sent again.
 	left int
@@ -126,7 +127,7 @@ type Tries struct {
 // request can be sent again (no body, or one buffered whole); idempotent:
 // its method may be sent twice (RFC 9110 §9.2.2).
 func (t *Tries) Start(p *RetryPolicy, acct Accounting, start time.Time, timeout time.Duration, replayable, idempotent bool) {
-	*t = Tries{policy: p, acct: acct, deadline: start.Add(timeout), replayable: replayable, idempotent: idempotent}
+	*t = Tries{policy: p, acct: acct, deadline: start.Add(timeout), timeout: timeout, replayable: replayable, idempotent: idempotent}
 	if replayable {
 		t.left = p.Num
 	}
@@ -147,6 +148,22 @@ func (t *Tries) TryDeadline() time.Time {
 	}
 	return t.deadline
 }
+
+// DeadlineSlack is how late a try's deadline may fire
+// (upstream.Conn.SetTryDeadline): a sixteenth of the shorter of the
+// route's timeout and per_try_timeout, at most tryDeadlineSlackMax.
+func (t *Tries) DeadlineSlack() time.Duration {
+	d := t.timeout
+	if p := t.policy.PerTry; p > 0 && p < d {
+		d = p
+	}
+	return min(tryDeadlineSlackMax, d/16)
+}
+
+// tryDeadlineSlackMax bounds DeadlineSlack: a timeout fires at most this
+// late, and the deadlines of a pooled connection that carries a request
+// every millisecond or two are moved once for several requests.
+const tryDeadlineSlackMax = 10 * time.Millisecond
 
 // PerTry reports whether tries have a bound of their own: then an
 // accepted try's connection gets the request's deadline back for the

@@ -152,6 +152,27 @@ func TestTriesDeadlines(t *testing.T) {
 	}
 }
 
+// A try's deadline fires at most a sixteenth of its own timeout late (the
+// route's, or per_try_timeout when shorter), and never more than 10ms.
+func TestTriesDeadlineSlack(t *testing.T) {
+	for _, c := range []struct {
+		timeout, perTry, want time.Duration
+	}{
+		{15 * time.Second, 0, 10 * time.Millisecond},
+		{100 * time.Millisecond, 0, 6250 * time.Microsecond},
+		{10 * time.Millisecond, 0, 625 * time.Microsecond},
+		{time.Minute, 80 * time.Millisecond, 5 * time.Millisecond},
+		{80 * time.Millisecond, time.Minute, 5 * time.Millisecond}, // per_try_timeout longer: the route's bounds
+	} {
+		var tr Tries
+		p := RetryPolicy{PerTry: c.perTry}
+		tr.Start(&p, &fakeAccounting{}, time.Now(), c.timeout, true, true)
+		if got := tr.DeadlineSlack(); got != c.want {
+			t.Errorf("timeout %v, per_try_timeout %v: slack %v, want %v", c.timeout, c.perTry, got, c.want)
+		}
+	}
+}
+
 // Tries allocates nothing: it lives in the HTTP/1.1 front end's pooled
 // state, whose requests cost no allocation.
 func TestTriesAllocatesNothing(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,12 @@ type Conn struct {
 	brk          *breakers
 	holdsRequest bool
 	holdsRetry   bool
+
+	// tryDeadline is the deadline SetTryDeadline set last on both
+	// directions, in Unix nanoseconds; zero once anything else set
+	// either. Atomic: a request body's pump sets the write deadline from
+	// its own goroutine.
+	tryDeadline atomic.Int64
 
 	// SendThenRead's state, for its RawConn.Read callback (a method value
 	// made once per connection: a closure per request would allocate).
@@ -196,15 +203,45 @@ func (c *Conn) writeHeadBody(head, body []byte) error {
 // SetDeadline, SetReadDeadline and SetWriteDeadline are the socket's. A
 // TLS write that times out leaves the TLS session unusable: the
 // connection must then be discarded, as any exchange cut short is.
-func (c *Conn) SetDeadline(t time.Time) error      { return c.tcp.SetDeadline(t) }
-func (c *Conn) SetReadDeadline(t time.Time) error  { return c.tcp.SetReadDeadline(t) }
-func (c *Conn) SetWriteDeadline(t time.Time) error { return c.tcp.SetWriteDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.tryDeadline.Store(0)
+	return c.tcp.SetDeadline(t)
+}
+
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.tryDeadline.Store(0)
+	return c.tcp.SetReadDeadline(t)
+}
+
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.tryDeadline.Store(0)
+	return c.tcp.SetWriteDeadline(t)
+}
+
+// SetTryDeadline bounds a try on c: both deadlines at t, or left where
+// the connection's try before set them when nothing has moved them since
+// and they are no earlier than t and at most slack later. Moving the
+// deadlines changes two runtime timers, ~1.3 % of the CPU of an HTTP/1.1
+// keep-alive request, and a busy pooled connection carries a request
+// every millisecond or two; set at t+slack, one try's deadlines serve the
+// tries of the next slack. A try so times out up to slack late, never
+// early.
+func (c *Conn) SetTryDeadline(t time.Time, slack time.Duration) {
+	want := t.UnixNano()
+	if d := c.tryDeadline.Load(); d != 0 && d >= want && d-want <= int64(slack) {
+		return
+	}
+	d := t.Add(slack)
+	c.tcp.SetDeadline(d)
+	c.tryDeadline.Store(d.UnixNano())
+}
 
 // Stream is the connection to relay a tunnel over (an upgrade): the
 // socket itself in plaintext, so that a copy between two sockets is
 // splice(2); the TLS connection otherwise. The caller gives up the
 // pooling of c: it ends with Discard.
 func (c *Conn) Stream() Stream {
+	c.tryDeadline.Store(0) // the deadlines are the stream's to set now
 	if c.tls != nil {
 		return c.tls
 	}

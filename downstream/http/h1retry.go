@@ -51,7 +51,7 @@ func (x *h1Exchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) (int, 
 		x.up = nil
 		return 0, exchange.Try{Endpoint: -1, Interim: x.interim}, err
 	}
-	x.up.SetDeadline(tryDeadline)
+	x.up.SetTryDeadline(tryDeadline, x.tries.DeadlineSlack())
 	status := 0
 	unsent := false
 	if x.bodyDone {

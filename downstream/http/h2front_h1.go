@@ -218,7 +218,7 @@ func (x *h2StreamExchange) Try(n, avoid int, fresh bool, tryDeadline time.Time) 
 		x.up = nil
 		return 0, none, errStreamReset
 	}
-	x.up.SetDeadline(tryDeadline)
+	x.up.SetTryDeadline(tryDeadline, x.tries.DeadlineSlack())
 	status := 0
 	if x.streaming {
 		_, err = x.up.Write(x.s.head)
