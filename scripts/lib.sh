@@ -84,6 +84,14 @@ bench_cpu_ticks() {
 	awk -v c="cpu$1" '$1 == c {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat
 }
 
+# bench_cpu_steal: "steal total" clock ticks of all CPUs together since
+# boot, from /proc/stat: steal is time a virtual machine's CPU wanted to
+# run and the hypervisor ran something else (counted as busy by
+# bench_cpu_ticks, and it slows whatever ran then).
+bench_cpu_steal() {
+	awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat
+}
+
 # bench_tcp_segments: TCP segments sent by the whole machine since boot
 # (Tcp OutSegs in /proc/net/snmp; on loopback every segment sent is also
 # one received).
