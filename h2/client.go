@@ -395,6 +395,11 @@ func (cc *ClientConn) fail(err error) {
 		cc.mu.Lock()
 		if cc.dying != nil {
 			err = cc.dying // the reason we sent GOAWAY for, not its write error
+		} else if cc.closing {
+			// A drained connection closing itself (closeIfDrainedLocked):
+			// a peer that closes on our GOAWAY, before the control writer
+			// gets here, ends it no less orderly.
+			err = ErrClientConnClosed
 		}
 		cc.closed = true
 		cc.err = err
