@@ -63,8 +63,8 @@ func bufPtr(p []byte) unsafe.Pointer {
 	return unsafe.Pointer(&p[0])
 }
 
-// Errors as values made once: an Errno in an error interface is a
-// conversion the compiler may not keep off the heap.
+// The common errors as values made once, as package syscall's errnoErr
+// keeps them.
 var (
 	errEAGAIN error = syscall.EAGAIN
 	errEINVAL error = syscall.EINVAL
