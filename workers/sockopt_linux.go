@@ -3,6 +3,7 @@
 package workers
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -70,20 +71,7 @@ func acceptQueued(ln *net.TCPListener) *net.TCPConn {
 // request head already there instead of returning EAGAIN and waiting in
 // the poller. Only for protocols whose client speaks first.
 func setDeferAccept(ln *net.TCPListener, secs int) error {
-	raw, err := ln.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, secs)
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("setsockopt TCP_DEFER_ACCEPT: %w", serr)
-	}
-	return nil
+	return setTCPOption(ln, "TCP_DEFER_ACCEPT", unix.TCP_DEFER_ACCEPT, secs)
 }
 
 // setDelayedFirstACK clears TCP_QUICKACK on the listening socket ln, which
@@ -98,24 +86,31 @@ func setDeferAccept(ln *net.TCPListener, secs int) error {
 // takes longer, and at once for a second full segment, so a request body
 // is never held up.
 func setDelayedFirstACK(ln *net.TCPListener) error {
+	err := setTCPOption(ln, "TCP_QUICKACK", unix.TCP_QUICKACK, 0)
+	if errors.Is(err, unix.ENOPROTOOPT) {
+		// An MPTCP listening socket (Go's default where the kernel has
+		// it, for a listener without the steering program) takes few
+		// TCP options: its first ACKs go out alone, as without this.
+		return nil
+	}
+	return err
+}
+
+// setTCPOption sets the IPPROTO_TCP option opt (named name, for the
+// error) of the listening socket ln to v.
+func setTCPOption(ln *net.TCPListener, name string, opt, v int) error {
 	raw, err := ln.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_QUICKACK, 0)
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, opt, v)
 	}); err != nil {
 		return err
 	}
-	if serr == unix.ENOPROTOOPT {
-		// An MPTCP listening socket (Go's default where the kernel has
-		// it, for a listener without the steering program) takes few
-		// TCP options: its first ACKs go out alone, as without this.
-		return nil
-	}
 	if serr != nil {
-		return fmt.Errorf("setsockopt TCP_QUICKACK: %w", serr)
+		return fmt.Errorf("setsockopt %s: %w", name, serr)
 	}
 	return nil
 }
