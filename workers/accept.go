@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotproxy/hotproxy/downstream/tcp"
+	"github.com/hotproxy/hotproxy/internal/rawsock"
 )
 
 // Accept back-off after a transient error (EMFILE, ENFILE, ECONNABORTED,
@@ -24,8 +25,11 @@ type acceptor struct {
 	s  *socket
 	wk *worker
 	lw *listenerWorker // what wk holds of ml
-	li int             // the listener's index (ml.idx)
-	st *listenerStats
+	// raw takes an HTTP listener's connections (s.raw); nil for a TCP
+	// listener, whose connections net accepts.
+	raw *rawsock.Acceptor
+	li  int // the listener's index (ml.idx)
+	st  *listenerStats
 	// slots bounds the listener's open connections (connlimit.go): every
 	// connection accept returns holds one, which its close gives back.
 	slots *connSlots
@@ -50,11 +54,11 @@ type acceptor struct {
 // spare one (connBudget.shedOne). Once accepting stops in a drain, it
 // hands out what is still queued on the socket (a closed listening socket
 // resets its queue), then closes the socket and reports net.ErrClosed.
-func (a *acceptor) accept() (*net.TCPConn, error) {
+func (a *acceptor) accept() (acceptedConn, error) {
 	var delay time.Duration
 	for {
 		a.beat()
-		c, err := a.s.ln.AcceptTCP()
+		c, err := a.acceptOne()
 		if err == nil {
 			if a.admit(c) {
 				return c, nil
@@ -125,10 +129,10 @@ func (a *acceptor) accept() (*net.TCPConn, error) {
 // /proc/net/tcp (the look where the netlink one is refused) took 1.3 to
 // 4.3s under the race detector (TestUpdateListenersRemovedUnderFlood/proc,
 // TestUpdateListenersRemovedAfterSlowLook).
-func (a *acceptor) takeQueued(until int64) *net.TCPConn {
+func (a *acceptor) takeQueued(until int64) acceptedConn {
 	now := monotime()
 	if now < until {
-		if c := acceptQueued(a.s.ln); c != nil {
+		if c := a.acceptQueued(); c != nil {
 			return c
 		}
 		return a.awaitHandshakes(until)
@@ -142,7 +146,7 @@ func (a *acceptor) takeQueued(until int64) *net.TCPConn {
 	if now-a.lateSince >= int64(shrinkingQueueMax) {
 		return nil
 	}
-	return acceptQueued(a.s.ln)
+	return a.acceptQueued()
 }
 
 // shrinkingQueueMax bounds how long a stopped loop goes on taking what is
@@ -166,7 +170,7 @@ const shrinkingQueueMax = queueDrainMax
 // stopped instead (each look walks the kernel's table of connections).
 // Not on a socket handed over to a successor, which accepts them itself:
 // this generation would take new connections from it.
-func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
+func (a *acceptor) awaitHandshakes(until int64) acceptedConn {
 	if a.s.handedOver.Load() {
 		return nil
 	}
@@ -183,7 +187,7 @@ func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 		// a new one, which the steering program refuses.
 		looked := monotime()
 		pending := handshakesPending(port, a.m.log)
-		if c := acceptQueued(a.s.ln); c != nil {
+		if c := a.acceptQueued(); c != nil {
 			return c
 		}
 		now := monotime()
@@ -195,8 +199,8 @@ func (a *acceptor) awaitHandshakes(until int64) *net.TCPConn {
 		// kernel walks its whole table), and the wait in accept(2)
 		// between looks delays no connection that completes.
 		wait := max(handshakePoll, time.Duration(now-looked))
-		a.s.ln.SetDeadline(time.Now().Add(min(time.Duration(until-now), wait)))
-		c, err := a.s.ln.AcceptTCP()
+		a.s.setAcceptDeadline(time.Now().Add(min(time.Duration(until-now), wait)))
+		c, err := a.acceptOne()
 		if err == nil {
 			return c
 		}
@@ -216,7 +220,7 @@ const unrefusedGrace = 250 * time.Millisecond
 
 // admit takes a connection slot for c and counts it, or closes c at once
 // if a bound refuses it or the process is out of descriptors.
-func (a *acceptor) admit(c *net.TCPConn) bool {
+func (a *acceptor) admit(c acceptedConn) bool {
 	if a.overloadClosesAccepted(c) {
 		return false
 	}
@@ -234,6 +238,46 @@ func (a *acceptor) admit(c *net.TCPConn) bool {
 	return true
 }
 
+// acceptedConn is a connection as accept hands it out: a
+// *rawsock.Conn from an HTTP listener, a *net.TCPConn from a TCP one.
+type acceptedConn interface {
+	net.Conn
+	SetLinger(sec int) error
+}
+
+// acceptOne waits for the next connection on a's socket, within its
+// deadline.
+func (a *acceptor) acceptOne() (acceptedConn, error) {
+	if a.raw != nil {
+		c, err := a.raw.Accept()
+		if err != nil {
+			return nil, err // not a nil *rawsock.Conn in the interface
+		}
+		return c, nil
+	}
+	c, err := a.s.ln.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// acceptQueued takes a connection already queued on a's socket, without
+// waiting and whatever its deadline (a stopped loop's has passed); nil
+// when the queue is empty.
+func (a *acceptor) acceptQueued() acceptedConn {
+	if a.raw != nil {
+		if c := a.raw.AcceptQueued(); c != nil {
+			return c
+		}
+		return nil
+	}
+	if c := acceptQueued(a.s.ln); c != nil {
+		return c
+	}
+	return nil
+}
+
 // acceptHTTP is an HTTP listener's accept loop for one worker: a goroutine
 // per connection (one its worker parked, servepool.go, or a new one), each
 // connection in its worker's connection set, so that a drain can tell idle
@@ -245,7 +289,7 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 		if err != nil {
 			return
 		}
-		cc := m.newClientConn(a, c)
+		cc := m.newClientConn(a, c.(*rawsock.Conn))
 		if !a.wk.conns.add(cc, a.ml) {
 			cc.Close() // gives the slot back and counts the close
 			continue
@@ -274,11 +318,12 @@ func (m *Manager) acceptTCP(a *acceptor) {
 		if err != nil {
 			return
 		}
+		tc := c.(*net.TCPConn)
 		var clientTLS *tls.Conn
 		if lt := a.ml.tls; lt != nil {
-			clientTLS = tls.Server(c, lt.config)
+			clientTLS = tls.Server(tc, lt.config)
 		}
-		s := tcp.NewSession(c, clientTLS)
+		s := tcp.NewSession(tc, clientTLS)
 		if !a.wk.conns.add(s, a.ml) {
 			c.Close()
 			a.st.closed()

@@ -277,7 +277,7 @@ func (s *connSlots) release() { s.open.n.Add(-1) }
 // refused closes c, which a bound refused, at once (so the kernel's queue
 // does not fill and the client learns now, not after a timeout), counts
 // it and warns, at most once per ratelog interval.
-func (s *connSlots) refused(c *net.TCPConn, why refusal, st *listenerStats) {
+func (s *connSlots) refused(c acceptedConn, why refusal, st *listenerStats) {
 	c.Close()
 	st.cxOverflow.Inc()
 	key := s.budget.maxKey

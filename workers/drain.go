@@ -88,7 +88,7 @@ func (m *Manager) stopListeners(ls []*mlistener, emptyQueues bool) {
 	now := time.Now()
 	for _, ml := range stopping {
 		for _, s := range ml.sockets {
-			s.ln.SetDeadline(now)
+			s.setAcceptDeadline(now)
 		}
 	}
 	for _, ml := range ls {

@@ -49,11 +49,11 @@ func (a *acceptor) beat() {
 	}
 	a.beatDeadline = now + int64(a.beatEvery)
 	a.hb.deadlineMoves.Add(1)
-	a.s.ln.SetDeadline(time.Now().Add(a.beatEvery))
+	a.s.setAcceptDeadline(time.Now().Add(a.beatEvery))
 	if a.ml.acceptStopped() {
 		// stopListeners's wake-up (a deadline in the past) may have
 		// come between the check and the deadline above: restore it.
-		a.s.ln.SetDeadline(time.Now())
+		a.s.setAcceptDeadline(time.Now())
 	}
 }
 

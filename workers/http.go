@@ -5,6 +5,7 @@ import (
 	"net"
 
 	httpfront "github.com/hotproxy/hotproxy/downstream/http"
+	"github.com/hotproxy/hotproxy/internal/rawsock"
 )
 
 // An http listener's connections are served by the HTTP front end
@@ -61,7 +62,7 @@ func (h *httpHost) RequestRefused() {
 }
 
 // newClientConn is the front end's connection for c, accepted by a.
-func (m *Manager) newClientConn(a *acceptor, c *net.TCPConn) *httpfront.Conn {
+func (m *Manager) newClientConn(a *acceptor, c *rawsock.Conn) *httpfront.Conn {
 	return httpfront.NewConn(a.lw.http, c)
 }
 

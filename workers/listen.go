@@ -10,8 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hotproxy/hotproxy/config"
+	"github.com/hotproxy/hotproxy/internal/rawsock"
 )
 
 // BindError is a listening socket that could not be bound: it names the
@@ -54,8 +56,12 @@ func BindHint(err error) string {
 
 // socket is one listening socket of a listener.
 type socket struct {
-	key   SocketKey
-	ln    *net.TCPListener
+	key SocketKey
+	ln  *net.TCPListener
+	// raw is an HTTP listener's socket as its accept loops take
+	// connections from it (rawsock: no per-connection work of net's);
+	// nil for a TCP listener, whose sessions splice as net.TCPConns.
+	raw   *rawsock.Listener
 	owner int // the worker that accepts on it; -1: every worker
 	// acceptors counts the accept loops on this socket still running
 	// (for the last one to close it when a drain empties it).
@@ -85,9 +91,23 @@ func (s *socket) queueOnlyShrinks() bool {
 // close closes the socket once; later calls return the first result.
 func (s *socket) close() error {
 	s.closeOnce.Do(func() {
+		// Both descriptors: the socket closes once the last does.
+		if s.raw != nil {
+			s.raw.Close()
+		}
 		s.closeErr = s.ln.Close()
 	})
 	return s.closeErr
+}
+
+// setAcceptDeadline bounds the accept loops' waits on s (a deadline in
+// the past wakes them), on the descriptor they wait on.
+func (s *socket) setAcceptDeadline(t time.Time) {
+	if s.raw != nil {
+		s.raw.SetDeadline(t)
+		return
+	}
+	s.ln.SetDeadline(t)
 }
 
 // noKeepAlive: Go would otherwise make three setsockopt calls per accepted
@@ -232,14 +252,22 @@ func adopt(f *os.File) (*net.TCPListener, error) {
 // connection).
 const deferAcceptSeconds = 1
 
-// deferAccept sets TCP_DEFER_ACCEPT on every socket of an HTTP listener
-// (plaintext or TLS: the client speaks first), inherited ones included,
-// so that accept returns a connection with its first bytes in: its first
-// read finds them, where it used to return EAGAIN and wait in the poller
-// for them (docs/benchmarks.md). And the delayed first ACK
-// (setDelayedFirstACK): the first request's ACK rides on its response.
-// Neither for a TCP listener, whose server may speak first.
-func deferAccept(ml *mlistener) error {
+// prepareHTTP readies every socket of an HTTP listener (plaintext or
+// TLS: the client speaks first), inherited ones included:
+//   - TCP_DEFER_ACCEPT, so that accept returns a connection with its
+//     first bytes in: its first read finds them, where it used to return
+//     EAGAIN and wait in the poller for them (docs/benchmarks.md);
+//   - the delayed first ACK (setDelayedFirstACK): the first request's
+//     ACK rides on its response;
+//   - the raw accept (rawsock.Listen): TCP_NODELAY on the listening
+//     socket, which the kernel passes on to every socket it accepts, and
+//     the duplicate the accept loops wait on. Its connections skip what
+//     net does for each (getsockname, TCP_NODELAY, the keep-alive options
+//     of an inherited socket, the poller's add and remove and about ten
+//     allocations) until one has to wait.
+//
+// None for a TCP listener, whose server may speak first.
+func prepareHTTP(ml *mlistener) error {
 	if ml.protocol != config.ProtocolHTTP {
 		return nil
 	}
@@ -247,6 +275,9 @@ func deferAccept(ml *mlistener) error {
 		err := setDeferAccept(s.ln, deferAcceptSeconds)
 		if err == nil {
 			err = setDelayedFirstACK(s.ln)
+		}
+		if err == nil && s.raw == nil {
+			s.raw, err = rawsock.Listen(s.ln)
 		}
 		if err != nil {
 			return fmt.Errorf("listener %q: address %q: %w", ml.name, ml.addr, err)

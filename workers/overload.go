@@ -2,7 +2,6 @@ package workers
 
 import (
 	"cmp"
-	"net"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -179,7 +178,7 @@ func (m *Manager) countKernelRefusals() {
 // c is closed at once and counted, and true says so. Where the steering
 // program refuses in the kernel, this closes only what was queued before
 // it started.
-func (a *acceptor) overloadClosesAccepted(c *net.TCPConn) bool {
+func (a *acceptor) overloadClosesAccepted(c acceptedConn) bool {
 	v := a.wk.front.Overload.Load()
 	if v == nil || !v.StopAccepting {
 		return false

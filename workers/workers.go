@@ -398,7 +398,7 @@ func (m *Manager) openListener(ls *listenerSnap, lt *listenerTLS, epoch int, inh
 		err = openSockets(ml, m.n, m.reusePort, inh)
 	}
 	if err == nil {
-		err = deferAccept(ml)
+		err = prepareHTTP(ml)
 	}
 	if err != nil {
 		ml.closeUnstarted()
@@ -512,6 +512,9 @@ func (m *Manager) startListenerLocked(ml *mlistener) {
 			}
 			lw := ml.perWorker[w]
 			a := &acceptor{m: m, ml: ml, s: s, wk: wk, lw: lw, li: ml.idx, st: lw.stats, slots: ml.slots}
+			if s.raw != nil {
+				a.raw = s.raw.NewAcceptor()
+			}
 			if m.heartbeatEvery > 0 {
 				// The loops of a shared socket take turns in
 				// accept(2): each gets its share of the interval.

@@ -15,6 +15,7 @@ import (
 	"github.com/hotproxy/hotproxy/config"
 	"github.com/hotproxy/hotproxy/http1"
 	"github.com/hotproxy/hotproxy/internal/accesslog"
+	"github.com/hotproxy/hotproxy/internal/rawsock"
 )
 
 // The HTTP/1.1 data path: one goroutine per client connection, the request
@@ -58,8 +59,10 @@ const (
 type Conn struct {
 	// c is what requests are read from and responses written to: the
 	// socket itself, or a tls.Conn over it.
-	c   net.Conn
-	tcp *net.TCPConn // the socket
+	c net.Conn
+	// tcp is the socket, held raw (rawsock: it joins the runtime's
+	// poller only once a read or write has to wait).
+	tcp *rawsock.Conn
 	raw syscall.RawConn
 	// tls is c when the listener terminates TLS, else nil; sni is the
 	// ClientHello's server name, for routes with server_name, stored
@@ -151,7 +154,7 @@ var _ io.Closer = (*Conn)(nil)
 // NewConn is the connection c, accepted on l's socket, ready to be
 // served (Serve); it starts with the listener's settings, or their shrunk
 // copy while the overload manager asks for it.
-func NewConn(l *Listener, c *net.TCPConn) *Conn {
+func NewConn(l *Listener, c *rawsock.Conn) *Conn {
 	cc := &Conn{c: c, tcp: c, l: l, st: l.Stats, settings: l.Worker.overloadSettings(l.Settings, l.Index)}
 	if l.TLS != nil {
 		cc.tls = tls.Server(c, l.TLS)
@@ -159,9 +162,7 @@ func NewConn(l *Listener, c *net.TCPConn) *Conn {
 	}
 	cc.raw, _ = c.SyscallConn()
 	cc.rawFn = cc.rawStep
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		cc.clientIP = ta.AddrPort().Addr().Unmap().AppendTo(nil)
-	}
+	cc.clientIP = c.RemoteAddrPort().Addr().Unmap().AppendTo(nil)
 	if logs := l.AccessLogs; len(logs) > 0 {
 		cc.logs, cc.rec = logs, new(accesslog.Record)
 	}
@@ -488,6 +489,13 @@ func (cc *Conn) waitReadable(parkable bool) (ok, asked bool) {
 	cc.waited = false
 	cc.pendingFailed = false
 	cc.rawOp = rawReadable
+	// readable tells a wake from its first look by counting its calls:
+	// the socket must be in the poller before the first, or the call
+	// after the registration would pass for a wake (rawsock's
+	// RawConn.Read retries once it registers).
+	if err := cc.tcp.Register(); err != nil {
+		return false, false
+	}
 	if parkable {
 		cc.idleWaitState.Store(idleWaitParkable)
 	}

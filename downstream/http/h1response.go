@@ -368,15 +368,23 @@ func (cc *Conn) relay(up upstream.Stream) {
 	up.SetDeadline(time.Time{})
 	cc.releaseState()
 
+	client := cc.c
+	if cc.tls == nil {
+		// The socket as a net.TCPConn (a dup, closed with the
+		// connection), whose copies to and from up splice.
+		if tc, err := cc.tcp.NetConn(); err == nil {
+			client = tc
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(up, cc.c)
+		n, _ := io.Copy(up, client)
 		cc.st.RxBytes.Add(uint64(n))
 		up.CloseWrite()
 	}()
-	n, _ := io.Copy(cc.c, up)
+	n, _ := io.Copy(client, up)
 	cc.st.TxBytes.Add(uint64(n))
 	cc.closeWrite()
 	wg.Wait()

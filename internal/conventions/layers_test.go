@@ -35,9 +35,10 @@ var layers = map[string][]string{
 	"internal/smuggle":               nil,
 	"internal/unixsock":              {"internal/safefile"},
 	"internal/safefile":              nil,
-	"internal/safefile/safefiletest": nil, // test helpers
-	"internal/timerslack":            nil, // the threads' timer slack (server.timer_slack)
-	"internal/nbio":                  nil, // read(2) and write(2) on Go's non-blocking sockets, raw
+	"internal/safefile/safefiletest": nil,               // test helpers
+	"internal/timerslack":            nil,               // the threads' timer slack (server.timer_slack)
+	"internal/nbio":                  nil,               // read(2) and write(2) on Go's non-blocking sockets, raw
+	"internal/rawsock":               {"internal/nbio"}, // accepted sockets outside net until they must wait
 	"internal/version":               nil,
 	// Tests only: no production code may lean on them.
 	"internal/conventions": nil,
@@ -55,8 +56,8 @@ var layers = map[string][]string{
 	"downstream/tcp": {"route", "stats", "upstream"},
 	// and the HTTP front end, HTTP/1.1 and HTTP/2 (config: its ALPN
 	// name only, never its structs: configBuilders).
-	"downstream/http": {"config", "downstream/tcp", "exchange", "h2", "http1", "internal/accesslog", "internal/nbio", "internal/ratelog", "route", "stats", "upstream"},
-	"workers": {"config", "downstream/http", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/ratelog",
+	"downstream/http": {"config", "downstream/tcp", "exchange", "h2", "http1", "internal/accesslog", "internal/nbio", "internal/rawsock", "internal/ratelog", "route", "stats", "upstream"},
+	"workers": {"config", "downstream/http", "downstream/tcp", "exchange", "route", "stats", "upstream", "internal/accesslog", "internal/rawsock", "internal/ratelog",
 		"http1", "workers/steering"},
 	// The wire codecs and the socket-steering program: leaves.
 	"http1":            nil,
@@ -96,7 +97,7 @@ var layers = map[string][]string{
 // reads a raw config.Config"): the codecs, the steering program, the
 // plumbing, and the stats layers.
 var configFree = []string{"shm", "stats", "route", "downstream/tcp", "http1", "h2", "workers/steering",
-	"internal/nbio", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
+	"internal/nbio", "internal/rawsock", "internal/ratelog", "internal/resmon", "internal/safefile", "internal/unixsock", "internal/smuggle", "internal/version", "hotrestart"}
 
 // configBuilders are the only files of their package that may read a raw
 // config (its types, Load, Parse): the snapshot builder, the one door into
