@@ -133,7 +133,9 @@ func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return c.opError("close", net.ErrClosed)
+		// As net's, without the addresses: a TLS connection's close
+		// closes its socket, and the front end's close follows.
+		return errClosedAgain
 	}
 	c.closed = true
 	tunnel := c.tunnel
@@ -141,16 +143,21 @@ func (c *Conn) Close() error {
 	if tunnel != nil {
 		tunnel.Close()
 	}
-	if f := c.file.Load(); f != nil {
-		// Wake what waits in the poller now; the descriptor itself
-		// goes when the last raw holder lets go.
-		f.SetDeadline(time.Unix(1, 0))
-	}
 	if c.refs.Or(refClosed) < refUnit {
-		c.releaseDescriptor()
+		c.releaseDescriptor() // the os.File's close wakes what waits
+		return nil
+	}
+	// A raw holder closes the descriptor when it lets go; wake what
+	// waits in the poller now (if the holder has closed the file by
+	// then, this fails, and nothing waits).
+	if f := c.file.Load(); f != nil {
+		f.SetDeadline(time.Unix(1, 0))
 	}
 	return nil
 }
+
+// errClosedAgain is what a second Close returns.
+var errClosedAgain error = &net.OpError{Op: "close", Net: "tcp", Err: net.ErrClosed}
 
 // isClosed reports whether Close was called.
 func (c *Conn) isClosed() bool { return c.refs.Load()&refClosed != 0 }
