@@ -289,6 +289,9 @@ func (m *Manager) acceptHTTP(a *acceptor) {
 		if err != nil {
 			return
 		}
+		// An HTTP listener's loops accept raw (a.raw): openListener ran
+		// prepareHTTP, which gave each of its sockets a rawsock.Listener,
+		// before any loop started.
 		cc := m.newClientConn(a, c.(*rawsock.Conn))
 		if !a.wk.conns.add(cc, a.ml) {
 			cc.Close() // gives the slot back and counts the close

@@ -113,7 +113,9 @@ func (s *socket) setAcceptDeadline(t time.Time) {
 // noKeepAlive: Go would otherwise make three setsockopt calls per accepted
 // connection to turn TCP keep-alive on, which a proxy with its own idle
 // timeouts does not need. A socket adopted from the previous generation
-// (net.FileListener) cannot say so, and its accepts still pay for them.
+// (net.FileListener) cannot say so, and a TCP listener's accepts on it
+// still pay for them; an HTTP listener's accept raw (prepareHTTP), and
+// set nothing.
 const noKeepAlive = -1
 
 // openSockets binds or adopts every socket of listener ml. It takes the
@@ -263,7 +265,7 @@ const deferAcceptSeconds = 1
 //     socket, which the kernel passes on to every socket it accepts, and
 //     the duplicate the accept loops wait on. Its connections skip what
 //     net does for each (getsockname, TCP_NODELAY, the keep-alive options
-//     of an inherited socket, the poller's add and remove and about ten
+//     of an inherited socket, the poller's add and remove and about six
 //     allocations) until one has to wait.
 //
 // None for a TCP listener, whose server may speak first.

@@ -7,18 +7,19 @@
 // Go's net package pays for every accepted connection up front, whether
 // it ever waits or not: getsockname(2) for its local address,
 // setsockopt(TCP_NODELAY), epoll_ctl(ADD) when it is made and
-// epoll_ctl(DEL) when it closes, and about ten allocations. An HTTP
-// connection accepted with TCP_DEFER_ACCEPT has its request in already;
-// when its client asked to close after the response, it reads, writes
-// and closes without ever waiting, and all four calls are waste: they
-// were a third of the system calls of a connection-per-request exchange.
-// A Conn makes none of them until it must: an operation first runs on
-// the descriptor as it is, and only when the kernel answers EAGAIN does
-// the Conn register in the poller (os.NewFile: one fcntl and the
-// epoll_ctl ADD), from then on waiting, with deadlines, as a net.Conn
-// does. TCP_NODELAY comes from the listening socket, which Linux copies
-// into every socket it accepts (Listener). The local address is the
-// listener's when it is a specific one, else looked up on first use.
+// epoll_ctl(DEL) when it closes, and about seven allocations where a
+// Conn makes one. An HTTP connection accepted with TCP_DEFER_ACCEPT has
+// its request in already; when its client asked to close after the
+// response, it reads, writes and closes without ever waiting, and all
+// four calls are waste: they were four of the ten system calls of a
+// connection-per-request exchange. A Conn makes none of them until it
+// must: an operation first runs on the descriptor as it is, and only
+// when the kernel answers EAGAIN does the Conn register in the poller
+// (os.NewFile: one fcntl and the epoll_ctl ADD), from then on waiting,
+// with deadlines, as a net.Conn does. TCP_NODELAY comes from the
+// listening socket, which Linux copies into every socket it accepts
+// (Listener). The local address is the listener's when it is a specific
+// one, else looked up on first use.
 package rawsock
 
 import (
