@@ -389,7 +389,11 @@ func (cc *ClientConn) Close() error {
 }
 
 // fail kills the connection once: streams fail, the socket closes, Done
-// closes, Events.Dead runs.
+// closes, Events.Dead runs. In that order: a pool whose Dead comes before
+// it has stored the connection (a peer that closes at once) finds nothing
+// to forget, and relies on Done being closed already when it looks
+// (upstream/h2pool.go). So one who sees Done closed may not see Dead run
+// yet.
 func (cc *ClientConn) fail(err error) {
 	cc.closeOnce.Do(func() {
 		cc.mu.Lock()

@@ -253,10 +253,11 @@ func TestClientAgainstGRPCServer(t *testing.T) {
 
 func TestClientHealthPingKeepsAliveAndIdleTimeoutCloses(t *testing.T) {
 	addr := clientXNetServer(t, http.HandlerFunc(clientTestHandler))
-	var dead error
-	var deadMu sync.Mutex
+	// Dead runs just after Done closes (fail: the pool relies on that
+	// order), so it is waited for, not read at Done.
+	dead := make(chan error, 1)
 	cc := clientDial(t, addr, &ClientConfig{ReadIdleTimeout: 20 * time.Millisecond, PingTimeout: 5 * time.Second, IdleTimeout: 400 * time.Millisecond,
-		Events: ClientEvents{Dead: func(err error) { deadMu.Lock(); dead = err; deadMu.Unlock() }}})
+		Events: ClientEvents{Dead: func(err error) { dead <- err }}})
 	if _, _, _, _, err := clientRoundTrip(t, cc, clientGET); err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +269,13 @@ func TestClientHealthPingKeepsAliveAndIdleTimeoutCloses(t *testing.T) {
 	if err == nil || !errors.Is(err, ErrClientConnClosed) {
 		t.Fatalf("idle close: %v, want ErrClientConnClosed (pings answered, so no ping timeout)", err)
 	}
-	deadMu.Lock()
-	defer deadMu.Unlock()
-	if dead != err {
-		t.Fatalf("Events.Dead got %v, Err %v", dead, err)
+	select {
+	case got := <-dead:
+		if got != err {
+			t.Fatalf("Events.Dead got %v, Err %v", got, err)
+		}
+	case <-time.After(clientTestTimeout):
+		t.Fatalf("Events.Dead not called within %v of Done", clientTestTimeout)
 	}
 }
 
