@@ -221,7 +221,9 @@ func TestRawReadRegistersAndWaits(t *testing.T) {
 	calls := 0
 	var got []byte
 	go func() {
-		for c.file.Load() == nil {
+		// Write once the read waits in the poller (bounded: past 10s
+		// the read's deadline fails the test anyway).
+		for i := 0; c.file.Load() == nil && i < 10000; i++ {
 			time.Sleep(time.Millisecond)
 		}
 		client.Write([]byte("x"))
