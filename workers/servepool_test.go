@@ -124,6 +124,36 @@ func TestServePoolDrain(t *testing.T) {
 // not twice per request (the header timeout armed, then the idle one
 // again: two timer resets per request before).
 func TestKeepAliveMovesNoDeadlinePerRequest(t *testing.T) {
+	const n = 50
+	cc := serveKeepAliveRequests(t, n)
+	moves, _ := cc.DeadlineMoves()
+	t.Logf("%d read deadline moves for %d requests", moves, n)
+	if moves > 5 {
+		t.Fatalf("the read deadline moved %d times for %d keep-alive requests: it is reset per request", moves, n)
+	}
+}
+
+// TestKeepAliveIdleWaitsWakeOnlyForRequests: each idle wait of a
+// keep-alive connection ends with its client's next request in, never
+// in a wake that finds nothing (a read that returns EAGAIN, a buffer
+// taken and given back). The socket joins the poller at its first idle
+// wait (rawsock.Conn.Register): its RawConn retries the callback once
+// it registers, which the idle wait, counting its calls, would take for
+// a wake.
+func TestKeepAliveIdleWaitsWakeOnlyForRequests(t *testing.T) {
+	const n = 20
+	cc := serveKeepAliveRequests(t, n)
+	if got := cc.SpuriousWakes(); got != 0 {
+		t.Fatalf("%d of the idle waits between %d keep-alive requests woke with nothing to read", got, n)
+	}
+}
+
+// serveKeepAliveRequests sends n requests one after the other on one
+// keep-alive connection through a fresh proxy, each after the last
+// response, then closes it, and returns the proxy's side of it once it
+// has ended (its counters settled).
+func serveKeepAliveRequests(t *testing.T, n int) *httpfront.Conn {
+	t.Helper()
 	be := rawKeepAliveBackend(t, benchResponse)
 	m := startManager(t, proxyConfig(be), 1)
 	c, err := net.DialTimeout("tcp", addr(t, m, "web"), 5*time.Second)
@@ -132,7 +162,6 @@ func TestKeepAliveMovesNoDeadlinePerRequest(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	const n = 50
 	br := bufio.NewReader(c)
 	for i := range n {
 		if _, err := io.WriteString(c, "GET /ka HTTP/1.1\r\nHost: ka.example\r\n\r\n"); err != nil {
@@ -160,18 +189,13 @@ func TestKeepAliveMovesNoDeadlinePerRequest(t *testing.T) {
 	}
 	c.Close()
 	// The connection's goroutine removes it from the set when it ends:
-	// after that, under the set's lock, its counter is settled.
+	// once a look under the set's lock finds it gone, its counters are
+	// settled (and the lock orders the caller's reads after its writes).
 	waitFor(t, 5*time.Second, "the connection to end", func() bool {
 		set.mu.Lock()
 		defer set.mu.Unlock()
 		_, open := set.m[cc]
 		return !open
 	})
-	set.mu.Lock()
-	moves, _ := cc.DeadlineMoves()
-	set.mu.Unlock()
-	t.Logf("%d read deadline moves for %d requests", moves, n)
-	if moves > 5 {
-		t.Fatalf("the read deadline moved %d times for %d keep-alive requests: it is reset per request", moves, n)
-	}
+	return cc
 }

@@ -145,8 +145,9 @@ type Conn struct {
 	writeDeadline time.Time
 
 	// readDeadlineMoves and writeDeadlineMoves count setReadDeadline's
-	// and setWriteDeadline's moves (tests read them).
-	readDeadlineMoves, writeDeadlineMoves int
+	// and setWriteDeadline's moves, spuriousWakes the idle waits that
+	// woke with nothing to read (tests read them).
+	readDeadlineMoves, writeDeadlineMoves, spuriousWakes int
 }
 
 var _ io.Closer = (*Conn)(nil)
@@ -858,6 +859,7 @@ func (cc *Conn) readHead(woke bool) bool {
 			err = cc.readAfterWake()
 			if err == errSpuriousWake {
 				cc.spuriousWake = true
+				cc.spuriousWakes++
 				return false
 			}
 		default:

@@ -15,6 +15,11 @@ func (cc *Conn) DeadlineMoves() (read, write int) {
 	return cc.readDeadlineMoves, cc.writeDeadlineMoves
 }
 
+// SpuriousWakes says how many of the connection's idle waits woke with
+// nothing to read (readAfterWake); settled once the connection has
+// ended.
+func (cc *Conn) SpuriousWakes() int { return cc.spuriousWakes }
+
 // Held is how many bytes of buffers the worker's connections hold now.
 func (h *BufHolding) Held() int64 { return h.held.Load() }
 
