@@ -405,15 +405,21 @@ func tcpAddrOf(sa unix.Sockaddr) *net.TCPAddr {
 	case *unix.SockaddrInet4:
 		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)))
 	case *unix.SockaddrInet6:
-		ip := netip.AddrFrom16(sa.Addr)
-		if sa.ZoneId != 0 {
-			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
-				ip = ip.WithZone(ifi.Name)
-			}
-		}
-		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(sa.Port)))
+		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(withZone(netip.AddrFrom16(sa.Addr), sa.ZoneId), uint16(sa.Port)))
 	}
 	return nil
+}
+
+// withZone is ip with the zone of interface index scope (a link-local
+// address's), or ip as it is for scope 0 or an interface gone since.
+func withZone(ip netip.Addr, scope uint32) netip.Addr {
+	if scope == 0 {
+		return ip
+	}
+	if ifi, err := net.InterfaceByIndex(int(scope)); err == nil {
+		return ip.WithZone(ifi.Name)
+	}
+	return ip
 }
 
 // NetConn returns the connection as a *net.TCPConn on a duplicate of

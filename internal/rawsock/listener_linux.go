@@ -209,13 +209,7 @@ func addrPortOf(rsa *unix.RawSockaddrAny) (netip.AddrPort, bool) {
 		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), portOf(sa.Port)), true
 	case unix.AF_INET6:
 		sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(rsa))
-		ip := netip.AddrFrom16(sa.Addr)
-		if sa.Scope_id != 0 {
-			if ifi, err := net.InterfaceByIndex(int(sa.Scope_id)); err == nil {
-				ip = ip.WithZone(ifi.Name)
-			}
-		}
-		return netip.AddrPortFrom(ip, portOf(sa.Port)), true
+		return netip.AddrPortFrom(withZone(netip.AddrFrom16(sa.Addr), sa.Scope_id), portOf(sa.Port)), true
 	}
 	return netip.AddrPort{}, false
 }

@@ -247,10 +247,23 @@ func TestRawReadRegistersAndWaits(t *testing.T) {
 }
 
 func TestAddresses(t *testing.T) {
-	for _, addr := range []string{"127.0.0.1:0", ":0"} {
+	for _, tc := range []struct{ listen, dial string }{
+		{"127.0.0.1:0", "127.0.0.1"},
+		{":0", "127.0.0.1"},
+		{"[::1]:0", "::1"},
+	} {
+		addr := tc.listen
+		if tc.dial == "::1" {
+			if probe, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+				t.Logf("no IPv6 loopback here (%v): the IPv6 case is not run", err)
+				continue
+			} else {
+				probe.Close()
+			}
+		}
 		ln, l := listen(t, net.ListenConfig{}, addr)
 		port := ln.Addr().(*net.TCPAddr).Port
-		client, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		client, err := net.Dial("tcp", net.JoinHostPort(tc.dial, strconv.Itoa(port)))
 		if err != nil {
 			t.Fatal(err)
 		}
