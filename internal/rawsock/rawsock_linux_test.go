@@ -175,13 +175,20 @@ func TestCloseWakesWaitingRead(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	c.Close()
+	wantClosed(t, done, "the waiting Read")
+}
+
+// wantClosed waits, bounded, for what a Close should have woken (done
+// delivers its error) and checks that it says net.ErrClosed.
+func wantClosed(t *testing.T, done <-chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("waiting Read after Close = %v, want net.ErrClosed", err)
+			t.Fatalf("%s after Close = %v, want net.ErrClosed", what, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not wake the waiting read")
+		t.Fatalf("Close did not wake %s", what)
 	}
 }
 
@@ -317,14 +324,7 @@ func TestAcceptDeadlineAndClose(t *testing.T) {
 	go func() { _, err := a.Accept(); done <- err }()
 	time.Sleep(20 * time.Millisecond) // let it wait; the close must wake it either way
 	l.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("Accept after Close = %v, want net.ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not wake Accept")
-	}
+	wantClosed(t, done, "Accept")
 }
 
 // An out-of-descriptors accept reports EMFILE as net's does, so that the
