@@ -74,7 +74,9 @@ func TestKeepAliveNoReadThatFindsNothing(t *testing.T) {
 			peeks++
 			continue
 		}
-		if !strings.Contains(line, "read(") && !strings.Contains(line, "read resumed>") {
+		// read(2) or recvfrom(2) (internal/nbio's, on Linux).
+		if !strings.Contains(line, "read(") && !strings.Contains(line, "read resumed>") &&
+			!strings.Contains(line, "recvfrom(") && !strings.Contains(line, "recvfrom resumed>") {
 			continue
 		}
 		if strings.Contains(line, "<unfinished ...>") {

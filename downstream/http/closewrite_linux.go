@@ -2,7 +2,7 @@
 
 package httpfront
 
-import "golang.org/x/sys/unix"
+import "github.com/hotproxy/hotproxy/internal/nbio"
 
 // writeFDMore is writeFD, with MSG_MORE when more: the kernel sends the
 // full segments and keeps the tail until the next send without it, or
@@ -11,11 +11,5 @@ func writeFDMore(fd uintptr, b []byte, more bool) (int, error) {
 	if !more {
 		return writeFD(fd, b)
 	}
-	for {
-		n, err := unix.SendmsgN(int(fd), b, nil, nil, unix.MSG_MORE|unix.MSG_NOSIGNAL)
-		if err == unix.EINTR {
-			continue
-		}
-		return max(n, 0), err
-	}
+	return nbio.WriteMore(fd, b)
 }

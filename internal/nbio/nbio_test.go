@@ -43,7 +43,7 @@ func TestReadWrite(t *testing.T) {
 		t.Fatalf("Read = %q, %v; want \"hello\", nil", p[:n], err)
 	}
 	if n, err := Read(b, nil); n != 0 || err != nil {
-		t.Fatalf("Read into nothing = %d, %v; want 0, nil (as read(2) of 0 bytes)", n, err)
+		t.Fatalf("Read into nothing = %d, %v; want 0, nil (as a net.Conn's Read)", n, err)
 	}
 	syscall.Shutdown(int(a), syscall.SHUT_WR)
 	if n, err := Read(b, p); n != 0 || err != nil {
