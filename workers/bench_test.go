@@ -121,7 +121,7 @@ func BenchmarkRequestStats(b *testing.B) {
 		upStart := time.Now()
 		us.RqTime.Record(float64(time.Since(upStart)) / float64(time.Millisecond))
 		ls.Status(200)
-		ls.RequestDone(start)
+		ls.RequestDone(time.Since(start))
 		ls.RqActive.Dec()
 	}
 }

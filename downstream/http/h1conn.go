@@ -91,6 +91,12 @@ type Conn struct {
 	// idleSince is when the connection last became idle between requests
 	// (monotime), or 0 while it is new, busy or tunnelling.
 	idleSince atomic.Int64
+	// ended is when the last request ended (handle), for the idle wait
+	// that follows it, which takes it as its start instead of reading
+	// the clock again (zero once taken); waitStart is that start
+	// (monotime), for readable.
+	ended     time.Time
+	waitStart int64
 	// heldSince and heldBytes: since which overload pass (plus one; 0:
 	// none) the connection holds buffers, and how many bytes of them;
 	// requestsStarted: how many requests it has begun. For
@@ -481,12 +487,18 @@ func (pk *parking) idleTimerFired() {
 // true: it did; the connection is still idle, since idleSince, and the
 // socket's read deadline is its own again).
 func (cc *Conn) waitReadable(parkable bool) (ok, asked bool) {
+	now := cc.ended
+	cc.ended = time.Time{}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	cc.waitStart = max(monotimeOf(now), 1)
 	if cc.pending == nil {
 		// Else idle once the response is out (readable): a drain
 		// closes idle connections.
-		cc.idleSince.Store(max(Monotime(), 1))
+		cc.idleSince.Store(cc.waitStart)
 	}
-	cc.setReadDeadline(cc.settings.IdleTimeout)
+	cc.setReadDeadlineFrom(now, cc.settings.IdleTimeout)
 	cc.waited = false
 	cc.pendingFailed = false
 	cc.rawOp = rawReadable
@@ -561,7 +573,7 @@ func (cc *Conn) readable(fd uintptr) bool {
 			return true
 		}
 		cc.releaseState()
-		cc.idleSince.Store(max(Monotime(), 1))
+		cc.idleSince.Store(cc.waitStart)
 		return false
 	}
 	return peekFD(fd)
@@ -596,6 +608,12 @@ func DeadlineSlackFor(d time.Duration) time.Duration { return min(deadlineSlack,
 // the current one is later than that (too lax) or more than
 // DeadlineSlackFor(d) earlier (too soon).
 func (cc *Conn) setReadDeadline(d time.Duration) {
+	cc.setReadDeadlineFrom(time.Time{}, d)
+}
+
+// setReadDeadlineFrom is setReadDeadline with now given (zero: read the
+// clock).
+func (cc *Conn) setReadDeadlineFrom(now time.Time, d time.Duration) {
 	if d <= 0 {
 		if !cc.readDeadline.IsZero() {
 			cc.readDeadline = time.Time{}
@@ -603,7 +621,10 @@ func (cc *Conn) setReadDeadline(d time.Duration) {
 		}
 		return
 	}
-	want := time.Now().Add(d)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	want := now.Add(d)
 	if cc.readDeadline.IsZero() || cc.readDeadline.After(want) || want.Sub(cc.readDeadline) > DeadlineSlackFor(d) {
 		cc.readDeadline = want
 		cc.readDeadlineMoves++

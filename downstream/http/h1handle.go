@@ -59,7 +59,11 @@ func (cc *Conn) handle() bool {
 			keep = cc.proxy(lv, rt, start, keep)
 		}
 	}
-	st.RequestEnded(start)
+	// One clock read for the request's end: its time, and the start of
+	// the idle wait that follows (waitReadable takes ended).
+	took := time.Since(start)
+	st.RequestEnded(took)
+	cc.ended = start.Add(took)
 	if cc.logs != nil {
 		cc.logRequest(rt, start)
 	}

@@ -153,7 +153,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	var out outcome
 	var rt *route.Route
 	defer func() {
-		ls.RequestEnded(start)
+		ls.RequestEnded(time.Since(start))
 		if cc.logs != nil {
 			f.log(s, st, rt, &out, start)
 		}

@@ -49,14 +49,14 @@ func (s *Stats) RequestStarted() {
 	s.RqActive.Inc()
 }
 
-// RequestEnded counts its end: its time (RequestDone), and no longer in
-// flight.
-func (s *Stats) RequestEnded(start time.Time) {
-	s.RequestDone(start)
+// RequestEnded counts its end, took after its start: its time
+// (RequestDone), and no longer in flight.
+func (s *Stats) RequestEnded(took time.Duration) {
+	s.RequestDone(took)
 	s.RqActive.Dec()
 }
 
-// RequestDone records a request's time, from start, in milliseconds.
-func (s *Stats) RequestDone(start time.Time) {
-	s.RqTime.Record(float64(time.Since(start)) / float64(time.Millisecond))
+// RequestDone records a request's time, took, in milliseconds.
+func (s *Stats) RequestDone(took time.Duration) {
+	s.RqTime.Record(float64(took) / float64(time.Millisecond))
 }
