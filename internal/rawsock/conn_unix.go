@@ -67,6 +67,9 @@ type Conn struct {
 	// Conn.
 	tunnel net.Conn
 
+	// reading and writing: the state of Read's and Write's calls.
+	reading, writing ioCall
+
 	remote     netip.AddrPort
 	remoteAddr atomic.Pointer[net.TCPAddr] // made from remote on first use
 	localAddr  atomic.Pointer[net.TCPAddr] // the listener's, or getsockname's on first use
@@ -211,65 +214,89 @@ func (c *Conn) register() error {
 	return nil
 }
 
-// Read reads into p, as net.Conn's Read: io.EOF at the end.
+// Read reads into p, as net.Conn's Read: io.EOF at the end. It is one
+// recvfrom(2) (internal/nbio) when bytes are there, registered or not:
+// a registered Conn's wait goes through the poller, but not its calls,
+// which an os.File's Read would make as read(2) inside the runtime's
+// entersyscall and exitsyscall.
 func (c *Conn) Read(p []byte) (int, error) {
-	if f := c.file.Load(); f == nil {
-		if !c.acquire() {
-			return 0, c.opError("read", net.ErrClosed)
-		}
-		n, err := nbio.Read(uintptr(c.fd), p)
-		c.release()
-		switch {
-		case err == nil && n == 0 && len(p) > 0:
-			return 0, io.EOF
-		case err == nil:
-			return n, nil
-		case err != syscall.EAGAIN:
-			return 0, c.opError("read", os.NewSyscallError("read", err))
-		}
-		if err := c.register(); err != nil {
-			return 0, c.opErrorOf("read", err)
-		}
+	if len(p) == 0 {
+		return 0, nil
 	}
-	n, err := c.file.Load().Read(p)
-	if err != nil && err != io.EOF {
-		err = c.opErrorOf("read", err)
+	n, err := c.call(&c.reading, "read", p)
+	if err == nil && n == 0 {
+		return 0, io.EOF
 	}
 	return n, err
 }
 
-// Write writes p, as net.Conn's Write: all of it, or an error.
+// Write writes p, as net.Conn's Write: all of it, or an error; as Read,
+// with sendto(2).
 func (c *Conn) Write(p []byte) (int, error) {
-	done := 0
-	if f := c.file.Load(); f == nil {
-		if !c.acquire() {
-			return 0, c.opError("write", net.ErrClosed)
-		}
-		var err error
-		for done < len(p) {
-			var n int
-			n, err = nbio.Write(uintptr(c.fd), p[done:])
-			done += n
-			if err != nil {
-				break
-			}
-		}
-		c.release()
-		switch {
-		case err == nil:
-			return done, nil
-		case err != syscall.EAGAIN:
-			return done, c.opError("write", os.NewSyscallError("write", err))
-		}
-		if err := c.register(); err != nil {
-			return done, c.opErrorOf("write", err)
+	return c.call(&c.writing, "write", p)
+}
+
+// ioCall is the state of Read's or Write's call (readStep, writeStep),
+// which goes through rawOp as the RawConn's do: made once, so that a
+// call allocates nothing. mu holds one Read, or one Write, at a time to
+// it.
+type ioCall struct {
+	mu  sync.Mutex
+	fn  func(fd uintptr) bool // the step, made on the first call
+	buf []byte
+	n   int   // bytes read, or written so far
+	err error // the call's error, other than EAGAIN
+}
+
+// call makes Read's (op "read", with c.reading) or Write's call on p.
+func (c *Conn) call(s *ioCall, op string, p []byte) (int, error) {
+	write := s == &c.writing
+	s.mu.Lock()
+	if s.fn == nil {
+		if write {
+			s.fn = c.writeStep
+		} else {
+			s.fn = c.readStep
 		}
 	}
-	n, err := c.file.Load().Write(p[done:])
-	if err != nil {
-		err = c.opErrorOf("write", err)
+	s.buf = p
+	err := c.rawOp(op, s.fn, write)
+	n, callErr := s.n, s.err
+	s.buf, s.n, s.err = nil, 0, nil
+	s.mu.Unlock()
+	if err == nil && callErr != nil {
+		err = c.opError(op, os.NewSyscallError(op, callErr))
 	}
-	return done + n, err
+	return n, err
+}
+
+// readStep is Read's call: done unless the socket has nothing yet.
+func (c *Conn) readStep(fd uintptr) bool {
+	s := &c.reading
+	n, err := nbio.Read(fd, s.buf)
+	if err == syscall.EAGAIN {
+		return false
+	}
+	s.n, s.err = n, err
+	return true
+}
+
+// writeStep is Write's call: done when all of the buffer is written or
+// the write failed, not when the send buffer is full.
+func (c *Conn) writeStep(fd uintptr) bool {
+	s := &c.writing
+	for s.n < len(s.buf) {
+		n, err := nbio.Write(fd, s.buf[s.n:])
+		s.n += n
+		if err == syscall.EAGAIN {
+			return false
+		}
+		if err != nil {
+			s.err = err
+			return true
+		}
+	}
+	return true
 }
 
 // SetDeadline sets both deadlines, as net.Conn's.
@@ -490,18 +517,20 @@ func (rc *rawConn) Control(f func(fd uintptr)) error {
 // that counts its calls to tell a wake from the first look must
 // Register before.
 func (rc *rawConn) Read(f func(fd uintptr) bool) error {
-	return (*Conn)(rc).rawOp(f, false)
+	return (*Conn)(rc).rawOp("raw-read", f, false)
 }
 
 // Write is Read for writing, within the write deadline.
 func (rc *rawConn) Write(f func(fd uintptr) bool) error {
-	return (*Conn)(rc).rawOp(f, true)
+	return (*Conn)(rc).rawOp("raw-write", f, true)
 }
 
-func (c *Conn) rawOp(f func(fd uintptr) bool, write bool) error {
+// rawOp is the RawConn's Read (write false) or Write, its errors
+// named op.
+func (c *Conn) rawOp(op string, f func(fd uintptr) bool, write bool) error {
 	if c.file.Load() == nil {
 		if !c.acquire() {
-			return c.opError(rawOpName(write), net.ErrClosed)
+			return c.opError(op, net.ErrClosed)
 		}
 		done := f(uintptr(c.fd))
 		c.release()
@@ -509,7 +538,7 @@ func (c *Conn) rawOp(f func(fd uintptr) bool, write bool) error {
 			return nil
 		}
 		if err := c.register(); err != nil {
-			return c.opErrorOf(rawOpName(write), err)
+			return c.opErrorOf(op, err)
 		}
 	}
 	var err error
@@ -519,16 +548,9 @@ func (c *Conn) rawOp(f func(fd uintptr) bool, write bool) error {
 		err = c.fileRaw.Read(f)
 	}
 	if err != nil {
-		return c.opErrorOf(rawOpName(write), err)
+		return c.opErrorOf(op, err)
 	}
 	return nil
-}
-
-func rawOpName(write bool) string {
-	if write {
-		return "raw-write"
-	}
-	return "raw-read"
 }
 
 // opError wraps err as net's sockets do: "read tcp L->R: ...".

@@ -3,8 +3,10 @@
 package rawsock
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -250,6 +252,73 @@ func TestRawReadRegistersAndWaits(t *testing.T) {
 	}
 	if calls < 2 {
 		t.Fatalf("callback called %d times, want the raw try and a call after the wait", calls)
+	}
+}
+
+// A registered Conn reads and writes through the poller's waits but
+// with its own calls: a Write larger than the send buffer waits for
+// room and writes all of it, a Read gets what the client sent, and
+// neither allocates.
+func TestRegisteredReadAndWrite(t *testing.T) {
+	ln, l := listen(t, net.ListenConfig{}, "127.0.0.1:0")
+	client, c := pair(t, ln, l)
+	if err := c.Register(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	client.SetDeadline(time.Now().Add(10 * time.Second))
+
+	big := make([]byte, 8<<20) // far more than a loopback send buffer
+	for i := range big {
+		big[i] = byte(i)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		n, err := c.Write(big)
+		if err == nil && n != len(big) {
+			err = fmt.Errorf("Write = %d of %d bytes, no error", n, len(big))
+		}
+		wrote <- err
+	}()
+	got := make([]byte, len(big))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatalf("the client's read of the big write: %v", err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, big) {
+		t.Fatal("the client read other bytes than the Conn wrote")
+	}
+
+	msg, buf, back := []byte("ping"), make([]byte, 16), make([]byte, 16)
+	allocs := testing.AllocsPerRun(100, func() {
+		client.Write(msg)
+		if n, err := c.Read(buf); err != nil || string(buf[:n]) != "ping" {
+			t.Fatalf("Read = %q, %v; want ping", buf[:n], err)
+		}
+		c.Write(buf[:4])
+		if _, err := io.ReadFull(client, back[:4]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per registered Read and Write, want 0", allocs)
+	}
+
+	// A reset client: the write fails, named as a write.
+	client.(*net.TCPConn).SetLinger(0)
+	client.Close()
+	var err error
+	for range 100 { // the reset may need a first write to show
+		if _, err = c.Write(msg); err != nil {
+			break
+		}
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "write" ||
+		!(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		t.Fatalf("Write to a reset client = %v, want a write's ECONNRESET or EPIPE", err)
 	}
 }
 
