@@ -6,8 +6,9 @@
 # Per proxy and mode (keep-alive, and a new connection per request; then
 # the same over TLS): req/s and p99 from wrk, and the CPU time of the
 # proxy's whole process tree per request completed, and beside it the
-# load side: how busy CPU 1 (the load tool and the backend) was, and the
-# TCP segments per request, and the hypervisor's steal of both CPUs (a
+# load side: how busy CPU 1 (the load tool and the backend) was and that
+# busy time per request, the TCP segments per request, and the
+# hypervisor's steal of both CPUs (a
 # round the host slowed shows it). Then the resident
 # memory each idle keep-alive connection costs, the memory a burst of
 # simultaneous first requests leaves behind, and the CPU seconds per GiB
@@ -685,7 +686,7 @@ to_ms() {
 }
 
 http_raw=$out/http.tsv
-printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\tresumed_pct\tload_cpu_pct\tsegs_per_req\tsteal_pct\n' >"$http_raw"
+printf 'round\tproxy\tmode\treq_per_s\tp99_ms\trequests\tseconds\tcpu_ticks\tcpu_us_per_req\tcore_pct\terrors\tresumed_pct\tload_cpu_pct\tsegs_per_req\tsteal_pct\tload_us_per_req\n' >"$http_raw"
 
 # skip_reason PROXY MODE: why PROXY cannot run MODE ("" if it can). Call
 # alive first, outside $(...): what alive learns must outlive a subshell.
@@ -758,7 +759,7 @@ http_run() {
 		echo "bench-peers: round $round, $proxy $mode: $why" >>"$failures"
 	fi
 	if [ -n "$why" ]; then
-		printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed\t-\t-\t-\t-\n' "$round" "$proxy" "$mode" >>"$http_raw"
+		printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\tfailed\t-\t-\t-\t-\t-\n' "$round" "$proxy" "$mode" >>"$http_raw"
 		printf '  round %s  %-9s %-13s no figures: %s\n' "$round" "$proxy" "$mode" "$why"
 		return 0
 	fi
@@ -812,13 +813,18 @@ http_run() {
 	# backend set req/s, whatever the proxy), and the TCP segments per
 	# request (both hops, both directions, the machine's whole count).
 	load=$(awk -v b="${wrk_load_ticks% *}" -v t="${wrk_load_ticks#* }" 'BEGIN {if (t > 0) printf "%.0f", 100 * b / t; else print "-"}')
+	# And what that busy time is per request: with CPU 1 at ~100 %, req/s
+	# is one over it, so a proxy whose answers cost the load tool and the
+	# backend more (say, by waking them more often) gets fewer req/s for
+	# the same CPU of its own.
+	load_us=$(awk -v b="${wrk_load_ticks% *}" -v hz="$clk_tck" -v n="${requests:-0}" 'BEGIN {if (n > 0) printf "%.2f", b / hz * 1e6 / n; else print "-"}')
 	segs=$(awk -v s="$wrk_segments" -v n="${requests:-0}" 'BEGIN {if (n > 0) printf "%.2f", s / n; else print "-"}')
 	# The hypervisor's steal of both CPUs: a round with some ran slower
 	# for a reason outside the machine.
 	steal=$(awk -v s="${wrk_steal% *}" -v t="${wrk_steal#* }" 'BEGIN {if (t > 0) printf "%.1f", 100 * s / t; else print "-"}')
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" "$resumed" "$load" "$segs" "$steal" >>"$http_raw"
-	printf '  round %s  %-9s %-13s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  load %3s%%  %5s segs/req  steal %4s%%  errors %s%s\n' \
-		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$load" "$segs" "$steal" "$errors" "$([ "$resumed" = - ] || echo "  resumed ${resumed}%")"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$proxy" "$mode" "$rps" "$p99" "$requests" "$seconds" "$wrk_ticks" "$cpu" "$core" "$errors" "$resumed" "$load" "$segs" "$steal" "$load_us" >>"$http_raw"
+	printf '  round %s  %-9s %-13s %10s req/s  p99 %8s ms  %7s CPU us/req  core %3s%%  load %3s%% %6s us/req  %5s segs/req  steal %4s%%  errors %s%s\n' \
+		"$round" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$core" "$load" "$load_us" "$segs" "$steal" "$errors" "$([ "$resumed" = - ] || echo "  resumed ${resumed}%")"
 }
 
 tcp_raw=$out/tcp.tsv
@@ -1062,18 +1068,19 @@ verdict() {
 
 {
 	echo
-	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}; h2 and grpc: -c${h2_conns} -m${h2_streams} for ${h2_duration}, p99 of grpc from grpcload, none from h2load); CPU is the proxy's whole process tree; load % is CPU 1 busy (the load tool and the backend: at ~100 % they, not the proxy, set req/s); segs/req the TCP segments the machine sent per request; steal % the hypervisor's steal of both CPUs (above ~1 % the machine, not the proxy, slowed the round)"
-	printf '%-13s %-9s %12s %10s %12s %7s %7s %9s %7s %8s %9s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" "load %" "segs/req" "steal %" errors "resumed"
+	echo "HTTP, median of ${rounds} rounds (wrk -t1 -c${connections} -d${duration}; h2 and grpc: -c${h2_conns} -m${h2_streams} for ${h2_duration}, p99 of grpc from grpcload, none from h2load); CPU is the proxy's whole process tree; load % is CPU 1 busy (the load tool and the backend: at ~100 % they, not the proxy, set req/s) and load us/req that busy time per request (at ~100 %, req/s is one over it); segs/req the TCP segments the machine sent per request; steal % the hypervisor's steal of both CPUs (above ~1 % the machine, not the proxy, slowed the round)"
+	printf '%-13s %-9s %12s %10s %12s %7s %7s %12s %9s %7s %8s %9s\n' mode proxy req/s "p99 ms" "CPU us/req" "core %" "load %" "load us/req" "segs/req" "steal %" errors "resumed"
 	for mode in "${http_modes[@]}"; do
 		for proxy in "${proxies[@]}"; do
 			# A failed run counts as one error, so that it cannot pass for a clean one.
 			errors=$(awk -F'\t' -v p="$proxy" -v m="$mode" 'NR > 1 && $2 == p && $3 == m {n += ($11 == "failed" ? 1 : $11)} END {print n + 0}' "$http_raw")
 			resumed=$(median "$http_raw" "$proxy" 12 "$mode")
 			[ "$resumed" = - ] || resumed="${resumed}%"
-			printf '%-13s %-9s %12s %10s %12s %7s %7s %9s %7s %8s %9s\n' "$mode" "$proxy" \
+			printf '%-13s %-9s %12s %10s %12s %7s %7s %12s %9s %7s %8s %9s\n' "$mode" "$proxy" \
 				"$(median "$http_raw" "$proxy" 4 "$mode")" "$(median "$http_raw" "$proxy" 5 "$mode")" \
 				"$(median "$http_raw" "$proxy" 9 "$mode")" "$(median "$http_raw" "$proxy" 10 "$mode")" \
-				"$(median "$http_raw" "$proxy" 13 "$mode")" "$(median "$http_raw" "$proxy" 14 "$mode")" \
+				"$(median "$http_raw" "$proxy" 13 "$mode")" "$(median "$http_raw" "$proxy" 16 "$mode")" \
+				"$(median "$http_raw" "$proxy" 14 "$mode")" \
 				"$(median "$http_raw" "$proxy" 15 "$mode")" "$errors" "$resumed"
 		done
 	done
