@@ -1085,7 +1085,7 @@ verdict() {
 		done
 	done
 	echo
-	echo "hotproxy / the better of nginx and HAProxy (issue 10's bars; TLS: issue 13's ratios, no bar; h2: issue 21's bars; grpc: no bar)"
+	echo "hotproxy / the better of nginx and HAProxy (HTTP/1.1: issue 22's bars, CPU stricter than issue 10's 1.10 and 1.30, p99 issue 10's; TLS: issue 13's ratios, no bar; h2: issue 21's bars; grpc: no bar)"
 	printf '%-13s %-11s %7s %-8s %s\n' mode figure ratio bar verdict
 	for mode in "${http_modes[@]}"; do
 		if [ "$mode" = h2 ] || [ "$mode" = grpc ]; then
@@ -1112,8 +1112,8 @@ verdict() {
 		fi
 		printf '%-13s %-11s %s\n' "$mode" "req/s" "round by round: $(paired 4 HIGHER "$mode")"
 		printf '%-13s %-11s %s\n' "$mode" "CPU us/req" "round by round: $(paired 9 LOWER "$mode")"
-		cpu_bar=1.10
-		[ "$mode" = close ] && cpu_bar=1.30
+		cpu_bar=1.00
+		[ "$mode" = close ] && cpu_bar=1.10
 		for figure in "req/s:4:HIGHER:>=:0.95" "p99:5:LOWER:<=:1.00" "CPU us/req:9:LOWER:<=:$cpu_bar"; do
 			IFS=: read -r name col want op bar <<<"$figure"
 			best=$(better "$want" "$(median "$http_raw" nginx "$col" "$mode")" "$(median "$http_raw" haproxy "$col" "$mode")")
